@@ -1,0 +1,132 @@
+//! The admin (scheduling centre): operator REST API, executor-facing API, scheduler, dispatch.
+//!
+//! [`start`] connects the database, binds the listener (port 0 works) and starts the scheduler
+//! and monitor loops; the returned [`Admin`] knows its bound address and stops gracefully.
+//! It never imports `executor`: executors, ours or XXL-JOB's, are reached only through `protocol`.
+
+mod dispatch;
+mod http;
+mod scheduler;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::config::AdminConfig;
+use crate::protocol;
+use crate::runtime::{Runtime, RuntimeConfig};
+use crate::storage::Db;
+
+pub use self::dispatch::Dispatcher;
+pub use self::http::router;
+
+/// What the admin's handlers and loops share. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    /// The database.
+    pub db: Db,
+    /// The validated configuration.
+    pub config: Arc<AdminConfig>,
+    /// Compiles uploads to validate them (never runs them).
+    pub validator: Arc<Runtime>,
+    /// Bounds how many uploads compile at once.
+    pub compile_slots: Arc<Semaphore>,
+    /// Sends runs to executors and applies their results.
+    pub dispatcher: Dispatcher,
+    /// Wakes the scheduler when a job's schedule changed.
+    pub scheduler_wake: Arc<Notify>,
+}
+
+impl AppState {
+    /// Builds the state over an open database.
+    pub fn new(db: Db, config: AdminConfig) -> anyhow::Result<AppState> {
+        let client = protocol::Client::new(&config.access_token, Duration::from_secs(10))?;
+        let online_window_ms = 3 * i64::try_from(config.heartbeat_interval.as_millis()).unwrap_or(30_000);
+        Ok(AppState {
+            dispatcher: Dispatcher::new(db.clone(), client, online_window_ms),
+            db,
+            config: Arc::new(config),
+            validator: Arc::new(Runtime::new(RuntimeConfig::default())?),
+            compile_slots: Arc::new(Semaphore::new(1)),
+            scheduler_wake: Arc::new(Notify::new()),
+        })
+    }
+}
+
+/// A running admin.
+pub struct Admin {
+    /// The address the API is bound to.
+    pub local_addr: SocketAddr,
+    /// The shared state (tests and `standalone` use its database).
+    pub state: AppState,
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Runs an admin until Ctrl-C or SIGTERM.
+pub async fn run(config: AdminConfig) -> anyhow::Result<()> {
+    let admin = start(config).await?;
+    crate::telemetry::shutdown_signal().await;
+    admin.stop().await;
+    Ok(())
+}
+
+/// Connects, binds and starts the admin's tasks.
+pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
+    let db = Db::connect(&config.database_url).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding the admin API to {}", config.listen))?;
+    let local_addr = listener.local_addr()?;
+    tracing::info!("admin listening on http://{local_addr}");
+    let state = AppState::new(db, config)?;
+    let shutdown = CancellationToken::new();
+    let app = http::router(state.clone()).layer(tower_http::trace::TraceLayer::new_for_http());
+    let server_shutdown = shutdown.clone();
+    let mut tasks = vec![tokio::spawn(
+        async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
+                .await;
+            if let Err(error) = served {
+                tracing::error!(%error, "admin API stopped");
+            }
+        }
+        .instrument(tracing::info_span!("admin_http")),
+    )];
+    tasks.push(tokio::spawn(
+        scheduler::run(state.clone(), shutdown.clone()).instrument(tracing::info_span!("scheduler")),
+    ));
+    tasks.push(tokio::spawn(
+        dispatch::sweep(state.dispatcher.clone(), shutdown.clone()).instrument(tracing::info_span!("sweep")),
+    ));
+    Ok(Admin { local_addr, state, shutdown, tasks })
+}
+
+impl Admin {
+    /// The base URL executors and operators use.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.local_addr)
+    }
+
+    /// Stops the loops and the server, then closes the database.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        self.state.dispatcher.stop();
+        self.state.db.close().await;
+    }
+}
+
+/// The current time in milliseconds since the Unix epoch: the admin's one clock.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

@@ -1,0 +1,124 @@
+//! The operator API's one error type: a status code and `{"code","message"}`.
+//!
+//! Client errors carry a stable snake_case code and a message meant for the caller; they are
+//! not logged. Internal errors (database, bugs) are logged once here and answered with a generic
+//! 500 that leaks nothing.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::storage::StorageError;
+
+/// An error answer of the operator API.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400: the request is malformed or a field is invalid.
+    #[error("{message}")]
+    BadRequest {
+        /// The stable code.
+        code: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// 401: no or wrong token.
+    #[error("missing or wrong bearer token")]
+    Unauthorized,
+    /// 404: the named thing does not exist.
+    #[error("{0}")]
+    NotFound(String, &'static str),
+    /// 409: it conflicts with what exists.
+    #[error("{0}")]
+    Conflict(String),
+    /// 413: the body is too large.
+    #[error("{0}")]
+    TooLarge(String),
+    /// 415: the body is not of the expected type.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// 422: well-formed, but not acceptable (a module that is not a job component).
+    #[error("{message}")]
+    Unprocessable {
+        /// The stable code.
+        code: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// 502: an executor did not answer as it should.
+    #[error("{0}")]
+    BadGateway(String),
+    /// 500: our fault; logged, never shown.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    code: &'a str,
+    message: String,
+}
+
+impl ApiError {
+    /// A 400 with `code`.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::BadRequest { code, message: message.into() }
+    }
+
+    /// A 404 for `what` (`"job 7"`), with code `<kind>_not_found`.
+    pub fn not_found(code: &'static str, what: impl Into<String>) -> ApiError {
+        ApiError::NotFound(format!("{} not found", what.into()), code)
+    }
+
+    fn status_and_code(&self) -> (StatusCode, &str) {
+        match self {
+            ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::NotFound(_, code) => (StatusCode::NOT_FOUND, code),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            ApiError::Unprocessable { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
+            ApiError::BadGateway(_) => (StatusCode::BAD_GATEWAY, "executor_error"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl From<StorageError> for ApiError {
+    fn from(error: StorageError) -> ApiError {
+        ApiError::Internal(error.into())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let message = match &self {
+            ApiError::Internal(error) => {
+                tracing::error!(error = format!("{error:#}"), "internal error");
+                "internal error".to_owned()
+            }
+            other => other.to_string(),
+        };
+        (status, Json(ErrorBody { code, message })).into_response()
+    }
+}
+
+/// Turns constraint violations into 409s with a message, other storage errors into 500s.
+pub trait ResultExt<T> {
+    /// See the trait.
+    fn on_constraint(self, message: impl FnOnce() -> String) -> Result<T, ApiError>;
+}
+
+impl<T> ResultExt<T> for Result<T, StorageError> {
+    fn on_constraint(self, message: impl FnOnce() -> String) -> Result<T, ApiError> {
+        self.map_err(|error| {
+            if error.is_constraint_violation() {
+                ApiError::Conflict(message())
+            } else {
+                ApiError::from(error)
+            }
+        })
+    }
+}

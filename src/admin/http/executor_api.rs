@@ -1,0 +1,125 @@
+//! The executor-facing API of XXL-JOB (`/api/registry`, `/api/registryRemove`, `/api/callback`)
+//! plus wasmjob's module download (`GET /api/modules/{sha256}`), served under both `/api` and
+//! `/xxl-job-admin/api` so that XXL-JOB executors configured with either base path work.
+//!
+//! Calls must carry the access token; without it nothing happens and the answer is a `code 500`
+//! envelope (the protocol's way), or a 401 for the module download.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+use super::extract::Path;
+use crate::admin::{AppState, now_ms};
+use crate::protocol::{
+    ACCESS_TOKEN_HEADER, CallbackBody, REGISTRY_GROUP_EXECUTOR, RegistryParam, ReturnT, constant_time_eq,
+};
+
+pub fn router(state: &AppState) -> Router<AppState> {
+    let api = Router::new()
+        .route("/registry", post(registry))
+        .route("/registryRemove", post(registry_remove))
+        .route("/callback", post(callback))
+        .route("/modules/{sha256}", get(get_module))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_access_token));
+    Router::new().nest("/api", api.clone()).nest("/xxl-job-admin/api", api)
+}
+
+async fn require_access_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let given = request.headers().get(ACCESS_TOKEN_HEADER);
+    if given.is_some_and(|token| constant_time_eq(token.as_bytes(), state.config.access_token.as_bytes())) {
+        return next.run(request).await;
+    }
+    if request.method() == axum::http::Method::GET {
+        return ApiError::Unauthorized.into_response();
+    }
+    axum::Json(ReturnT::fail("The access token is wrong.")).into_response()
+}
+
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, axum::Json<ReturnT<String>>> {
+    serde_json::from_slice(body).map_err(|error| axum::Json(ReturnT::fail(format!("invalid request body: {error}"))))
+}
+
+fn check_registry(param: &RegistryParam) -> Result<(), String> {
+    if param.registry_group != REGISTRY_GROUP_EXECUTOR {
+        return Err(format!("registryGroup `{}`: only EXECUTOR is accepted", param.registry_group));
+    }
+    if param.registry_key.is_empty() || param.registry_key.len() > 64 {
+        return Err("registryKey: the application name, 1 to 64 characters".to_owned());
+    }
+    let value = &param.registry_value;
+    if !(value.starts_with("http://") || value.starts_with("https://")) || value.len() > 255 {
+        return Err(format!("registryValue `{value}` is not an http(s) URL"));
+    }
+    Ok(())
+}
+
+async fn registry(State(state): State<AppState>, body: Bytes) -> axum::Json<ReturnT<String>> {
+    let param: RegistryParam = match parse(&body) {
+        Ok(param) => param,
+        Err(reply) => return reply,
+    };
+    if let Err(reason) = check_registry(&param) {
+        return axum::Json(ReturnT::fail(reason));
+    }
+    let address = param.registry_value.trim_end_matches('/');
+    match state.db.upsert_registration(REGISTRY_GROUP_EXECUTOR, &param.registry_key, address, now_ms()).await {
+        Ok(()) => axum::Json(ReturnT::success()),
+        Err(error) => {
+            tracing::error!(%error, "registry failed");
+            axum::Json(ReturnT::fail("registry failed: internal error"))
+        }
+    }
+}
+
+async fn registry_remove(State(state): State<AppState>, body: Bytes) -> axum::Json<ReturnT<String>> {
+    let param: RegistryParam = match parse(&body) {
+        Ok(param) => param,
+        Err(reply) => return reply,
+    };
+    if let Err(reason) = check_registry(&param) {
+        return axum::Json(ReturnT::fail(reason));
+    }
+    let address = param.registry_value.trim_end_matches('/');
+    match state.db.remove_registration(REGISTRY_GROUP_EXECUTOR, &param.registry_key, address).await {
+        Ok(()) => {
+            tracing::info!("executor {address} of `{}` deregistered", param.registry_key);
+            axum::Json(ReturnT::success())
+        }
+        Err(error) => {
+            tracing::error!(%error, "registry remove failed");
+            axum::Json(ReturnT::fail("registry remove failed: internal error"))
+        }
+    }
+}
+
+async fn callback(State(state): State<AppState>, body: Bytes) -> axum::Json<ReturnT<String>> {
+    let results = match parse::<CallbackBody>(&body) {
+        Ok(body) => body.into_list(),
+        Err(reply) => return reply,
+    };
+    for result in results {
+        let message = result.handle_msg.unwrap_or_default();
+        if let Err(error) = state.dispatcher.apply_result(result.log_id, result.handle_code, &message).await {
+            // Not acknowledged: the executor keeps the results and sends them again.
+            tracing::error!(error = format!("{error:#}"), "applying the result of run {} failed", result.log_id);
+            return axum::Json(ReturnT::fail("callback failed: internal error"));
+        }
+    }
+    axum::Json(ReturnT::success())
+}
+
+async fn get_module(State(state): State<AppState>, Path(sha256): Path<String>) -> Result<Response, ApiError> {
+    if sha256.len() != 64 || !sha256.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return Err(ApiError::bad_request("invalid_path", "the module is named by its lowercase hex sha256"));
+    }
+    let bytes = state.db.get_module(&sha256).await?;
+    let bytes = bytes.ok_or_else(|| ApiError::not_found("module_not_found", format!("module {sha256}")))?;
+    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/wasm")], bytes).into_response())
+}

@@ -1,0 +1,35 @@
+//! `/api/v1/executors`: the registry, with each executor's last heartbeat.
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+use serde::Serialize;
+
+use super::error::ApiError;
+use super::rfc3339;
+use crate::admin::AppState;
+use crate::protocol::REGISTRY_GROUP_EXECUTOR;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/executors", get(list_executors))
+}
+
+#[derive(Debug, Serialize)]
+struct ExecutorResponse {
+    app_name: String,
+    address: String,
+    last_heartbeat: Option<String>,
+}
+
+async fn list_executors(State(state): State<AppState>) -> Result<axum::Json<Vec<ExecutorResponse>>, ApiError> {
+    let rows = state.db.list_registrations(REGISTRY_GROUP_EXECUTOR).await?;
+    Ok(axum::Json(
+        rows.into_iter()
+            .map(|row| ExecutorResponse {
+                app_name: row.app_name,
+                address: row.address,
+                last_heartbeat: rfc3339(row.updated_at_ms),
+            })
+            .collect(),
+    ))
+}

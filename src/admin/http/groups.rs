@@ -1,0 +1,91 @@
+//! `/api/v1/groups`: executor groups and their online addresses.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use serde::{Deserialize, Serialize};
+
+use super::error::{ApiError, ResultExt};
+use super::extract::{Json, Path};
+use crate::admin::{AppState, now_ms};
+use crate::model::{AddressType, Group};
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/groups", get(list_groups).post(create_group)).route("/groups/{id}", get(get_group))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateGroup {
+    app_name: String,
+    title: Option<String>,
+    address_type: Option<String>,
+    #[serde(default)]
+    addresses: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct GroupResponse {
+    id: i64,
+    app_name: String,
+    title: String,
+    address_type: &'static str,
+    addresses: Vec<String>,
+    online_addresses: Vec<String>,
+}
+
+async fn create_group(
+    State(state): State<AppState>,
+    Json(body): Json<CreateGroup>,
+) -> Result<(StatusCode, axum::Json<GroupResponse>), ApiError> {
+    let app_name = body.app_name.trim();
+    if app_name.is_empty() || app_name.len() > 64 || !app_name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(ApiError::bad_request("invalid_group", "app_name: use 1 to 64 letters, digits, '-', '_' or '.'"));
+    }
+    let address_type = match body.address_type.as_deref() {
+        None => AddressType::Auto,
+        Some(text) => text.parse().map_err(|e| ApiError::bad_request("invalid_group", format!("address_type: {e}")))?,
+    };
+    for address in &body.addresses {
+        if !(address.starts_with("http://") || address.starts_with("https://")) {
+            return Err(ApiError::bad_request("invalid_group", format!("address `{address}` is not an http(s) URL")));
+        }
+    }
+    if address_type == AddressType::Manual && body.addresses.is_empty() {
+        return Err(ApiError::bad_request("invalid_group", "a MANUAL group needs at least one address"));
+    }
+    let addresses: Vec<String> = body.addresses.iter().map(|a| a.trim_end_matches('/').to_owned()).collect();
+    let title = body.title.unwrap_or_else(|| app_name.to_owned());
+    let group = state
+        .db
+        .create_group(app_name, &title, address_type, &addresses, now_ms())
+        .await
+        .on_constraint(|| format!("a group with app_name `{app_name}` exists already"))?;
+    Ok((StatusCode::CREATED, axum::Json(respond(&state, group).await?)))
+}
+
+async fn list_groups(State(state): State<AppState>) -> Result<axum::Json<Vec<GroupResponse>>, ApiError> {
+    let mut out = Vec::new();
+    for group in state.db.list_groups().await? {
+        out.push(respond(&state, group).await?);
+    }
+    Ok(axum::Json(out))
+}
+
+async fn get_group(State(state): State<AppState>, Path(id): Path<i64>) -> Result<axum::Json<GroupResponse>, ApiError> {
+    let group = state.db.get_group(id).await?.ok_or_else(|| ApiError::not_found("group_not_found", format!("group {id}")))?;
+    Ok(axum::Json(respond(&state, group).await?))
+}
+
+async fn respond(state: &AppState, group: Group) -> Result<GroupResponse, ApiError> {
+    let online_addresses = state.dispatcher.online_addresses(&group, now_ms()).await?;
+    Ok(GroupResponse {
+        id: group.id,
+        app_name: group.app_name,
+        title: group.title,
+        address_type: group.address_type.as_str(),
+        addresses: group.addresses,
+        online_addresses,
+    })
+}

@@ -1,0 +1,319 @@
+//! `/api/v1/jobs`: create, read, change, delete, start, stop and trigger jobs.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+
+use super::error::{ApiError, ResultExt};
+use super::extract::{Json, Path, Query};
+use super::rfc3339;
+use crate::admin::dispatch::{PlannedTrigger, TriggerError};
+use crate::admin::{AppState, now_ms};
+use crate::model::{GlueType, Job, ScheduleType, TriggerType};
+use crate::schedule::Schedule;
+use crate::storage::NewJob;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/jobs", get(list_jobs).post(create_job))
+        .route("/jobs/{id}", get(get_job).put(update_job).delete(delete_job))
+        .route("/jobs/{id}/start", post(start_job))
+        .route("/jobs/{id}/stop", post(stop_job))
+        .route("/jobs/{id}/trigger", post(trigger_job))
+        .route("/jobs/{id}/next-fire-times", get(next_fire_times))
+}
+
+/// The body of `POST /jobs` and `PUT /jobs/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobBody {
+    group_id: i64,
+    name: String,
+    schedule_type: String,
+    #[serde(default)]
+    schedule_conf: String,
+    time_zone: Option<String>,
+    misfire_strategy: Option<String>,
+    route_strategy: Option<String>,
+    block_strategy: Option<String>,
+    #[serde(default)]
+    timeout_secs: i64,
+    #[serde(default)]
+    retry_count: i64,
+    glue_type: Option<String>,
+    handler: Option<String>,
+    #[serde(default)]
+    param: String,
+    #[serde(default)]
+    child_job_ids: Vec<i64>,
+    alarm_email: Option<String>,
+    fuel_limit: Option<i64>,
+    memory_limit_mb: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+struct JobResponse {
+    id: i64,
+    group_id: i64,
+    name: String,
+    schedule_type: &'static str,
+    schedule_conf: String,
+    time_zone: Option<String>,
+    misfire_strategy: &'static str,
+    route_strategy: &'static str,
+    block_strategy: &'static str,
+    timeout_secs: i64,
+    retry_count: i64,
+    glue_type: &'static str,
+    handler: Option<String>,
+    param: String,
+    child_job_ids: Vec<i64>,
+    alarm_email: Option<String>,
+    fuel_limit: Option<i64>,
+    memory_limit_mb: Option<i64>,
+    running: bool,
+    next_fire_time: Option<String>,
+    active_version: Option<i64>,
+    created_at: Option<String>,
+    updated_at: Option<String>,
+}
+
+impl From<Job> for JobResponse {
+    fn from(job: Job) -> JobResponse {
+        JobResponse {
+            id: job.id,
+            group_id: job.group_id,
+            name: job.name,
+            schedule_type: job.schedule_type.as_str(),
+            schedule_conf: job.schedule_conf,
+            time_zone: job.time_zone,
+            misfire_strategy: job.misfire_strategy.as_str(),
+            route_strategy: job.route_strategy.as_str(),
+            block_strategy: job.block_strategy.as_str(),
+            timeout_secs: job.timeout_secs,
+            retry_count: job.retry_count,
+            glue_type: job.glue_type.as_str(),
+            handler: job.handler,
+            param: job.param,
+            child_job_ids: job.child_job_ids,
+            alarm_email: job.alarm_email,
+            fuel_limit: job.fuel_limit,
+            memory_limit_mb: job.memory_limit_mb,
+            running: job.running,
+            next_fire_time: rfc3339(job.next_fire_ms),
+            active_version: job.active_version,
+            created_at: rfc3339(job.created_at_ms),
+            updated_at: rfc3339(job.updated_at_ms),
+        }
+    }
+}
+
+async fn create_job(
+    State(state): State<AppState>,
+    Json(body): Json<JobBody>,
+) -> Result<(StatusCode, axum::Json<JobResponse>), ApiError> {
+    let (job, _) = validate(&state, body).await?;
+    let created = state.db.create_job(&job, now_ms()).await.on_constraint(|| "the job conflicts with existing data".to_owned())?;
+    tracing::info!(job.id = created.id, "created job {} `{}`", created.id, created.name);
+    Ok((StatusCode::CREATED, axum::Json(created.into())))
+}
+
+async fn update_job(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+    Json(body): Json<JobBody>,
+) -> Result<axum::Json<JobResponse>, ApiError> {
+    let (job, schedule) = validate(&state, body).await?;
+    let now = now_ms();
+    let next = schedule.next_after(now).unwrap_or(0);
+    let updated = state.db.update_job(id, &job, next, now).await?.ok_or_else(|| job_not_found(id))?;
+    state.scheduler_wake.notify_one();
+    Ok(axum::Json(updated.into()))
+}
+
+async fn get_job(State(state): State<AppState>, Path(id): Path<i64>) -> Result<axum::Json<JobResponse>, ApiError> {
+    Ok(axum::Json(load(&state, id).await?.into()))
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    group_id: Option<i64>,
+}
+
+async fn list_jobs(State(state): State<AppState>, Query(query): Query<ListQuery>) -> Result<axum::Json<Vec<JobResponse>>, ApiError> {
+    let jobs = state.db.list_jobs(query.group_id).await?;
+    Ok(axum::Json(jobs.into_iter().map(JobResponse::from).collect()))
+}
+
+async fn delete_job(State(state): State<AppState>, Path(id): Path<i64>) -> Result<StatusCode, ApiError> {
+    if !state.db.delete_job(id).await? {
+        return Err(job_not_found(id));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn start_job(State(state): State<AppState>, Path(id): Path<i64>) -> Result<axum::Json<JobResponse>, ApiError> {
+    let job = load(&state, id).await?;
+    let schedule = parse_schedule(job.schedule_type, &job.schedule_conf, job.time_zone.as_deref())?;
+    if job.schedule_type == ScheduleType::None {
+        return Err(ApiError::bad_request("not_schedulable", "a job with schedule_type NONE runs only when triggered"));
+    }
+    let now = now_ms();
+    let next = schedule
+        .next_after(now)
+        .ok_or_else(|| ApiError::bad_request("no_fire_time", "the schedule has no fire time in the future"))?;
+    state.db.set_job_running(id, Some(next), now).await?;
+    state.scheduler_wake.notify_one();
+    Ok(axum::Json(load(&state, id).await?.into()))
+}
+
+async fn stop_job(State(state): State<AppState>, Path(id): Path<i64>) -> Result<axum::Json<JobResponse>, ApiError> {
+    if !state.db.set_job_running(id, None, now_ms()).await? {
+        return Err(job_not_found(id));
+    }
+    Ok(axum::Json(load(&state, id).await?.into()))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TriggerBody {
+    param: Option<String>,
+    addresses: Option<Vec<String>>,
+}
+
+#[derive(Debug, Serialize)]
+struct TriggerResponse {
+    log_ids: Vec<i64>,
+}
+
+async fn trigger_job(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> Result<axum::Json<TriggerResponse>, ApiError> {
+    // The body is optional: `curl -X POST …/trigger` with nothing runs the job's own param.
+    let body: TriggerBody = if body.iter().all(u8::is_ascii_whitespace) {
+        TriggerBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|error| ApiError::bad_request("malformed_json", format!("invalid trigger body: {error}")))?
+    };
+    let job = load(&state, id).await?;
+    let param = body.param.unwrap_or_else(|| job.param.clone());
+    let trigger = PlannedTrigger::now(TriggerType::Manual, param);
+    let addresses = body.addresses.map(|list| list.iter().map(|a| a.trim_end_matches('/').to_owned()).collect::<Vec<_>>());
+    match state.dispatcher.trigger(&job, trigger, addresses.as_deref()).await {
+        Ok(log_ids) => Ok(axum::Json(TriggerResponse { log_ids })),
+        Err(TriggerError::Internal(error)) => Err(ApiError::Internal(error)),
+        Err(error @ TriggerError::NoVersion(_)) => Err(ApiError::Conflict(error.to_string())),
+        Err(error) => Err(ApiError::bad_request("invalid_trigger", error.to_string())),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct CountQuery {
+    count: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+struct FireTimes {
+    times: Vec<String>,
+}
+
+async fn next_fire_times(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+    Query(query): Query<CountQuery>,
+) -> Result<axum::Json<FireTimes>, ApiError> {
+    let job = load(&state, id).await?;
+    let count = query.count.unwrap_or(5);
+    if !(1..=100).contains(&count) {
+        return Err(ApiError::bad_request("invalid_query", "count must be between 1 and 100"));
+    }
+    let schedule = parse_schedule(job.schedule_type, &job.schedule_conf, job.time_zone.as_deref())?;
+    let times = schedule.next_n(now_ms(), count).into_iter().filter_map(rfc3339).collect();
+    Ok(axum::Json(FireTimes { times }))
+}
+
+async fn load(state: &AppState, id: i64) -> Result<Job, ApiError> {
+    state.db.get_job(id).await?.ok_or_else(|| job_not_found(id))
+}
+
+fn job_not_found(id: i64) -> ApiError {
+    ApiError::not_found("job_not_found", format!("job {id}"))
+}
+
+fn parse_schedule(kind: ScheduleType, conf: &str, time_zone: Option<&str>) -> Result<Schedule, ApiError> {
+    Schedule::parse(kind, conf, time_zone).map_err(|error| ApiError::bad_request("invalid_schedule", error.to_string()))
+}
+
+/// Checks every field of a job body; the parsed schedule comes along.
+async fn validate(state: &AppState, body: JobBody) -> Result<(NewJob, Schedule), ApiError> {
+    fn field<T: std::str::FromStr>(name: &str, value: Option<String>, default: T) -> Result<T, ApiError>
+    where
+        T::Err: std::fmt::Display,
+    {
+        match value {
+            None => Ok(default),
+            Some(text) => text.parse().map_err(|e| ApiError::bad_request("invalid_job", format!("{name}: {e}"))),
+        }
+    }
+    let invalid = |message: &str| ApiError::bad_request("invalid_job", message.to_owned());
+    let name = body.name.trim().to_owned();
+    if name.is_empty() || name.len() > 200 {
+        return Err(invalid("name: 1 to 200 characters"));
+    }
+    let schedule_type: ScheduleType = field("schedule_type", Some(body.schedule_type), ScheduleType::None)?;
+    let time_zone = body.time_zone.filter(|zone| !zone.trim().is_empty());
+    let schedule = parse_schedule(schedule_type, &body.schedule_conf, time_zone.as_deref())?;
+    let glue_type = field("glue_type", body.glue_type, GlueType::GlueWasm)?;
+    let handler = body.handler.filter(|handler| !handler.is_empty());
+    if glue_type == GlueType::Bean && handler.is_none() {
+        return Err(invalid("handler: a BEAN job needs the handler's name"));
+    }
+    if !(0..=86_400 * 7).contains(&body.timeout_secs) {
+        return Err(invalid("timeout_secs: 0 (none) to 604800"));
+    }
+    if !(0..=100).contains(&body.retry_count) {
+        return Err(invalid("retry_count: 0 to 100"));
+    }
+    if body.fuel_limit.is_some_and(|fuel| fuel <= 0) {
+        return Err(invalid("fuel_limit: must be positive"));
+    }
+    if body.memory_limit_mb.is_some_and(|mb| !(1..=65_536).contains(&mb)) {
+        return Err(invalid("memory_limit_mb: 1 to 65536"));
+    }
+    if body.param.len() > 64 * 1024 {
+        return Err(invalid("param: at most 64 KiB"));
+    }
+    if state.db.get_group(body.group_id).await?.is_none() {
+        return Err(ApiError::bad_request("invalid_job", format!("group_id: group {} does not exist", body.group_id)));
+    }
+    for child in &body.child_job_ids {
+        if state.db.get_job(*child).await?.is_none() {
+            return Err(ApiError::bad_request("invalid_job", format!("child_job_ids: job {child} does not exist")));
+        }
+    }
+    let job = NewJob {
+        group_id: body.group_id,
+        name,
+        schedule_type,
+        schedule_conf: body.schedule_conf.trim().to_owned(),
+        time_zone,
+        misfire_strategy: field("misfire_strategy", body.misfire_strategy, crate::model::MisfireStrategy::DoNothing)?,
+        route_strategy: field("route_strategy", body.route_strategy, crate::model::RouteStrategy::First)?,
+        block_strategy: field("block_strategy", body.block_strategy, crate::model::BlockStrategy::SerialExecution)?,
+        timeout_secs: body.timeout_secs,
+        retry_count: body.retry_count,
+        glue_type,
+        handler,
+        param: body.param,
+        child_job_ids: body.child_job_ids,
+        alarm_email: body.alarm_email,
+        fuel_limit: body.fuel_limit,
+        memory_limit_mb: body.memory_limit_mb,
+    };
+    Ok((job, schedule))
+}

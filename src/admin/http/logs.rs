@@ -1,0 +1,164 @@
+//! `/api/v1/logs`: run records, their log content (read from the executor in bounded pages) and kill.
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+
+use super::error::ApiError;
+use super::extract::{Path, Query};
+use super::rfc3339;
+use crate::admin::AppState;
+use crate::model::{RunRecord, code};
+use crate::protocol::{LogParam, LogResult};
+use crate::storage::RunFilter;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/logs", get(list_logs))
+        .route("/logs/{id}", get(get_log))
+        .route("/logs/{id}/content", get(log_content))
+        .route("/logs/{id}/kill", post(kill_run))
+}
+
+#[derive(Debug, Serialize)]
+struct RunResponse {
+    id: i64,
+    job_id: i64,
+    executor_address: Option<String>,
+    trigger_type: &'static str,
+    trigger_time: Option<String>,
+    param: String,
+    trigger_code: i32,
+    trigger_msg: String,
+    handle_time: Option<String>,
+    handle_code: i32,
+    handle_msg: String,
+    shard_index: i64,
+    shard_total: i64,
+    attempt: i64,
+    version: Option<i64>,
+}
+
+impl From<RunRecord> for RunResponse {
+    fn from(run: RunRecord) -> RunResponse {
+        RunResponse {
+            id: run.id,
+            job_id: run.job_id,
+            executor_address: run.executor_address,
+            trigger_type: run.trigger_type.as_str(),
+            trigger_time: rfc3339(run.trigger_time_ms),
+            param: run.param,
+            trigger_code: run.trigger_code,
+            trigger_msg: run.trigger_msg,
+            handle_time: rfc3339(run.handle_time_ms),
+            handle_code: run.handle_code,
+            handle_msg: run.handle_msg,
+            shard_index: run.shard_index,
+            shard_total: run.shard_total,
+            attempt: run.attempt,
+            version: run.version,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    job_id: Option<i64>,
+    status: Option<String>,
+    limit: Option<i64>,
+    offset: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+struct RunList {
+    total: i64,
+    items: Vec<RunResponse>,
+}
+
+async fn list_logs(State(state): State<AppState>, Query(query): Query<ListQuery>) -> Result<axum::Json<RunList>, ApiError> {
+    let handle_code = match query.status.as_deref() {
+        None | Some("") => None,
+        Some("running") => Some(code::PENDING),
+        Some("success") => Some(code::SUCCESS),
+        Some("failure" | "failed") => Some(code::FAILURE),
+        Some("timeout") => Some(code::TIMEOUT),
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "invalid_query",
+                format!("status `{other}`: use running, success, failure or timeout"),
+            ));
+        }
+    };
+    let limit = query.limit.unwrap_or(20);
+    if !(1..=1000).contains(&limit) || query.offset.is_some_and(|offset| offset < 0) {
+        return Err(ApiError::bad_request("invalid_query", "limit is 1 to 1000, offset at least 0"));
+    }
+    let filter = RunFilter { job_id: query.job_id, handle_code, limit, offset: query.offset.unwrap_or(0) };
+    let page = state.db.list_runs(&filter).await?;
+    Ok(axum::Json(RunList { total: page.total, items: page.items.into_iter().map(RunResponse::from).collect() }))
+}
+
+async fn get_log(State(state): State<AppState>, Path(id): Path<i64>) -> Result<axum::Json<RunResponse>, ApiError> {
+    Ok(axum::Json(load(&state, id).await?.into()))
+}
+
+#[derive(Debug, Deserialize)]
+struct ContentQuery {
+    from_line: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+struct LogContent {
+    from_line: i64,
+    to_line: i64,
+    content: String,
+    is_end: bool,
+}
+
+async fn log_content(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+    Query(query): Query<ContentQuery>,
+) -> Result<axum::Json<LogContent>, ApiError> {
+    let run = load(&state, id).await?;
+    let from_line = query.from_line.unwrap_or(1).max(1);
+    let (Some(address), code::SUCCESS) = (&run.executor_address, run.trigger_code) else {
+        // Not sent (yet, or ever): there is no log on any executor.
+        let is_end = run.handle_code != code::PENDING;
+        return Ok(axum::Json(LogContent { from_line, to_line: from_line - 1, content: String::new(), is_end }));
+    };
+    let param = LogParam { log_date_tim: run.trigger_time_ms, log_id: run.id, from_line_num: from_line };
+    let page: LogResult = state
+        .dispatcher
+        .client()
+        .call(address, "log", &param)
+        .await
+        .map_err(|error| ApiError::BadGateway(format!("reading the log from {address}: {error}")))?
+        .ok_or_else(|| ApiError::BadGateway(format!("{address} returned no log page")))?;
+    Ok(axum::Json(LogContent {
+        from_line: page.from_line_num,
+        to_line: page.to_line_num,
+        content: page.log_content,
+        is_end: page.is_end,
+    }))
+}
+
+#[derive(Debug, Serialize)]
+struct KillResponse {
+    message: String,
+}
+
+async fn kill_run(State(state): State<AppState>, Path(id): Path<i64>) -> Result<axum::Json<KillResponse>, ApiError> {
+    let run = load(&state, id).await?;
+    let message = state
+        .dispatcher
+        .kill(&run)
+        .await
+        .map_err(|error| ApiError::BadGateway(format!("{error:#}")))?;
+    Ok(axum::Json(KillResponse { message }))
+}
+
+async fn load(state: &AppState, id: i64) -> Result<RunRecord, ApiError> {
+    state.db.get_run(id).await?.ok_or_else(|| ApiError::not_found("log_not_found", format!("log {id}")))
+}

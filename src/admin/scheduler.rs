@@ -1,0 +1,95 @@
+//! The scheduler loop: fires due jobs at their scheduled millisecond, never twice, never lost.
+//!
+//! Each pass reads the running jobs due within [`LOOKAHEAD_MS`], asks `schedule::decide` what to
+//! do with each (fire on time, misfire, skip), and commits the job's next fire time together with
+//! the fire's run records in one transaction (`Db::fire_job`). Only then is each run handed to the
+//! dispatcher, which sends it at its scheduled instant. A crash after the commit leaves pending
+//! runs that the dispatcher's sweep sends; a crash before it leaves the job due, to fire again.
+//! Two admins racing for the same fire cannot both create it: `fire_job` moves the job only from
+//! the fire time it read, and runs are unique per (job, fire time, shard, attempt).
+//!
+//! Between passes the loop sleeps until the earliest next fire (at most [`MAX_SLEEP`]), or until
+//! woken by a job change.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::dispatch::PlannedTrigger;
+use super::{AppState, now_ms};
+use crate::model::Job;
+use crate::schedule::{Schedule, decide};
+
+/// How far ahead of its instant a fire is committed, so that sending can start on time.
+pub const LOOKAHEAD_MS: i64 = 1_000;
+/// The longest the loop sleeps without looking.
+const MAX_SLEEP: Duration = Duration::from_secs(1);
+/// Jobs handled per pass.
+const BATCH: i64 = 200;
+
+/// Runs the loop until `shutdown`.
+pub async fn run(state: AppState, shutdown: CancellationToken) {
+    loop {
+        let next = match pass(&state).await {
+            Ok(next) => next,
+            Err(error) => {
+                tracing::error!(error = format!("{error:#}"), "scheduler pass failed");
+                None
+            }
+        };
+        let sleep = match next {
+            Some(at) => Duration::from_millis(u64::try_from(at - LOOKAHEAD_MS - now_ms()).unwrap_or(0)).min(MAX_SLEEP),
+            None => MAX_SLEEP,
+        };
+        tokio::select! {
+            () = tokio::time::sleep(sleep) => {}
+            () = state.scheduler_wake.notified() => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Fires every due job once; returns the earliest next fire.
+async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
+    let now = now_ms();
+    let due = state.db.due_jobs(now + LOOKAHEAD_MS, BATCH).await?;
+    for job in &due {
+        if let Err(error) = fire(state, job, now).await {
+            tracing::error!(job.id = job.id, error = format!("{error:#}"), "firing job {} failed", job.id);
+        }
+    }
+    Ok(state.db.earliest_fire().await?)
+}
+
+async fn fire(state: &AppState, job: &Job, now: i64) -> anyhow::Result<()> {
+    let schedule = match Schedule::parse(job.schedule_type, &job.schedule_conf, job.time_zone.as_deref()) {
+        Ok(schedule) => schedule,
+        Err(error) => {
+            // Schedules are validated on the way in; one that no longer parses (a time zone
+            // removed from the database, say) stops its job instead of failing every pass.
+            tracing::error!(job.id = job.id, %error, "stopping job {}: its schedule is invalid", job.id);
+            state.db.set_job_running(job.id, None, now).await?;
+            return Ok(());
+        }
+    };
+    let decision = decide(&schedule, job.misfire_strategy, job.next_fire_ms, now);
+    let fire_at = decision.fire.map_or(now, |(at_ms, _)| at_ms);
+    let runs = match decision.fire {
+        Some((at_ms, trigger_type)) => {
+            let trigger = PlannedTrigger { trigger_type, at_ms, fire_time_ms: Some(at_ms), param: job.param.clone() };
+            state.dispatcher.plan_runs(job, trigger, None).await?
+        }
+        None => {
+            tracing::info!(job.id = job.id, "job {} misfired at {}: skipped", job.id, job.next_fire_ms);
+            Vec::new()
+        }
+    };
+    let ids = state.db.fire_job(job.id, job.next_fire_ms, decision.next_ms, &runs, now).await?;
+    for id in ids {
+        state.dispatcher.send_at(id, fire_at);
+    }
+    if decision.next_ms.is_none() {
+        tracing::info!(job.id = job.id, "job {} has no further fire time: stopped", job.id);
+    }
+    Ok(())
+}

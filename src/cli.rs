@@ -1,0 +1,127 @@
+//! Command-line flags: the `wasmjob` binary's subcommands and their arguments.
+//!
+//! Flags are parsed here and nowhere else; every flag has a `WASMJOB_*` environment twin.
+//! Values are checked and turned into typed configuration by `config`, not here.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// wasmjob: a distributed job scheduler whose job handlers are WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "wasmjob", version, about)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Admin and one embedded executor in one process, on SQLite: the zero-setup default.
+    Standalone(StandaloneArgs),
+    /// The admin: REST API, scheduler and dispatch.
+    Admin(AdminArgs),
+    /// An executor daemon: registers with the admin and runs job components.
+    Executor(ExecutorArgs),
+}
+
+/// `wasmjob standalone`.
+#[derive(Debug, Args)]
+pub struct StandaloneArgs {
+    /// Where the database, tokens, module cache and run logs live.
+    #[arg(long, env = "WASMJOB_DATA_DIR", default_value = "wasmjob-data")]
+    pub data_dir: PathBuf,
+    /// The admin's listen address (REST API and executor API).
+    #[arg(long, env = "WASMJOB_ADMIN_LISTEN", default_value = "127.0.0.1:8080")]
+    pub admin_listen: SocketAddr,
+    /// The embedded executor's listen address.
+    #[arg(long, env = "WASMJOB_EXECUTOR_LISTEN", default_value = "127.0.0.1:9999")]
+    pub executor_listen: SocketAddr,
+    /// The operator token; generated and kept in the data dir when not given.
+    #[arg(long, env = "WASMJOB_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// The admin⇄executor token; generated and kept in the data dir when not given.
+    #[arg(long, env = "WASMJOB_ACCESS_TOKEN", hide_env_values = true)]
+    pub access_token: Option<String>,
+    /// Components run by `BEAN` jobs, by file stem.
+    #[arg(long, env = "WASMJOB_HANDLERS_DIR")]
+    pub handlers_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// `wasmjob admin`.
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// The listen address (REST API and executor API).
+    #[arg(long, env = "WASMJOB_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// `sqlite:PATH` (one admin) or `postgres://…` (several admins).
+    #[arg(long, env = "WASMJOB_DATABASE_URL", default_value = "sqlite:wasmjob-data/wasmjob.db")]
+    pub database_url: String,
+    /// The operator token (`Authorization: Bearer …`); at least 16 characters.
+    #[arg(long, env = "WASMJOB_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// The admin⇄executor token (`XXL-JOB-ACCESS-TOKEN`); at least 16 characters.
+    #[arg(long, env = "WASMJOB_ACCESS_TOKEN", hide_env_values = true)]
+    pub access_token: Option<String>,
+}
+
+/// `wasmjob executor`.
+#[derive(Debug, Args)]
+pub struct ExecutorArgs {
+    /// The listen address of the executor API.
+    #[arg(long, env = "WASMJOB_LISTEN", default_value = "0.0.0.0:9999")]
+    pub listen: SocketAddr,
+    /// Admin base URLs, comma-separated, tried in order.
+    #[arg(long, env = "WASMJOB_ADMIN_URL", value_delimiter = ',', required = true)]
+    pub admin_url: Vec<String>,
+    /// The executor group's application name.
+    #[arg(long, env = "WASMJOB_APP_NAME")]
+    pub app_name: String,
+    /// The URL the admin calls this executor at (default: http://<listen address>).
+    #[arg(long, env = "WASMJOB_ADDRESS")]
+    pub address: Option<String>,
+    /// Where the module cache, the result outbox and run logs live.
+    #[arg(long, env = "WASMJOB_DATA_DIR", default_value = "wasmjob-executor")]
+    pub data_dir: PathBuf,
+    /// Components run by `BEAN` jobs, by file stem.
+    #[arg(long, env = "WASMJOB_HANDLERS_DIR")]
+    pub handlers_dir: Option<PathBuf>,
+    /// The admin⇄executor token (`XXL-JOB-ACCESS-TOKEN`); at least 16 characters.
+    #[arg(long, env = "WASMJOB_ACCESS_TOKEN", hide_env_values = true)]
+    pub access_token: Option<String>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// Defaults for runs whose job does not set its own limits.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Fuel budget of a run (about one unit per wasm instruction).
+    #[arg(long, env = "WASMJOB_DEFAULT_FUEL", default_value_t = 1_000_000_000_000)]
+    pub default_fuel: u64,
+    /// Memory cap of a run, in MiB.
+    #[arg(long, env = "WASMJOB_DEFAULT_MEMORY_MB", default_value_t = 256)]
+    pub default_memory_mb: u64,
+    /// Largest run log kept, in KiB; the rest is cut with one marker line.
+    #[arg(long, env = "WASMJOB_MAX_LOG_KB", default_value_t = 4096)]
+    pub max_log_kb: u64,
+    /// Days run logs are kept.
+    #[arg(long, env = "WASMJOB_LOG_RETENTION_DAYS", default_value_t = 30)]
+    pub log_retention_days: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verify_cli() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

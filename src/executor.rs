@@ -1,0 +1,174 @@
+//! The executor daemon: serves the executor API, runs triggers in job workers, keeps run logs,
+//! reports results through a durable outbox, and beats to the admin.
+//!
+//! [`start`] binds the listener and starts every task, returning a handle that knows the bound
+//! address (port 0 works) and stops everything gracefully: deregister, stop taking triggers,
+//! let running runs finish for a grace period, kill the rest, flush the outbox.
+//! It never imports `admin`: it speaks to an admin (ours or XXL-JOB's) only through `protocol`.
+
+mod heartbeat;
+mod http;
+mod logs;
+mod modules;
+mod outbox;
+mod worker;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::config::ExecutorConfig;
+use crate::protocol;
+use crate::runtime::{CacheStats, Runtime, RuntimeConfig};
+
+pub use self::logs::LogStore;
+
+/// How long running runs may go on after a shutdown request before they are killed.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// A running executor.
+pub struct Executor {
+    /// The address the API is bound to.
+    pub local_addr: SocketAddr,
+    /// The address registered with the admin.
+    pub address: String,
+    runtime: Arc<Runtime>,
+    workers: worker::Workers,
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Runs an executor until Ctrl-C or SIGTERM.
+pub async fn run(config: ExecutorConfig) -> anyhow::Result<()> {
+    let executor = start(config).await?;
+    crate::telemetry::shutdown_signal().await;
+    executor.stop().await;
+    Ok(())
+}
+
+/// Binds the executor API and starts the executor's tasks.
+pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding the executor API to {}", config.listen))?;
+    let local_addr = listener.local_addr()?;
+    let address = advertised_address(&config, local_addr);
+    tracing::info!("executor `{}` listening on {local_addr}, registered as {address}", config.app_name);
+
+    let runtime = Arc::new(Runtime::new(RuntimeConfig {
+        cache_dir: Some(config.data_dir.join("modules")),
+        ..RuntimeConfig::default()
+    })?);
+    let client = protocol::Client::new(&config.access_token, Duration::from_secs(10))?;
+    let logs = LogStore::new(config.data_dir.join("logs"), config.limits.max_log_bytes)
+        .context("creating the log directory")?;
+    let outbox = outbox::Outbox::new(config.data_dir.join("outbox")).context("creating the outbox")?;
+    let modules = modules::Modules {
+        runtime: runtime.clone(),
+        client: client.clone(),
+        admin_urls: config.admin_urls.clone(),
+        handlers_dir: config.handlers_dir.clone(),
+    };
+    let workers = worker::Workers::new(worker::RunContext {
+        runtime: runtime.clone(),
+        modules,
+        logs: logs.clone(),
+        outbox: outbox.clone(),
+        defaults: config.limits.clone(),
+    });
+    let shutdown = CancellationToken::new();
+    let state = http::ExecutorState {
+        workers: workers.clone(),
+        logs: logs.clone(),
+        access_token: Arc::from(config.access_token.as_str()),
+    };
+    let app = http::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
+    let server_shutdown = shutdown.clone();
+    let mut tasks = vec![tokio::spawn(
+        async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
+                .await;
+            if let Err(error) = served {
+                tracing::error!(%error, "executor API stopped");
+            }
+        }
+        .instrument(tracing::info_span!("executor_http")),
+    )];
+    tasks.push(tokio::spawn(
+        outbox
+            .deliver(client.clone(), config.admin_urls.clone(), shutdown.clone())
+            .instrument(tracing::info_span!("outbox")),
+    ));
+    tasks.push(tokio::spawn(
+        heartbeat::run(
+            client,
+            config.admin_urls.clone(),
+            heartbeat::param(&config.app_name, &address),
+            config.heartbeat_interval,
+            shutdown.clone(),
+        )
+        .instrument(tracing::info_span!("heartbeat")),
+    ));
+    tasks.push(tokio::spawn(
+        retention(logs, config.limits.log_retention_days, shutdown.clone())
+            .instrument(tracing::info_span!("log_retention")),
+    ));
+    Ok(Executor { local_addr, address, runtime, workers, shutdown, tasks })
+}
+
+impl Executor {
+    /// How modules were obtained so far (compiled, loaded from the disk cache, found in memory).
+    pub fn cache_stats(&self) -> CacheStats {
+        self.runtime.cache_stats()
+    }
+
+    /// Stops gracefully: see the module docs.
+    pub async fn stop(self) {
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        while self.workers.busy_count() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.workers.kill_all();
+        // Killed runs report through the outbox: give them a moment to land there.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.shutdown.cancel();
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+fn advertised_address(config: &ExecutorConfig, local_addr: SocketAddr) -> String {
+    if let Some(address) = &config.address {
+        return address.trim_end_matches('/').to_owned();
+    }
+    let ip = if local_addr.ip().is_unspecified() {
+        tracing::warn!("listening on all interfaces: registering 127.0.0.1; set --address for other hosts");
+        std::net::IpAddr::from([127, 0, 0, 1])
+    } else {
+        local_addr.ip()
+    };
+    format!("http://{}", SocketAddr::new(ip, local_addr.port()))
+}
+
+async fn retention(logs: LogStore, keep_days: u32, shutdown: CancellationToken) {
+    loop {
+        let logs_now = logs.clone();
+        match tokio::task::spawn_blocking(move || logs_now.remove_older_than(chrono::Utc::now(), keep_days)).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(removed)) => tracing::info!("removed {removed} days of run logs"),
+            Ok(Err(error)) => tracing::warn!(%error, "log retention failed"),
+            Err(error) => tracing::warn!(%error, "log retention failed"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(3600)) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}

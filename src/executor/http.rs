@@ -1,0 +1,127 @@
+//! The executor API (XXL-JOB's executor protocol): `/beat`, `/idleBeat`, `/run`, `/trigger`,
+//! `/kill`, `/log`, each a `POST` answered with the envelope.
+//!
+//! A call without the right `XXL-JOB-ACCESS-TOKEN` is answered with a `code 500` envelope and
+//! does nothing. A malformed body is a `code 500` envelope naming the problem: the protocol has
+//! no other error channel, and XXL-JOB admins read only the envelope.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::HeaderMap;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+
+use super::logs::LogStore;
+use super::worker::Workers;
+use crate::protocol::{
+    ACCESS_TOKEN_HEADER, JobIdParam, LogParam, LogResult, ReturnT, TriggerParam, constant_time_eq,
+};
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct ExecutorState {
+    /// The job workers.
+    pub workers: Workers,
+    /// The run logs.
+    pub logs: LogStore,
+    /// The admin⇄executor token.
+    pub access_token: Arc<str>,
+}
+
+/// The executor API's router.
+pub fn router(state: ExecutorState) -> Router {
+    Router::new()
+        .route("/beat", post(beat))
+        .route("/idleBeat", post(idle_beat))
+        .route("/run", post(run))
+        .route("/trigger", post(run))
+        .route("/kill", post(kill))
+        .route("/log", post(log))
+        .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .with_state(state)
+}
+
+async fn require_token(State(state): State<ExecutorState>, request: Request, next: Next) -> Response {
+    if !token_matches(request.headers(), &state.access_token) {
+        return Json(ReturnT::fail("The access token is wrong.")).into_response();
+    }
+    next.run(request).await
+}
+
+/// Whether `headers` carry `expected` as the access token.
+pub fn token_matches(headers: &HeaderMap, expected: &str) -> bool {
+    headers
+        .get(ACCESS_TOKEN_HEADER)
+        .is_some_and(|given| constant_time_eq(given.as_bytes(), expected.as_bytes()))
+}
+
+async fn beat() -> Json<ReturnT<String>> {
+    Json(ReturnT::success())
+}
+
+async fn idle_beat(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<String>> {
+    let param: JobIdParam = match parse(&body) {
+        Ok(param) => param,
+        Err(reply) => return reply,
+    };
+    if state.workers.is_idle(param.job_id) {
+        Json(ReturnT::success())
+    } else {
+        Json(ReturnT::fail("job thread is running or has trigger queue."))
+    }
+}
+
+async fn run(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<String>> {
+    let param: TriggerParam = match parse(&body) {
+        Ok(param) => param,
+        Err(reply) => return reply,
+    };
+    let (job_id, log_id) = (param.job_id, param.log_id);
+    match state.workers.push(param) {
+        Ok(message) => {
+            tracing::debug!(job.id = job_id, run.id = log_id, "trigger for run {log_id}: {message}");
+            Json(ReturnT { code: 200, msg: Some(message), content: None, data: None })
+        }
+        Err(reason) => {
+            tracing::info!(job.id = job_id, run.id = log_id, "trigger for run {log_id} refused: {reason}");
+            Json(ReturnT::fail(reason))
+        }
+    }
+}
+
+async fn kill(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<String>> {
+    let param: JobIdParam = match parse(&body) {
+        Ok(param) => param,
+        Err(reply) => return reply,
+    };
+    if state.workers.kill(param.job_id, param.log_id) {
+        Json(ReturnT::success())
+    } else {
+        Json(ReturnT { code: 200, msg: Some("job thread already killed.".to_owned()), content: None, data: None })
+    }
+}
+
+async fn log(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<LogResult>> {
+    let param: LogParam = match serde_json::from_slice(&body) {
+        Ok(param) => param,
+        Err(error) => {
+            return Json(ReturnT { code: 500, msg: Some(format!("invalid request body: {error}")), content: None, data: None });
+        }
+    };
+    let logs = state.logs.clone();
+    let page = tokio::task::spawn_blocking(move || logs.read(param.log_id, param.log_date_tim, param.from_line_num)).await;
+    match page {
+        Ok(Ok(page)) => Json(ReturnT::ok(page)),
+        Ok(Err(error)) => Json(ReturnT { code: 500, msg: Some(format!("reading log: {error}")), content: None, data: None }),
+        Err(error) => Json(ReturnT { code: 500, msg: Some(format!("reading log: {error}")), content: None, data: None }),
+    }
+}
+
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Json<ReturnT<String>>> {
+    serde_json::from_slice(body).map_err(|error| Json(ReturnT::fail(format!("invalid request body: {error}"))))
+}

@@ -1,0 +1,243 @@
+//! Run logs on the executor: one file per run under `logs/YYYY-MM-DD/<logId>.log`.
+//!
+//! Lines come from the guest's `log` import and its stdout/stderr, each prefixed with a time and
+//! a level. A run's log is capped: past the cap one marker line is written and the rest dropped;
+//! a very long line is cut. Reads return bounded pages and never load a whole file.
+//! Paths are built only from numbers (the run id and its date), never from request text.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+
+use crate::protocol::LogResult;
+use crate::runtime::{Level, LogSink};
+
+/// The longest line kept, in bytes; longer ones are cut with a marker.
+pub const MAX_LINE_BYTES: usize = 16 * 1024;
+/// The most lines one page holds.
+pub const PAGE_LINES: usize = 1000;
+/// The most bytes one page holds.
+pub const PAGE_BYTES: usize = 256 * 1024;
+
+/// The log directory and the set of runs whose logs may still grow.
+#[derive(Clone)]
+pub struct LogStore {
+    root: PathBuf,
+    max_bytes: u64,
+    active: Arc<Mutex<HashSet<i64>>>,
+}
+
+impl LogStore {
+    /// Logs under `root`, each capped at `max_bytes`.
+    pub fn new(root: PathBuf, max_bytes: u64) -> std::io::Result<LogStore> {
+        std::fs::create_dir_all(&root)?;
+        Ok(LogStore { root, max_bytes, active: Arc::default() })
+    }
+
+    /// Marks run `log_id` as accepted: its log is not at its end until `finished`.
+    pub fn started(&self, log_id: i64) {
+        if let Ok(mut active) = self.active.lock() {
+            active.insert(log_id);
+        }
+    }
+
+    /// Marks run `log_id` as over.
+    pub fn finished(&self, log_id: i64) {
+        if let Ok(mut active) = self.active.lock() {
+            active.remove(&log_id);
+        }
+    }
+
+    fn is_active(&self, log_id: i64) -> bool {
+        self.active.lock().map(|active| active.contains(&log_id)).unwrap_or(false)
+    }
+
+    /// Opens (appending) the log of run `log_id` triggered at `trigger_time_ms`.
+    pub fn open(&self, log_id: i64, trigger_time_ms: i64) -> std::io::Result<RunLog> {
+        let path = self.path(log_id, trigger_time_ms);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+        let written = file.metadata()?.len();
+        let inner = RunLogInner { file, written, max_bytes: self.max_bytes, truncated: false };
+        Ok(RunLog(Arc::new(Mutex::new(inner))))
+    }
+
+    /// A page of run `log_id`'s log from line `from_line` (1-based).
+    pub fn read(&self, log_id: i64, trigger_time_ms: i64, from_line: i64) -> std::io::Result<LogResult> {
+        let from_line = from_line.max(1);
+        let active = self.is_active(log_id);
+        let path = self.path(log_id, trigger_time_ms);
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(LogResult {
+                    from_line_num: from_line,
+                    to_line_num: from_line - 1,
+                    log_content: String::new(),
+                    is_end: !active,
+                });
+            }
+            Err(error) => return Err(error),
+        };
+        read_page(BufReader::new(file), from_line, active)
+    }
+
+    /// Deletes the date directories older than `keep_days` days before `now`.
+    pub fn remove_older_than(&self, now: DateTime<Utc>, keep_days: u32) -> std::io::Result<usize> {
+        let oldest_kept = (now - chrono::Duration::days(i64::from(keep_days))).format("%Y-%m-%d").to_string();
+        let mut removed = 0;
+        for entry in std::fs::read_dir(&self.root)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let is_date = name.len() == 10 && chrono::NaiveDate::parse_from_str(&name, "%Y-%m-%d").is_ok();
+            if is_date && name < oldest_kept {
+                std::fs::remove_dir_all(entry.path())?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    fn path(&self, log_id: i64, trigger_time_ms: i64) -> PathBuf {
+        let day = DateTime::<Utc>::from_timestamp_millis(trigger_time_ms)
+            .unwrap_or(DateTime::<Utc>::UNIX_EPOCH)
+            .format("%Y-%m-%d")
+            .to_string();
+        self.root.join(day).join(format!("{log_id}.log"))
+    }
+
+    /// The directory holding the logs.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+fn read_page(reader: impl BufRead, from_line: i64, active: bool) -> std::io::Result<LogResult> {
+    let mut content = String::new();
+    let mut line_no = 0i64;
+    let mut to_line = from_line - 1;
+    let mut at_end = true;
+    for line in reader.lines() {
+        let line = line?;
+        line_no += 1;
+        if line_no < from_line {
+            continue;
+        }
+        if (to_line - from_line + 1) as usize >= PAGE_LINES || content.len() + line.len() > PAGE_BYTES {
+            at_end = false;
+            break;
+        }
+        content.push_str(&line);
+        content.push('\n');
+        to_line = line_no;
+    }
+    Ok(LogResult { from_line_num: from_line, to_line_num: to_line, log_content: content, is_end: at_end && !active })
+}
+
+/// The open log of one run; implements the runtime's [`LogSink`]. Clones share the file and
+/// the cap, so the host's own lines and the guest's count together.
+#[derive(Clone)]
+pub struct RunLog(Arc<Mutex<RunLogInner>>);
+
+struct RunLogInner {
+    file: File,
+    written: u64,
+    max_bytes: u64,
+    truncated: bool,
+}
+
+impl LogSink for RunLog {
+    fn line(&mut self, level: Level, message: &str) {
+        if let Ok(mut inner) = self.0.lock() {
+            inner.line(level, message);
+        }
+    }
+}
+
+impl RunLogInner {
+    fn line(&mut self, level: Level, message: &str) {
+        if self.truncated {
+            return;
+        }
+        let level = match level {
+            Level::Trace => "TRACE",
+            Level::Debug => "DEBUG",
+            Level::Info => "INFO",
+            Level::Warn => "WARN",
+            Level::Error => "ERROR",
+        };
+        let time = Utc::now().format("%Y-%m-%d %H:%M:%S%.3f");
+        let mut text = String::new();
+        for part in message.split('\n') {
+            let part = part.trim_end_matches('\r');
+            let (part, cut) = cut_line(part);
+            text.push_str(&format!("{time} [{level}] {part}{}\n", if cut { " …[line cut]" } else { "" }));
+        }
+        if self.written + text.len() as u64 > self.max_bytes {
+            self.truncated = true;
+            text = format!("{time} [WARN] log truncated: the run's log reached its cap of {} bytes\n", self.max_bytes);
+        }
+        // A failing log write must not fail the run: the guest's work matters more than its log.
+        if self.file.write_all(text.as_bytes()).is_ok() {
+            self.written += text.len() as u64;
+        }
+    }
+}
+
+fn cut_line(line: &str) -> (&str, bool) {
+    if line.len() <= MAX_LINE_BYTES {
+        return (line, false);
+    }
+    let mut end = MAX_LINE_BYTES;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&line[..end], true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_and_caps() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::new(dir.path().to_owned(), 300).unwrap();
+        store.started(7);
+        let mut log = store.open(7, 1_700_000_000_000).unwrap();
+        for i in 1..=3 {
+            log.line(Level::Info, &format!("line {i}"));
+        }
+        let page = store.read(7, 1_700_000_000_000, 2).unwrap();
+        assert_eq!((page.from_line_num, page.to_line_num, page.is_end), (2, 3, false));
+        assert!(page.log_content.contains("[INFO] line 2\n"));
+        store.finished(7);
+        assert!(store.read(7, 1_700_000_000_000, 4).unwrap().is_end);
+
+        for _ in 0..10 {
+            log.line(Level::Info, "filler filler filler");
+        }
+        let all = store.read(7, 1_700_000_000_000, 1).unwrap();
+        assert_eq!(all.log_content.matches("log truncated").count(), 1, "{}", all.log_content);
+        let missing = store.read(8, 1_700_000_000_000, 1).unwrap();
+        assert_eq!((missing.to_line_num, missing.is_end), (0, true));
+    }
+
+    #[test]
+    fn old_days_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::new(dir.path().to_owned(), 1000).unwrap();
+        let day = 86_400_000;
+        store.open(1, 10 * day).unwrap().line(Level::Info, "old");
+        store.open(2, 40 * day).unwrap().line(Level::Info, "new");
+        let now = DateTime::<Utc>::from_timestamp_millis(41 * day).unwrap();
+        assert_eq!(store.remove_older_than(now, 30).unwrap(), 1);
+        assert!(store.read(2, 40 * day, 1).unwrap().log_content.contains("new"));
+    }
+}

@@ -1,0 +1,91 @@
+//! Finding the component a trigger names: a `GLUE_WASM` module by sha256, fetched from the admin
+//! when this executor has not compiled it yet, or a `BEAN` component from the handlers dir.
+//!
+//! The runtime's cache verifies the digest of fetched bytes before compiling them and keeps the
+//! compiled artifact on disk, so a module is fetched and compiled once per executor.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use sha2::{Digest, Sha256};
+
+use crate::protocol::{self, GLUE_WASM};
+use crate::runtime::{CompiledJob, Runtime};
+
+/// The largest module fetched from an admin.
+const MAX_MODULE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Resolves triggers to compiled components.
+#[derive(Clone)]
+pub struct Modules {
+    pub(super) runtime: Arc<Runtime>,
+    pub(super) client: protocol::Client,
+    pub(super) admin_urls: Vec<String>,
+    pub(super) handlers_dir: Option<PathBuf>,
+}
+
+impl Modules {
+    /// Checks a trigger's glue type and source before it is queued.
+    pub fn check(&self, glue_type: &str, glue_source: &str, handler: &str) -> Result<(), String> {
+        match glue_type {
+            GLUE_WASM if is_sha256(glue_source) => Ok(()),
+            GLUE_WASM => Err(format!("glueSource `{}` is not a sha256 digest", glue_source.chars().take(80).collect::<String>())),
+            "BEAN" if is_handler_name(handler) && self.handlers_dir.is_some() => Ok(()),
+            "BEAN" if self.handlers_dir.is_none() => {
+                Err("this executor has no --handlers-dir: BEAN jobs cannot run here".to_owned())
+            }
+            "BEAN" => Err(format!("executorHandler `{handler}` is not a valid handler name")),
+            other => Err(format!(
+                "glueType `{other}` is not supported: wasmjob executors run Wasm components only (GLUE_WASM or BEAN)"
+            )),
+        }
+    }
+
+    /// The compiled component for a checked trigger.
+    pub async fn resolve(&self, glue_type: &str, glue_source: &str, handler: &str) -> anyhow::Result<CompiledJob> {
+        if glue_type == GLUE_WASM {
+            return self.by_digest(glue_source).await;
+        }
+        let dir = self.handlers_dir.clone().context("no handlers dir")?;
+        let path = dir.join(format!("{handler}.wasm"));
+        let bytes = tokio::fs::read(&path)
+            .await
+            .with_context(|| format!("BEAN handler `{handler}`: reading {}", path.display()))?;
+        let sha256 = hex::encode(Sha256::digest(&bytes));
+        let runtime = self.runtime.clone();
+        tokio::task::spawn_blocking(move || runtime.load(&sha256, move || Ok(bytes))).await?
+    }
+
+    async fn by_digest(&self, sha256: &str) -> anyhow::Result<CompiledJob> {
+        let runtime = self.runtime.clone();
+        let digest = sha256.to_owned();
+        if let Some(job) = tokio::task::spawn_blocking(move || runtime.cached(&digest)).await? {
+            return Ok(job);
+        }
+        let bytes = self.fetch(sha256).await?;
+        let runtime = self.runtime.clone();
+        let digest = sha256.to_owned();
+        tokio::task::spawn_blocking(move || runtime.load(&digest, move || Ok(bytes))).await?
+    }
+
+    async fn fetch(&self, sha256: &str) -> anyhow::Result<Vec<u8>> {
+        let mut errors = Vec::new();
+        for admin in &self.admin_urls {
+            match self.client.get_bytes(admin, &format!("api/modules/{sha256}"), MAX_MODULE_BYTES).await {
+                Ok(bytes) => return Ok(bytes),
+                Err(error) => errors.push(format!("{error:#}")),
+            }
+        }
+        anyhow::bail!("fetching module {sha256}: {}", errors.join("; "))
+    }
+}
+
+fn is_sha256(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// A handler name is a file stem in the handlers dir: no separators, no dots, nothing else.
+fn is_handler_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 128 && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+}

@@ -1,0 +1,300 @@
+//! Job workers: one per job id, each with a FIFO queue, so runs of one job follow its block
+//! strategy while different jobs run in parallel.
+//!
+//! `push` applies the trigger's block strategy under the worker's lock: `SERIAL_EXECUTION`
+//! queues, `DISCARD_LATER` refuses while the job is busy, `COVER_EARLY` kills the running run and
+//! drops the queue. A worker idle for [`IDLE_TIMEOUT`] ends and is removed. Every accepted run
+//! ends with exactly one result in the outbox, whether it ran, failed to start, or was killed
+//! while queued. A `logId` seen recently is accepted once and ignored after.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::logs::LogStore;
+use super::modules::Modules;
+use super::outbox::Outbox;
+use crate::config::RunDefaults;
+use crate::model::{BlockStrategy, code};
+use crate::protocol::{HandleCallbackParam, TriggerParam};
+use crate::runtime::{Level, LogSink, RunLimits, RunOutcome, Runtime, Trigger};
+
+/// How long a worker waits for work before it ends.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many recent `logId`s are remembered for duplicate detection.
+const RECENT_IDS: usize = 10_000;
+
+/// What runs a job needs, shared by all workers.
+pub struct RunContext {
+    pub(super) runtime: Arc<Runtime>,
+    pub(super) modules: Modules,
+    pub(super) logs: LogStore,
+    pub(super) outbox: Outbox,
+    pub(super) defaults: RunDefaults,
+}
+
+/// All job workers of an executor.
+#[derive(Clone)]
+pub struct Workers {
+    map: Arc<Mutex<HashMap<i64, Arc<Worker>>>>,
+    recent: Arc<Mutex<RecentIds>>,
+    ctx: Arc<RunContext>,
+}
+
+struct Worker {
+    queue: Mutex<Queue>,
+    notify: Notify,
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: VecDeque<TriggerParam>,
+    running: Option<(i64, CancellationToken)>,
+}
+
+#[derive(Default)]
+struct RecentIds {
+    order: VecDeque<i64>,
+    set: HashSet<i64>,
+}
+
+impl Workers {
+    /// No workers yet.
+    pub fn new(ctx: RunContext) -> Workers {
+        Workers { map: Arc::default(), recent: Arc::default(), ctx: Arc::new(ctx) }
+    }
+
+    /// Accepts a trigger (the answer's message) or refuses it (the reason).
+    pub fn push(&self, param: TriggerParam) -> Result<String, String> {
+        if param.log_id <= 0 {
+            return Err("logId must be a positive run id".to_owned());
+        }
+        self.ctx.modules.check(&param.glue_type, &param.glue_source, &param.executor_handler)?;
+        let strategy =
+            param.executor_block_strategy.parse::<BlockStrategy>().unwrap_or(BlockStrategy::SerialExecution);
+        let mut map = self.map.lock().map_err(|_| "worker table poisoned".to_owned())?;
+        if !self.remember(param.log_id) {
+            return Ok(format!("duplicate logId {}: the run was accepted already", param.log_id));
+        }
+        let worker = map.entry(param.job_id).or_insert_with(|| self.spawn(param.job_id)).clone();
+        let mut queue = worker.queue.lock().map_err(|_| "worker queue poisoned".to_owned())?;
+        let busy = queue.running.is_some() || !queue.pending.is_empty();
+        match strategy {
+            BlockStrategy::DiscardLater if busy => {
+                self.forget(param.log_id);
+                return Err("block strategy effect: DISCARD_LATER (the job is running or queued)".to_owned());
+            }
+            BlockStrategy::CoverEarly if busy => {
+                if let Some((log_id, cancel)) = &queue.running {
+                    tracing::info!(job.id = param.job_id, run.id = log_id, "covering run {log_id}");
+                    cancel.cancel();
+                }
+                for dropped in queue.pending.drain(..) {
+                    self.report_unrun(&dropped, "discarded: covered by a later trigger (COVER_EARLY)");
+                }
+            }
+            _ => {}
+        }
+        self.ctx.logs.started(param.log_id);
+        queue.pending.push_back(param);
+        drop(queue);
+        drop(map);
+        worker.notify.notify_one();
+        Ok("accepted".to_owned())
+    }
+
+    /// Kills job `job_id`'s running run and drops its queue, or, given `log_id`, only that run.
+    /// Whether anything was found.
+    pub fn kill(&self, job_id: i64, log_id: Option<i64>) -> bool {
+        let Some(worker) = self.map.lock().ok().and_then(|map| map.get(&job_id).cloned()) else {
+            return false;
+        };
+        let Ok(mut queue) = worker.queue.lock() else { return false };
+        let mut found = false;
+        if let Some((running_id, cancel)) = &queue.running {
+            if log_id.is_none_or(|id| id == *running_id) {
+                cancel.cancel();
+                found = true;
+            }
+        }
+        let (dropped, kept): (Vec<_>, Vec<_>) =
+            queue.pending.drain(..).partition(|queued| log_id.is_none_or(|id| id == queued.log_id));
+        queue.pending.extend(kept);
+        for queued in &dropped {
+            self.report_unrun(queued, "killed before it started");
+        }
+        found || !dropped.is_empty()
+    }
+
+    /// Whether job `job_id` has nothing running or queued here.
+    pub fn is_idle(&self, job_id: i64) -> bool {
+        let worker = self.map.lock().ok().and_then(|map| map.get(&job_id).cloned());
+        worker.is_none_or(|worker| {
+            worker.queue.lock().map(|q| q.running.is_none() && q.pending.is_empty()).unwrap_or(false)
+        })
+    }
+
+    /// How many runs are running or queued.
+    pub fn busy_count(&self) -> usize {
+        let workers: Vec<_> = self.map.lock().map(|map| map.values().cloned().collect()).unwrap_or_default();
+        workers
+            .iter()
+            .filter_map(|worker| worker.queue.lock().ok().map(|q| q.pending.len() + usize::from(q.running.is_some())))
+            .sum()
+    }
+
+    /// Kills everything running or queued (shutdown after the grace period).
+    pub fn kill_all(&self) {
+        let job_ids: Vec<i64> = self.map.lock().map(|map| map.keys().copied().collect()).unwrap_or_default();
+        for job_id in job_ids {
+            self.kill(job_id, None);
+        }
+    }
+
+    fn spawn(&self, job_id: i64) -> Arc<Worker> {
+        let worker = Arc::new(Worker { queue: Mutex::default(), notify: Notify::new() });
+        let this = self.clone();
+        let span = tracing::info_span!("worker", job.id = job_id);
+        tokio::spawn(this.work(job_id, worker.clone()).instrument(span));
+        worker
+    }
+
+    async fn work(self, job_id: i64, worker: Arc<Worker>) {
+        loop {
+            let next = worker.queue.lock().ok().and_then(|mut queue| {
+                let param = queue.pending.pop_front()?;
+                let cancel = CancellationToken::new();
+                queue.running = Some((param.log_id, cancel.clone()));
+                Some((param, cancel))
+            });
+            if let Some((param, cancel)) = next {
+                let span = tracing::info_span!("run", run.id = param.log_id);
+                execute(&self.ctx, param, cancel).instrument(span).await;
+                if let Ok(mut queue) = worker.queue.lock() {
+                    queue.running = None;
+                }
+                continue;
+            }
+            tokio::select! {
+                () = worker.notify.notified() => {}
+                () = tokio::time::sleep(IDLE_TIMEOUT) => {
+                    // Lock order: the map, then the queue (as in `push`), so no trigger slips in
+                    // between the emptiness check and the removal.
+                    let Ok(mut map) = self.map.lock() else { return };
+                    let idle = worker.queue.lock().map(|q| q.pending.is_empty() && q.running.is_none());
+                    if idle.unwrap_or(true) {
+                        if map.get(&job_id).is_some_and(|current| Arc::ptr_eq(current, &worker)) {
+                            map.remove(&job_id);
+                        }
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Returns false if `log_id` was seen recently.
+    fn remember(&self, log_id: i64) -> bool {
+        let Ok(mut recent) = self.recent.lock() else { return true };
+        if !recent.set.insert(log_id) {
+            return false;
+        }
+        recent.order.push_back(log_id);
+        if recent.order.len() > RECENT_IDS {
+            if let Some(old) = recent.order.pop_front() {
+                recent.set.remove(&old);
+            }
+        }
+        true
+    }
+
+    fn forget(&self, log_id: i64) {
+        if let Ok(mut recent) = self.recent.lock() {
+            recent.set.remove(&log_id);
+        }
+    }
+
+    /// Reports a run that was accepted but will never run.
+    fn report_unrun(&self, param: &TriggerParam, reason: &str) {
+        if let Ok(mut log) = self.ctx.logs.open(param.log_id, param.log_date_time) {
+            log.line(Level::Warn, reason);
+        }
+        finish(&self.ctx, param, code::FAILURE, reason);
+    }
+}
+
+/// Runs one trigger to its end and reports the result.
+async fn execute(ctx: &RunContext, param: TriggerParam, cancel: CancellationToken) {
+    let mut log = match ctx.logs.open(param.log_id, param.log_date_time) {
+        Ok(log) => log,
+        Err(error) => {
+            tracing::error!(%error, "cannot open the log of run {}", param.log_id);
+            finish(ctx, &param, code::FAILURE, &format!("host error: cannot open the run log: {error}"));
+            return;
+        }
+    };
+    let source = if param.glue_type == "BEAN" { &param.executor_handler } else { &param.glue_source };
+    log.line(
+        Level::Info,
+        &format!("run {} of job {} started: {} {source}, param `{}`", param.log_id, param.job_id, param.glue_type, param.executor_params),
+    );
+    let started = std::time::Instant::now();
+    let outcome = match ctx.modules.resolve(&param.glue_type, &param.glue_source, &param.executor_handler).await {
+        Ok(job) => {
+            let limits = limits(&ctx.defaults, &param);
+            let trigger = trigger(&param);
+            ctx.runtime.run(&job, trigger, &limits, Box::new(log.clone()), &cancel).await
+        }
+        Err(error) => RunOutcome::Host(format!("module unavailable: {error:#}")),
+    };
+    let level = if outcome.handle_code() == code::SUCCESS { Level::Info } else { Level::Error };
+    log.line(level, &format!("run ended in {} ms: {outcome}", started.elapsed().as_millis()));
+    tracing::info!(handle.code = outcome.handle_code(), "run {} ended: {outcome}", param.log_id);
+    finish(ctx, &param, outcome.handle_code(), &outcome.handle_msg());
+}
+
+/// Queues the result of a run for the admin and closes its log.
+fn finish(ctx: &RunContext, param: &TriggerParam, handle_code: i32, handle_msg: &str) {
+    let result = HandleCallbackParam {
+        log_id: param.log_id,
+        log_date_tim: param.log_date_time,
+        handle_code,
+        handle_msg: Some(handle_msg.to_owned()),
+    };
+    if let Err(error) = ctx.outbox.push(&result) {
+        tracing::error!(%error, "cannot store the result of run {}: it will not be reported", param.log_id);
+    }
+    ctx.logs.finished(param.log_id);
+}
+
+fn limits(defaults: &RunDefaults, param: &TriggerParam) -> RunLimits {
+    let fuel = param.fuel_limit.and_then(|fuel| u64::try_from(fuel).ok()).filter(|fuel| *fuel > 0);
+    let memory = param
+        .memory_limit_mb
+        .and_then(|mb| usize::try_from(mb).ok())
+        .filter(|mb| *mb > 0)
+        .map(|mb| mb.saturating_mul(1024 * 1024));
+    let timeout = u64::try_from(param.executor_timeout).ok().filter(|secs| *secs > 0).map(Duration::from_secs);
+    RunLimits {
+        fuel: fuel.unwrap_or(defaults.fuel),
+        timeout,
+        memory_bytes: memory.unwrap_or(defaults.memory_bytes),
+        ..RunLimits::default()
+    }
+}
+
+fn trigger(param: &TriggerParam) -> Trigger {
+    Trigger {
+        job_id: param.job_id,
+        log_id: param.log_id,
+        param: param.executor_params.clone(),
+        shard_index: u32::try_from(param.broadcast_index).unwrap_or(0),
+        shard_total: u32::try_from(param.broadcast_total).unwrap_or(1).max(1),
+        trigger_time_ms: param.log_date_time,
+        attempt: param.attempt.and_then(|attempt| u32::try_from(attempt).ok()).unwrap_or(0),
+    }
+}

@@ -1,0 +1,23 @@
+//! wasmjob: a distributed job scheduler whose job handlers are WebAssembly components.
+//!
+//! Code map, in reading order:
+//! - `model`, `schedule`, `routing`: data, fire times and executor choice; pure, no IO.
+//! - `protocol`: the admin⇄executor wire format (XXL-JOB compatible) and its HTTP client.
+//! - `storage`: every SQL query, for SQLite and PostgreSQL.
+//! - `runtime`: wasmtime; compiles components and runs one job in a sandbox.
+//! - `admin`: REST API, scheduler and dispatch. `executor`: runs triggers, reports results.
+//! - `cli`, `config`, `telemetry`: flags, validated configuration, logging.
+//!
+//! `admin` and `executor` never import each other; `main` wires both for `standalone`.
+
+pub mod model;
+pub mod runtime;
+pub mod cli;
+pub mod config;
+pub mod protocol;
+pub mod routing;
+pub mod schedule;
+pub mod storage;
+pub mod executor;
+pub mod telemetry;
+pub mod admin;

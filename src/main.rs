@@ -1,0 +1,57 @@
+//! The `wasmjob` binary: parses the command line and runs the chosen part of the platform.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use wasmjob::cli::{Cli, Command};
+use wasmjob::config::{AdminConfig, ExecutorConfig, StandaloneConfig};
+use wasmjob::{admin, executor, telemetry};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // `{:#}` prints the whole context chain on one line: "binding …: Address in use".
+            tracing::error!("{error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Admin(args) => admin::run(AdminConfig::from_args(args)?).await,
+        Command::Executor(args) => executor::run(ExecutorConfig::from_args(args)?).await,
+        Command::Standalone(args) => standalone(StandaloneConfig::from_args(args)?).await,
+    }
+}
+
+/// Admin and one executor in one process: the executor registers into the group `default`.
+async fn standalone(config: StandaloneConfig) -> anyhow::Result<()> {
+    let admin = admin::start(config.admin).await?;
+    admin.state.db.ensure_group("default", "Default executors", admin::now_ms()).await?;
+    let mut executor_config = config.executor;
+    executor_config.admin_urls = vec![admin.url()];
+    let executor = executor::start(executor_config).await?;
+    for path in &config.token_files {
+        tracing::info!("token kept in {}", path.display());
+    }
+    tracing::info!(
+        "wasmjob standalone is up: operator API at {}/api/v1 (Authorization: Bearer $(cat {}))",
+        admin.url(),
+        config.token_files.first().map(|p| p.display().to_string()).unwrap_or_default()
+    );
+    telemetry::shutdown_signal().await;
+    executor.stop().await;
+    admin.stop().await;
+    Ok(())
+}

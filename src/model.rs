@@ -1,0 +1,319 @@
+//! The platform's data: ids, groups, jobs, run records and the strategy enums.
+//!
+//! Everything here is plain data plus the invariants that hold whatever stores or moves it.
+//! No IO, no async, no clock: times arrive as parameters (milliseconds since the Unix epoch).
+//! The wire spellings of the strategy enums are XXL-JOB's (`CRON`, `SERIAL_EXECUTION`, ...), so
+//! one `FromStr`/`as_str` pair serves the REST API, the database and the executor protocol.
+#![warn(missing_docs)]
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Declares a `Copy` enum with its canonical spelling, `as_str`, `FromStr` and `Display`.
+macro_rules! spelled_enum {
+    ($(#[$meta:meta])* pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($(#[$vmeta])* $variant,)+ }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The canonical spelling (XXL-JOB's where it has one).
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text,)+ }
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownValue;
+            fn from_str(text: &str) -> Result<Self, Self::Err> {
+                match text {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(UnknownValue {
+                        kind: stringify!($name),
+                        value: text.to_owned(),
+                        expected: &[$($text,)+],
+                    }),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+/// A spelling that names no value of a strategy enum.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} `{value}`, expected one of: {}", expected.join(", "))]
+pub struct UnknownValue {
+    /// The enum's name.
+    pub kind: &'static str,
+    /// What was given.
+    pub value: String,
+    /// The accepted spellings.
+    pub expected: &'static [&'static str],
+}
+
+spelled_enum! {
+    /// How a job's fire times are computed.
+    pub enum ScheduleType {
+        /// Quartz-style cron expression with a seconds field.
+        Cron => "CRON",
+        /// Every N seconds from the previous fire.
+        FixRate => "FIX_RATE",
+        /// Never fires on its own: manual, API and parent triggers only.
+        None => "NONE",
+    }
+}
+
+spelled_enum! {
+    /// What the scheduler does with a fire it noticed too late.
+    pub enum MisfireStrategy {
+        /// Skip the missed fire and wait for the next one.
+        DoNothing => "DO_NOTHING",
+        /// Fire once now, then go on with the schedule.
+        FireOnceNow => "FIRE_ONCE_NOW",
+    }
+}
+
+spelled_enum! {
+    /// How a trigger picks the executor(s) among the group's online addresses.
+    pub enum RouteStrategy {
+        /// The first address.
+        First => "FIRST",
+        /// The last address.
+        Last => "LAST",
+        /// Round robin per job.
+        Round => "ROUND",
+        /// A random address.
+        Random => "RANDOM",
+        /// MD5 hash ring keyed by job id.
+        ConsistentHash => "CONSISTENT_HASH",
+        /// The address used least often for this job.
+        LeastFrequentlyUsed => "LEAST_FREQUENTLY_USED",
+        /// The address used least recently for this job.
+        LeastRecentlyUsed => "LEAST_RECENTLY_USED",
+        /// The first address whose `/beat` answers.
+        Failover => "FAILOVER",
+        /// The first address whose `/idleBeat` says idle.
+        Busyover => "BUSYOVER",
+        /// One run per online executor, each with its shard index.
+        ShardingBroadcast => "SHARDING_BROADCAST",
+    }
+}
+
+spelled_enum! {
+    /// What an executor does with a trigger for a job that is already running.
+    pub enum BlockStrategy {
+        /// Queue it behind the running one.
+        SerialExecution => "SERIAL_EXECUTION",
+        /// Refuse it; the trigger fails.
+        DiscardLater => "DISCARD_LATER",
+        /// Kill the running one and its queue, run this one.
+        CoverEarly => "COVER_EARLY",
+    }
+}
+
+spelled_enum! {
+    /// Where a job's handler comes from.
+    pub enum GlueType {
+        /// An uploaded, versioned Wasm component fetched by digest.
+        GlueWasm => "GLUE_WASM",
+        /// A handler the executor already has (a component in its handlers dir, or a registered bean).
+        Bean => "BEAN",
+    }
+}
+
+spelled_enum! {
+    /// Why a run exists.
+    pub enum TriggerType {
+        /// The cron or fix-rate schedule fired.
+        Cron => "CRON",
+        /// An operator asked for it.
+        Manual => "MANUAL",
+        /// A program asked for it through the API.
+        Api => "API",
+        /// A failed run is tried again.
+        Retry => "RETRY",
+        /// A parent job succeeded.
+        Parent => "PARENT",
+        /// A late fire, fired once now.
+        Misfire => "MISFIRE",
+    }
+}
+
+spelled_enum! {
+    /// How an executor group learns its addresses.
+    pub enum AddressType {
+        /// From the executors' heartbeats.
+        Auto => "AUTO",
+        /// From the group's configuration.
+        Manual => "MANUAL",
+    }
+}
+
+/// XXL-JOB's result codes, used for `trigger_code` and `handle_code`.
+pub mod code {
+    /// Not known yet: the trigger is pending or the handler is running.
+    pub const PENDING: i32 = 0;
+    /// Success.
+    pub const SUCCESS: i32 = 200;
+    /// Failure.
+    pub const FAILURE: i32 = 500;
+    /// The handler ran out of time.
+    pub const TIMEOUT: i32 = 502;
+}
+
+/// An executor group (XXL-JOB's `xxl_job_group`): the executors one job may be routed to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// The group's id.
+    pub id: i64,
+    /// The application name executors register under.
+    pub app_name: String,
+    /// A human title.
+    pub title: String,
+    /// Whether addresses come from heartbeats or configuration.
+    pub address_type: AddressType,
+    /// The configured addresses (used when `address_type` is `MANUAL`).
+    pub addresses: Vec<String>,
+}
+
+/// A job: what to run, when, and how to route and run it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    /// The job's id.
+    pub id: i64,
+    /// The group whose executors run it.
+    pub group_id: i64,
+    /// A human name.
+    pub name: String,
+    /// How fire times are computed.
+    pub schedule_type: ScheduleType,
+    /// The cron expression or the rate in seconds; empty for `NONE`.
+    pub schedule_conf: String,
+    /// The IANA time zone cron fields are read in; `None` means UTC.
+    pub time_zone: Option<String>,
+    /// What to do with a late fire.
+    pub misfire_strategy: MisfireStrategy,
+    /// How to pick executors.
+    pub route_strategy: RouteStrategy,
+    /// What an executor does when the job is already running.
+    pub block_strategy: BlockStrategy,
+    /// Wall-clock limit of one run, in seconds; 0 means none.
+    pub timeout_secs: i64,
+    /// How many times a failed run is tried again.
+    pub retry_count: i64,
+    /// Where the handler comes from.
+    pub glue_type: GlueType,
+    /// For `BEAN`, the handler's name.
+    pub handler: Option<String>,
+    /// The parameter passed to every scheduled run.
+    pub param: String,
+    /// Jobs triggered when a run of this one succeeds.
+    pub child_job_ids: Vec<i64>,
+    /// Where failure alarms go.
+    pub alarm_email: Option<String>,
+    /// The fuel budget of one run; `None` means the executor's default.
+    pub fuel_limit: Option<i64>,
+    /// The memory cap of one run in MiB; `None` means the executor's default.
+    pub memory_limit_mb: Option<i64>,
+    /// Whether the scheduler fires it.
+    pub running: bool,
+    /// The next fire time (ms since the epoch), 0 when none.
+    pub next_fire_ms: i64,
+    /// The active version of its module, if any was uploaded.
+    pub active_version: Option<i64>,
+    /// When it was created (ms).
+    pub created_at_ms: i64,
+    /// When it was last changed (ms).
+    pub updated_at_ms: i64,
+}
+
+/// One immutable version of a job's module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobVersion {
+    /// The job it belongs to.
+    pub job_id: i64,
+    /// 1, 2, 3... per job.
+    pub version: i64,
+    /// The module's sha256, lowercase hex.
+    pub sha256: String,
+    /// The module's size in bytes.
+    pub size: i64,
+    /// The operator's remark.
+    pub remark: String,
+    /// When it was uploaded (ms).
+    pub created_at_ms: i64,
+}
+
+/// One run of a job (XXL-JOB's `xxl_job_log`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRecord {
+    /// The run's id (XXL-JOB's logId).
+    pub id: i64,
+    /// The job it ran.
+    pub job_id: i64,
+    /// The executor it was sent to, once routed.
+    pub executor_address: Option<String>,
+    /// Why it exists.
+    pub trigger_type: TriggerType,
+    /// The scheduled instant (ms): the cron fire time, or the request time for manual runs.
+    pub trigger_time_ms: i64,
+    /// The parameter it runs with.
+    pub param: String,
+    /// 0 pending, 200 sent, 500 could not be sent.
+    pub trigger_code: i32,
+    /// Why the trigger failed or where it went.
+    pub trigger_msg: String,
+    /// When the executor reported the result (ms), 0 while running.
+    pub handle_time_ms: i64,
+    /// 0 running, 200 success, 500 failure, 502 timeout.
+    pub handle_code: i32,
+    /// The handler's message.
+    pub handle_msg: String,
+    /// This run's shard index.
+    pub shard_index: i64,
+    /// The number of shards.
+    pub shard_total: i64,
+    /// 0 for the first try, n for the n-th retry.
+    pub attempt: i64,
+    /// The module version it ran, for `GLUE_WASM` jobs.
+    pub version: Option<i64>,
+    /// That version's sha256.
+    pub sha256: Option<String>,
+}
+
+/// A registry row: one executor's last heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    /// The application name it registered under.
+    pub app_name: String,
+    /// The base URL the admin calls it at.
+    pub address: String,
+    /// The last heartbeat (ms).
+    pub updated_at_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spellings_round_trip() {
+        for strategy in RouteStrategy::ALL {
+            assert_eq!(strategy.as_str().parse::<RouteStrategy>(), Ok(*strategy));
+        }
+        let err = "SOMETIMES".parse::<BlockStrategy>().expect_err("not a strategy");
+        assert_eq!(
+            err.to_string(),
+            "unknown BlockStrategy `SOMETIMES`, expected one of: SERIAL_EXECUTION, DISCARD_LATER, COVER_EARLY"
+        );
+    }
+}

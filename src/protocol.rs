@@ -1,0 +1,355 @@
+//! The admin⇄executor wire format: XXL-JOB's executor protocol (2.2–3.4, tolerant of 3.5),
+//! extended for Wasm, and the HTTP client both sides use to speak it.
+//!
+//! Every call is a `POST` with a JSON body, answered with HTTP 200 and the envelope
+//! `{"code":200|500|502,"msg":…,"content":…}` (also sent as `data` for 3.3+ readers).
+//! The access token travels in `XXL-JOB-ACCESS-TOKEN`. Unknown fields are ignored, missing ones
+//! take XXL-JOB's defaults, and a wrong type is an error (the envelope says which field).
+//!
+//! Only this module and the http modules define wire types. It does not decide anything:
+//! admin and executor logic live in their modules.
+#![warn(missing_docs)]
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The header that carries the access token.
+pub const ACCESS_TOKEN_HEADER: &str = "XXL-JOB-ACCESS-TOKEN";
+/// The header that names the calling application (sent, and accepted, for compatibility).
+pub const APP_NAME_HEADER: &str = "XXL-JOB-APPNAME";
+/// `registryGroup` of executors.
+pub const REGISTRY_GROUP_EXECUTOR: &str = "EXECUTOR";
+/// `glueType` of uploaded Wasm modules.
+pub const GLUE_WASM: &str = "GLUE_WASM";
+
+/// The reply envelope (XXL-JOB's `ReturnT`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReturnT<T> {
+    /// 200 success, 500 failure, 502 timeout.
+    pub code: i32,
+    /// The reason, for a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub msg: Option<String>,
+    /// The payload (XXL-JOB before 3.3).
+    #[serde(default = "none", skip_serializing_if = "Option::is_none")]
+    pub content: Option<T>,
+    /// The payload again (XXL-JOB 3.3 and later).
+    #[serde(default = "none", skip_serializing_if = "Option::is_none")]
+    pub data: Option<T>,
+}
+
+fn none<T>() -> Option<T> {
+    None
+}
+
+impl<T: Clone> ReturnT<T> {
+    /// A success with a payload.
+    pub fn ok(payload: T) -> Self {
+        ReturnT { code: 200, msg: None, content: Some(payload.clone()), data: Some(payload) }
+    }
+
+    /// The payload, wherever the sender put it.
+    pub fn into_payload(self) -> Option<T> {
+        self.content.or(self.data)
+    }
+}
+
+impl ReturnT<String> {
+    /// A success without payload.
+    pub fn success() -> Self {
+        ReturnT { code: 200, msg: None, content: None, data: None }
+    }
+
+    /// A failure with a reason.
+    pub fn fail(msg: impl Into<String>) -> Self {
+        ReturnT { code: 500, msg: Some(msg.into()), content: None, data: None }
+    }
+}
+
+/// `/run`: one trigger of one job (XXL-JOB's `TriggerParam`, plus wasmjob's optional fields).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TriggerParam {
+    /// The job's id.
+    pub job_id: i64,
+    /// For `BEAN`, the handler's name.
+    pub executor_handler: String,
+    /// The job's parameter.
+    pub executor_params: String,
+    /// `SERIAL_EXECUTION`, `DISCARD_LATER` or `COVER_EARLY`.
+    pub executor_block_strategy: String,
+    /// Wall-clock limit in seconds; 0 means none.
+    pub executor_timeout: i64,
+    /// The run's id.
+    pub log_id: i64,
+    /// The scheduled instant, ms since the epoch.
+    pub log_date_time: i64,
+    /// `BEAN`, `GLUE_WASM`, or one of XXL-JOB's script types (refused by wasmjob executors).
+    pub glue_type: String,
+    /// For `GLUE_WASM`, the module's sha256.
+    pub glue_source: String,
+    /// For `GLUE_WASM`, when the version was created (ms).
+    pub glue_updatetime: i64,
+    /// The shard index.
+    pub broadcast_index: i64,
+    /// The number of shards.
+    pub broadcast_total: i64,
+    /// wasmjob: 0 for the first try, n for the n-th retry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<i64>,
+    /// wasmjob: the fuel budget of the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fuel_limit: Option<i64>,
+    /// wasmjob: the memory cap of the run, in MiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_limit_mb: Option<i64>,
+}
+
+/// `/idleBeat` and `/kill`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct JobIdParam {
+    /// The job's id.
+    pub job_id: i64,
+    /// wasmjob, `/kill` only: stop just this run (running or queued) instead of the whole job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_id: Option<i64>,
+}
+
+/// `/log`: a page of a run's log.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LogParam {
+    /// The run's trigger time (ms); XXL-JOB spells it `logDateTim`.
+    #[serde(alias = "logDateTime")]
+    pub log_date_tim: i64,
+    /// The run's id.
+    pub log_id: i64,
+    /// The first line wanted, 1-based.
+    pub from_line_num: i64,
+}
+
+/// The answer to `/log`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LogResult {
+    /// The first line in this page.
+    pub from_line_num: i64,
+    /// The last line in this page (from - 1 when the page is empty).
+    pub to_line_num: i64,
+    /// The lines, each ending in a newline.
+    pub log_content: String,
+    /// The run is over and this page reaches the end of its log.
+    pub is_end: bool,
+}
+
+/// `/api/registry` and `/api/registryRemove`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RegistryParam {
+    /// Always `EXECUTOR` for executors.
+    pub registry_group: String,
+    /// The executor's application name.
+    pub registry_key: String,
+    /// The executor's address.
+    pub registry_value: String,
+}
+
+/// One result in `/api/callback`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HandleCallbackParam {
+    /// The run's id.
+    pub log_id: i64,
+    /// The run's trigger time (ms).
+    #[serde(alias = "logDateTime")]
+    pub log_date_tim: i64,
+    /// 200 success, 500 failure, 502 timeout.
+    pub handle_code: i32,
+    /// The handler's message.
+    pub handle_msg: Option<String>,
+}
+
+/// The body of `/api/callback`: a bare array, or `{callbackList: [...]}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum CallbackBody {
+    /// XXL-JOB's bare array.
+    List(Vec<HandleCallbackParam>),
+    /// The wrapped form some clients send.
+    Wrapped {
+        /// The results.
+        #[serde(rename = "callbackList")]
+        callback_list: Vec<HandleCallbackParam>,
+    },
+}
+
+impl CallbackBody {
+    /// The results, whichever form they came in.
+    pub fn into_list(self) -> Vec<HandleCallbackParam> {
+        match self {
+            CallbackBody::List(list) | CallbackBody::Wrapped { callback_list: list } => list,
+        }
+    }
+}
+
+/// Why a protocol call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    /// The peer could not be reached or did not answer in time.
+    #[error("{url}: {source}")]
+    Transport {
+        /// What was called.
+        url: String,
+        /// The transport error.
+        source: reqwest::Error,
+    },
+    /// The peer answered with something that is not the envelope.
+    #[error("{url}: HTTP {status}: {body}")]
+    BadReply {
+        /// What was called.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The start of the body.
+        body: String,
+    },
+    /// The peer answered with a failure envelope.
+    #[error("{url}: {msg} (code {code})")]
+    Refused {
+        /// What was called.
+        url: String,
+        /// The envelope's code.
+        code: i32,
+        /// The envelope's message.
+        msg: String,
+    },
+}
+
+/// An HTTP client for the protocol, carrying the access token.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    access_token: String,
+}
+
+impl Client {
+    /// A client that sends `access_token` with every call and gives up after `timeout`.
+    pub fn new(access_token: &str, timeout: Duration) -> anyhow::Result<Client> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(Duration::from_secs(3))
+            .build()?;
+        Ok(Client { http, access_token: access_token.to_owned() })
+    }
+
+    /// `POST {base}/{path}` with `body`; the envelope's payload, or why there is none.
+    pub async fn call<B: Serialize + ?Sized, T: serde::de::DeserializeOwned + Clone>(
+        &self,
+        base: &str,
+        path: &str,
+        body: &B,
+    ) -> Result<Option<T>, ProtocolError> {
+        let url = join_url(base, path);
+        let reply = self
+            .http
+            .post(&url)
+            .header(ACCESS_TOKEN_HEADER, &self.access_token)
+            .json(body)
+            .send()
+            .await
+            .map_err(|source| ProtocolError::Transport { url: url.clone(), source })?;
+        let status = reply.status().as_u16();
+        let text =
+            reply.text().await.map_err(|source| ProtocolError::Transport { url: url.clone(), source })?;
+        let envelope: ReturnT<T> = match serde_json::from_str(&text) {
+            Ok(envelope) if status == 200 => envelope,
+            _ => {
+                let body = text.chars().take(200).collect();
+                return Err(ProtocolError::BadReply { url, status, body });
+            }
+        };
+        if envelope.code != 200 {
+            let msg = envelope.msg.clone().unwrap_or_default();
+            return Err(ProtocolError::Refused { url, code: envelope.code, msg });
+        }
+        Ok(envelope.into_payload())
+    }
+
+    /// `GET {base}/{path}` of raw bytes (module downloads), at most `max_bytes`.
+    pub async fn get_bytes(&self, base: &str, path: &str, max_bytes: usize) -> anyhow::Result<Vec<u8>> {
+        let url = join_url(base, path);
+        let mut reply = self
+            .http
+            .get(&url)
+            .header(ACCESS_TOKEN_HEADER, &self.access_token)
+            .send()
+            .await?
+            .error_for_status()?;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = reply.chunk().await? {
+            if bytes.len() + chunk.len() > max_bytes {
+                anyhow::bail!("{url}: more than {max_bytes} bytes");
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    }
+}
+
+/// Joins a base URL and a path with exactly one slash.
+pub fn join_url(base: &str, path: &str) -> String {
+    format!("{}/{}", base.trim_end_matches('/'), path.trim_start_matches('/'))
+}
+
+/// Compares two secrets in time that depends only on their lengths.
+pub fn constant_time_eq(given: &[u8], expected: &[u8]) -> bool {
+    if given.len() != expected.len() {
+        return false;
+    }
+    given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trigger_param_reads_xxl_job_json() {
+        let json = r#"{"jobId":7,"executorHandler":"demoJobHandler","executorParams":"x",
+            "executorBlockStrategy":"SERIAL_EXECUTION","executorTimeout":0,"logId":42,
+            "logDateTime":1700000000000,"glueType":"BEAN","glueSource":"","glueUpdatetime":0,
+            "broadcastIndex":0,"broadcastTotal":1,"somethingNew":true}"#;
+        let param: TriggerParam = serde_json::from_str(json).unwrap();
+        assert_eq!((param.job_id, param.log_id, param.attempt), (7, 42, None));
+        let wrong = serde_json::from_str::<TriggerParam>(r#"{"jobId":"seven"}"#).unwrap_err();
+        assert!(wrong.to_string().contains("invalid type"), "{wrong}");
+    }
+
+    #[test]
+    fn callback_body_takes_both_forms() {
+        let bare = r#"[{"logId":1,"logDateTim":5,"handleCode":200,"handleMsg":"ok"}]"#;
+        let wrapped = r#"{"callbackList":[{"logId":1,"logDateTim":5,"handleCode":200}]}"#;
+        for json in [bare, wrapped] {
+            let list = serde_json::from_str::<CallbackBody>(json).unwrap().into_list();
+            assert_eq!((list[0].log_id, list[0].handle_code), (1, 200));
+        }
+    }
+
+    #[test]
+    fn envelope_payload_from_content_or_data() {
+        let old: ReturnT<i32> = serde_json::from_str(r#"{"code":200,"content":3}"#).unwrap();
+        let new: ReturnT<i32> = serde_json::from_str(r#"{"code":200,"data":4}"#).unwrap();
+        assert_eq!((old.into_payload(), new.into_payload()), (Some(3), Some(4)));
+        let sent = serde_json::to_string(&ReturnT::ok(5)).unwrap();
+        assert_eq!(sent, r#"{"code":200,"content":5,"data":5}"#);
+    }
+
+    #[test]
+    fn secrets_compare() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+    }
+}

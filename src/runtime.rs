@@ -1,0 +1,242 @@
+//! The wasmtime host: one engine, compiled components, and one sandboxed run at a time per store.
+//!
+//! A [`Runtime`] owns the engine (fuel and epoch interruption on), a linker with only the
+//! allowed imports (see `host`), an epoch ticker thread and a cache of pre-instantiated
+//! components by sha256, in memory and, when given a directory, on disk as precompiled artifacts.
+//! [`Runtime::run`] gives every run a fresh store with a fuel budget, a wall-clock deadline,
+//! a memory cap and table/instance caps, and turns whatever happens into a [`RunOutcome`]:
+//! a guest failure is an outcome, never a host error.
+//!
+//! This module knows nothing of HTTP, the database or log files: the caller passes a
+//! [`LogSink`] for the run's lines and a cancellation token for kills.
+#![warn(missing_docs)]
+
+mod bindings;
+mod cache;
+mod host;
+mod outcome;
+mod validate;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use wasmtime::component::Component;
+use wasmtime::{Config, Engine, Store, UpdateDeadline};
+
+pub use self::bindings::{Level, Trigger};
+pub use self::cache::{CacheStats, CompiledJob};
+pub use self::host::{ALLOWED_IMPORTS, is_allowed_import};
+pub use self::outcome::RunOutcome;
+pub use self::validate::{ModuleInfo, ValidateError};
+
+use self::host::RunState;
+use self::outcome::Stop;
+
+/// How often the epoch ticker advances the engine's epoch: the granularity of deadlines and kills.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Engine-wide settings.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Largest wasm stack a guest may use, in bytes.
+    pub max_wasm_stack: usize,
+    /// Where precompiled artifacts are kept across restarts; `None` keeps them in memory only.
+    pub cache_dir: Option<std::path::PathBuf>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig { max_wasm_stack: 512 * 1024, cache_dir: None }
+    }
+}
+
+/// The limits of one run.
+#[derive(Debug, Clone)]
+pub struct RunLimits {
+    /// The fuel budget (roughly, wasm instructions).
+    pub fuel: u64,
+    /// The wall-clock limit; `None` means the run may take as long as it likes.
+    pub timeout: Option<Duration>,
+    /// The most linear memory the guest may have, in bytes.
+    pub memory_bytes: usize,
+    /// The most elements one table may hold.
+    pub table_elements: usize,
+    /// The most instances, tables and memories the component may create.
+    pub instances: usize,
+    /// See `instances`.
+    pub tables: usize,
+    /// See `instances`.
+    pub memories: usize,
+    /// The most bytes kept of the guest's stdout, and again of its stderr.
+    pub output_bytes: usize,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        RunLimits {
+            fuel: 1_000_000_000_000,
+            timeout: None,
+            memory_bytes: 256 * 1024 * 1024,
+            table_elements: 100_000,
+            instances: 64,
+            tables: 64,
+            memories: 16,
+            output_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// Receives the log lines of one run, from the `log` import and from stdout/stderr.
+pub trait LogSink: Send + 'static {
+    /// Appends one line.
+    fn line(&mut self, level: Level, message: &str);
+}
+
+/// The wasmtime host. Cheap to share behind an `Arc`; dropping it stops the epoch ticker.
+pub struct Runtime {
+    engine: Engine,
+    linker: wasmtime::component::Linker<RunState>,
+    cache: cache::Cache,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Runtime {
+    /// Builds the engine and linker and starts the epoch ticker.
+    pub fn new(config: RuntimeConfig) -> anyhow::Result<Runtime> {
+        let engine = engine(&config)?;
+        let linker = host::linker(&engine)?;
+        let cache = cache::Cache::new(&engine, config.cache_dir.clone())?;
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        spawn_ticker(engine.clone(), ticker_stop.clone())?;
+        Ok(Runtime { engine, linker, cache, ticker_stop })
+    }
+
+    /// Checks that `bytes` are a job component we can run, compiling them once to be sure.
+    /// Blocking and CPU-heavy: call it from a blocking thread.
+    pub fn validate(&self, bytes: &[u8]) -> Result<ModuleInfo, ValidateError> {
+        validate::validate(&self.engine, &self.linker, bytes)
+    }
+
+    /// Returns the compiled job for `sha256`, from memory, from the disk cache, or by compiling
+    /// `bytes()` (which must hash to `sha256`). Blocking: call it from a blocking thread.
+    pub fn load(
+        &self,
+        sha256: &str,
+        bytes: impl FnOnce() -> anyhow::Result<Vec<u8>>,
+    ) -> anyhow::Result<CompiledJob> {
+        self.cache.load(&self.engine, &self.linker, sha256, bytes)
+    }
+
+    /// Returns the compiled job for `sha256` if it is already at hand (memory or disk cache).
+    pub fn cached(&self, sha256: &str) -> Option<CompiledJob> {
+        self.cache.cached(&self.engine, &self.linker, sha256)
+    }
+
+    /// How often modules were compiled, loaded from disk, or found in memory.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// Runs `job` once for `trigger` in a fresh store with `limits`.
+    ///
+    /// Returns when the guest returns, traps, runs out of fuel or time, or `cancel` fires;
+    /// a guest waiting in a host call (a sleep) is stopped by the deadline or `cancel` as well.
+    pub async fn run(
+        &self,
+        job: &CompiledJob,
+        trigger: Trigger,
+        limits: &RunLimits,
+        log: Box<dyn LogSink>,
+        cancel: &CancellationToken,
+    ) -> RunOutcome {
+        let mut store = Store::new(&self.engine, RunState::new(limits, log));
+        store.limiter(|state| &mut state.limiter);
+        if let Err(error) = store.set_fuel(limits.fuel) {
+            return RunOutcome::Host(format!("setting fuel: {error}"));
+        }
+        let deadline = limits.timeout.map(|timeout| tokio::time::Instant::now() + timeout);
+        let deadline_std = deadline.map(tokio::time::Instant::into_std);
+
+        // The epoch callback runs at every tick while the guest executes wasm: it stops a guest
+        // that is past its deadline or killed, and otherwise yields so that the async call below
+        // stays responsive (and cancellable) even while the guest never calls the host.
+        let callback_cancel = cancel.clone();
+        store.epoch_deadline_callback(move |_| {
+            let late = deadline_std.is_some_and(|at| std::time::Instant::now() >= at);
+            if late || callback_cancel.is_cancelled() {
+                return Err(wasmtime::Trap::Interrupt.into());
+            }
+            Ok(UpdateDeadline::Yield(1))
+        });
+        store.set_epoch_deadline(1);
+
+        let fuel_start = limits.fuel;
+        let call = call_run(&mut store, job, trigger);
+        // A guest blocked in a host call (a wasi sleep) does not reach the epoch callback, so the
+        // deadline and the kill are also awaited here; dropping the call future abandons the
+        // guest, and the store goes with it.
+        let result = tokio::select! {
+            result = call => Ok(result),
+            () = sleep_until_opt(deadline) => Err(Stop::Timeout),
+            () = cancel.cancelled() => Err(Stop::Killed),
+        };
+        let fuel_used = store.get_fuel().ok().map(|left| fuel_start.saturating_sub(left));
+        let mut state = store.into_data();
+        state.flush_output();
+        outcome::classify(result, cancel.is_cancelled(), fuel_used, state.limiter.denied.take())
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+async fn call_run(
+    store: &mut Store<RunState>,
+    job: &CompiledJob,
+    trigger: Trigger,
+) -> wasmtime::Result<Result<String, String>> {
+    let instance = job.pre.instantiate_async(&mut *store).await?;
+    instance.call_run(&mut *store, &trigger).await
+}
+
+async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn engine(config: &RuntimeConfig) -> anyhow::Result<Engine> {
+    let mut wasm_config = Config::new();
+    wasm_config
+        .consume_fuel(true)
+        .epoch_interruption(true)
+        .max_wasm_stack(config.max_wasm_stack)
+        .async_stack_size(config.max_wasm_stack + 1024 * 1024)
+        .concurrency_support(false);
+    Ok(Engine::new(&wasm_config)?)
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] until `stop` is set.
+fn spawn_ticker(engine: Engine, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+    std::thread::Builder::new()
+        .name("wasmjob-epoch".to_owned())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                #[expect(clippy::disallowed_methods, reason = "a dedicated OS thread, not async code")]
+                std::thread::sleep(EPOCH_TICK);
+                engine.increment_epoch();
+            }
+        })?;
+    Ok(())
+}
+
+/// Compiles `bytes` as a component (the raw step under validation and caching).
+fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
+    Component::new(engine, bytes)
+}

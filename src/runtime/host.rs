@@ -1,0 +1,179 @@
+//! What a guest sees of the host: the per-run store data, the `log` import and the WASI subset.
+//!
+//! The linker built here holds only the interfaces a job may import (see [`ALLOWED_IMPORTS`]):
+//! io streams, cli stdio/environment/exit/terminal, clocks and random.
+//! There is no filesystem, socket or HTTP interface in it, so a component that imports one
+//! fails to instantiate ("unknown import"); uploads are refused earlier by `validate`.
+//! The WASI context grants nothing either: no preopens, no environment, no arguments, empty stdin.
+
+use wasmtime::component::{HasData, Linker, ResourceTable};
+use wasmtime_wasi::p2::bindings::{cli, clocks, random};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::{self, Level};
+use super::{LogSink, RunLimits};
+
+/// Interfaces (by name without version) a job component may import.
+pub const ALLOWED_IMPORTS: &[&str] = &[
+    "wasmjob:job/log",
+    "wasmjob:job/types",
+    "wasi:io/error",
+    "wasi:io/poll",
+    "wasi:io/streams",
+    "wasi:cli/environment",
+    "wasi:cli/exit",
+    "wasi:cli/stdin",
+    "wasi:cli/stdout",
+    "wasi:cli/stderr",
+    "wasi:cli/terminal-input",
+    "wasi:cli/terminal-output",
+    "wasi:cli/terminal-stdin",
+    "wasi:cli/terminal-stdout",
+    "wasi:cli/terminal-stderr",
+    "wasi:clocks/wall-clock",
+    "wasi:clocks/monotonic-clock",
+    "wasi:random/random",
+    "wasi:random/insecure",
+    "wasi:random/insecure-seed",
+];
+
+/// The store data of one run.
+pub struct RunState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(super) limiter: Limiter,
+    pub(super) log: Box<dyn LogSink>,
+    pub(super) stdout: MemoryOutputPipe,
+    pub(super) stderr: MemoryOutputPipe,
+}
+
+impl RunState {
+    pub(super) fn new(limits: &RunLimits, log: Box<dyn LogSink>) -> RunState {
+        let stdout = MemoryOutputPipe::new(limits.output_bytes);
+        let stderr = MemoryOutputPipe::new(limits.output_bytes);
+        let wasi = WasiCtx::builder().stdout(stdout.clone()).stderr(stderr.clone()).build();
+        let limiter = Limiter { limits: limits.clone(), denied: None };
+        RunState { wasi, table: ResourceTable::new(), limiter, log, stdout, stderr }
+    }
+
+    /// Copies what the guest wrote to stdout and stderr into the run's log, line by line.
+    pub(super) fn flush_output(&mut self) {
+        for (pipe, level) in [(&self.stdout, Level::Info), (&self.stderr, Level::Warn)] {
+            let bytes = pipe.contents();
+            let text = String::from_utf8_lossy(&bytes);
+            for line in text.lines() {
+                self.log.line(level, line);
+            }
+        }
+    }
+}
+
+/// The store's resource limiter: [`RunLimits`] enforced, and the first refusal remembered so
+/// that the trap which usually follows it (a Rust guest aborts when allocation fails) is
+/// reported as the resource limit it is.
+pub(super) struct Limiter {
+    limits: RunLimits,
+    pub(super) denied: Option<String>,
+}
+
+impl wasmtime::ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limits.memory_bytes {
+            self.denied.get_or_insert_with(|| {
+                format!("memory limit of {} MiB reached", self.limits.memory_bytes / (1024 * 1024))
+            });
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limits.table_elements {
+            self.denied.get_or_insert_with(|| {
+                format!("table limit of {} elements reached", self.limits.table_elements)
+            });
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        self.limits.instances
+    }
+
+    fn tables(&self) -> usize {
+        self.limits.tables
+    }
+
+    fn memories(&self) -> usize {
+        self.limits.memories
+    }
+}
+
+impl WasiView for RunState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl bindings::wasmjob::job::log::Host for RunState {
+    fn log(&mut self, level: Level, message: String) {
+        self.log.line(level, &message);
+    }
+}
+
+impl bindings::wasmjob::job::types::Host for RunState {}
+
+/// Marks that the io interfaces reach only the resource table of the store data.
+struct HasTable;
+
+impl HasData for HasTable {
+    type Data<'a> = &'a mut ResourceTable;
+}
+
+/// Builds the linker with the job world's imports and the allowed WASI subset, nothing more.
+pub(super) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<RunState>> {
+    use wasmtime_wasi::cli::{WasiCli, WasiCliView as _};
+    use wasmtime_wasi::clocks::{WasiClocks, WasiClocksView as _};
+    use wasmtime_wasi::random::WasiRandom;
+
+    let mut linker = Linker::new(engine);
+    let l = &mut linker;
+    bindings::Job::add_to_linker::<RunState, wasmtime::component::HasSelf<RunState>>(l, |s| s)?;
+    wasmtime_wasi::p2::bindings::io::error::add_to_linker::<RunState, HasTable>(l, |s| &mut s.table)?;
+    wasmtime_wasi::p2::bindings::io::poll::add_to_linker::<RunState, HasTable>(l, |s| &mut s.table)?;
+    wasmtime_wasi::p2::bindings::io::streams::add_to_linker::<RunState, HasTable>(l, |s| &mut s.table)?;
+    clocks::wall_clock::add_to_linker::<RunState, WasiClocks>(l, RunState::clocks)?;
+    clocks::monotonic_clock::add_to_linker::<RunState, WasiClocks>(l, RunState::clocks)?;
+    random::random::add_to_linker::<RunState, WasiRandom>(l, |s| s.wasi.random())?;
+    random::insecure::add_to_linker::<RunState, WasiRandom>(l, |s| s.wasi.random())?;
+    random::insecure_seed::add_to_linker::<RunState, WasiRandom>(l, |s| s.wasi.random())?;
+    cli::exit::add_to_linker::<RunState, WasiCli>(l, RunState::cli)?;
+    cli::environment::add_to_linker::<RunState, WasiCli>(l, RunState::cli)?;
+    cli::stdin::add_to_linker::<RunState, WasiCli>(l, RunState::cli)?;
+    cli::stdout::add_to_linker::<RunState, WasiCli>(l, RunState::cli)?;
+    cli::stderr::add_to_linker::<RunState, WasiCli>(l, RunState::cli)?;
+    cli::terminal_input::add_to_linker::<RunState, WasiCli>(l, RunState::cli)?;
+    cli::terminal_output::add_to_linker::<RunState, WasiCli>(l, RunState::cli)?;
+    cli::terminal_stdin::add_to_linker::<RunState, WasiCli>(l, RunState::cli)?;
+    cli::terminal_stdout::add_to_linker::<RunState, WasiCli>(l, RunState::cli)?;
+    cli::terminal_stderr::add_to_linker::<RunState, WasiCli>(l, RunState::cli)?;
+    Ok(linker)
+}
+
+/// Whether an import name (`ns:pkg/iface@version`) is one a job may have.
+pub fn is_allowed_import(name: &str) -> bool {
+    let unversioned = name.split_once('@').map_or(name, |(head, _)| head);
+    ALLOWED_IMPORTS.contains(&unversioned)
+}

@@ -1,0 +1,204 @@
+//! The only place with SQL: a [`Db`] handle over SQLite or PostgreSQL, one function per query.
+//!
+//! Queries are written once in the SQL both dialects accept (`$1` placeholders, `returning`,
+//! `on conflict`) and run through sqlx's `Any` driver; where the dialects differ, the function
+//! branches on [`Dialect`]. Migrations are per dialect under `migrations/`, applied at connect.
+//! Times are milliseconds since the Unix epoch, passed in by the caller: nothing here reads a clock.
+//!
+//! This module does not decide anything (when to fire, where to route): it stores and returns
+//! `model` types, and it enforces the database-level guarantees (one run per fire).
+
+mod groups;
+mod jobs;
+mod modules;
+mod registry;
+mod runs;
+
+use std::str::FromStr;
+
+use anyhow::Context;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+
+pub use self::jobs::NewJob;
+pub use self::runs::{NewRun, RunFilter, RunPage};
+
+/// Which database is behind a [`Db`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// SQLite: the embedded, single-admin store.
+    Sqlite,
+    /// PostgreSQL: the store shared by several admins.
+    Postgres,
+}
+
+/// Why a storage call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The database failed or refused the statement.
+    #[error(transparent)]
+    Sqlx(#[from] sqlx::Error),
+    /// A row holds a value the code cannot read (a strategy name it does not know).
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+impl StorageError {
+    /// Whether this is a unique or foreign-key violation, and of which constraint if known.
+    pub fn is_constraint_violation(&self) -> bool {
+        match self {
+            StorageError::Sqlx(sqlx::Error::Database(error)) => {
+                error.is_unique_violation() || error.is_foreign_key_violation()
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The result of a storage call.
+pub type Result<T> = std::result::Result<T, StorageError>;
+
+/// A connection pool and its dialect. Cheap to clone.
+#[derive(Clone)]
+pub struct Db {
+    pool: AnyPool,
+    dialect: Dialect,
+}
+
+impl Db {
+    /// Connects to `url` (`sqlite:PATH` or `postgres://…`), creating a SQLite file and its
+    /// directory if needed, and applies the migrations.
+    pub async fn connect(url: &str) -> anyhow::Result<Db> {
+        sqlx::any::install_default_drivers();
+        let (dialect, url) = if let Some(path) = url.strip_prefix("sqlite:") {
+            (Dialect::Sqlite, sqlite_url(path)?)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            (Dialect::Postgres, url.to_owned())
+        } else {
+            anyhow::bail!("unsupported database URL `{url}`: use sqlite:PATH or postgres://…");
+        };
+        let max_connections = match dialect {
+            Dialect::Sqlite => 4,
+            Dialect::Postgres => 10,
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections)
+            .connect(&url)
+            .await
+            .with_context(|| format!("connecting to {}", redact(&url)))?;
+        match dialect {
+            Dialect::Sqlite => {
+                // WAL lets the scheduler write while the API reads; it is a property of the
+                // file, so setting it once per connect is enough.
+                sqlx::query("pragma journal_mode = wal").execute(&pool).await?;
+                sqlx::migrate!("migrations/sqlite").run(&pool).await?;
+            }
+            Dialect::Postgres => sqlx::migrate!("migrations/postgres").run(&pool).await?,
+        }
+        Ok(Db { pool, dialect })
+    }
+
+    /// The dialect behind this handle.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// Closes the pool, waiting for connections to be returned.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn sqlite_url(path: &str) -> anyhow::Result<String> {
+    let path = path.trim_start_matches("//");
+    let (file, query) = path.split_once('?').unwrap_or((path, ""));
+    if file.is_empty() || file == ":memory:" {
+        anyhow::bail!("SQLite needs a file path (sqlite:PATH): pools of in-memory databases do not share data");
+    }
+    if let Some(parent) = std::path::Path::new(file).parent() {
+        if !parent.as_os_str().is_empty() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating database directory {}", parent.display()))?;
+        }
+    }
+    let query = if query.is_empty() { "mode=rwc".to_owned() } else { query.to_owned() };
+    Ok(format!("sqlite://{file}?{query}"))
+}
+
+/// Hides a password in a database URL before it is logged.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}://{user}:***{}", &url[..scheme_end], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Reads a column holding one of the `model` strategy enums.
+fn parse_column<T: FromStr>(row: &AnyRow, column: &str) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    let text: String = row.try_get(column)?;
+    text.parse().map_err(|error: T::Err| StorageError::Corrupt(format!("{column}: {error}")))
+}
+
+/// Splits a comma-separated column into its non-empty parts.
+fn split_list(text: &str) -> impl Iterator<Item = &str> {
+    text.split(',').map(str::trim).filter(|part| !part.is_empty())
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Test support: a fresh PostgreSQL database per test, for this crate's tests and `tests/`.
+#[doc(hidden)]
+pub mod testing {
+    use std::time::Duration;
+
+    use sqlx::AnyPool;
+
+    /// Creates an empty database on the server of `WASMJOB_TEST_POSTGRES_URL` and returns its
+    /// URL, or `None` when the variable is unset (PostgreSQL tests are then skipped).
+    pub async fn postgres_database(label: &str) -> anyhow::Result<Option<String>> {
+        #[expect(clippy::disallowed_methods, reason = "test configuration, read only by tests")]
+        let Ok(server_url) = std::env::var("WASMJOB_TEST_POSTGRES_URL") else {
+            return Ok(None);
+        };
+        sqlx::any::install_default_drivers();
+        let server = AnyPool::connect(&server_url).await?;
+        let label: String = label.chars().filter(char::is_ascii_alphanumeric).take(20).collect();
+        let name = format!("wasmjob_test_{label}_{:08x}", rand::random::<u32>());
+        // Concurrent CREATE DATABASE statements contend for the template database
+        // ("source database is being accessed by other users"): try again a few times.
+        let mut attempt = 0;
+        loop {
+            match sqlx::query(&format!("create database {name}")).execute(&server).await {
+                Ok(_) => break,
+                Err(error) if attempt < 20 => {
+                    attempt += 1;
+                    tracing::debug!(%error, "create database {name}: retrying");
+                    tokio::time::sleep(Duration::from_millis(50 * attempt)).await;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        server.close().await;
+        let base = server_url.rsplit_once('/').map_or(server_url.as_str(), |(base, _)| base);
+        Ok(Some(format!("{base}/{name}")))
+    }
+
+    /// Drops a database made by [`postgres_database`], closing whatever still uses it.
+    pub async fn drop_postgres_database(url: &str) -> anyhow::Result<()> {
+        let Some((base, name)) = url.rsplit_once('/') else { return Ok(()) };
+        #[expect(clippy::disallowed_methods, reason = "test configuration, read only by tests")]
+        let server_url = std::env::var("WASMJOB_TEST_POSTGRES_URL").unwrap_or_else(|_| format!("{base}/postgres"));
+        let server = AnyPool::connect(&server_url).await?;
+        sqlx::query(&format!("drop database if exists {name} with (force)")).execute(&server).await?;
+        server.close().await;
+        Ok(())
+    }
+}

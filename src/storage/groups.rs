@@ -1,0 +1,80 @@
+//! Executor groups (XXL-JOB's `xxl_job_group`).
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::{Db, Result, parse_column, split_list};
+use crate::model::{AddressType, Group};
+
+const COLUMNS: &str = "id, app_name, title, address_type, addresses";
+
+impl Db {
+    /// Creates a group; a duplicate `app_name` is a constraint violation.
+    pub async fn create_group(
+        &self,
+        app_name: &str,
+        title: &str,
+        address_type: AddressType,
+        addresses: &[String],
+        now_ms: i64,
+    ) -> Result<Group> {
+        let row = sqlx::query(&format!(
+            "insert into groups (app_name, title, address_type, addresses, created_at, updated_at)
+             values ($1, $2, $3, $4, $5, $5) returning {COLUMNS}"
+        ))
+        .bind(app_name)
+        .bind(title)
+        .bind(address_type.as_str())
+        .bind(addresses.join(","))
+        .bind(now_ms)
+        .fetch_one(&self.pool)
+        .await?;
+        group_from_row(&row)
+    }
+
+    /// Creates the group `app_name` unless it exists, and returns it either way.
+    pub async fn ensure_group(&self, app_name: &str, title: &str, now_ms: i64) -> Result<Group> {
+        sqlx::query(
+            "insert into groups (app_name, title, address_type, addresses, created_at, updated_at)
+             values ($1, $2, 'AUTO', '', $3, $3) on conflict (app_name) do nothing",
+        )
+        .bind(app_name)
+        .bind(title)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await?;
+        let row = sqlx::query(&format!("select {COLUMNS} from groups where app_name = $1"))
+            .bind(app_name)
+            .fetch_one(&self.pool)
+            .await?;
+        group_from_row(&row)
+    }
+
+    /// The group `id`, if it exists.
+    pub async fn get_group(&self, id: i64) -> Result<Option<Group>> {
+        let row = sqlx::query(&format!("select {COLUMNS} from groups where id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(group_from_row).transpose()
+    }
+
+    /// All groups, by id.
+    pub async fn list_groups(&self) -> Result<Vec<Group>> {
+        let rows = sqlx::query(&format!("select {COLUMNS} from groups order by id"))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(group_from_row).collect()
+    }
+}
+
+fn group_from_row(row: &AnyRow) -> Result<Group> {
+    let addresses: String = row.try_get("addresses")?;
+    Ok(Group {
+        id: row.try_get("id")?,
+        app_name: row.try_get("app_name")?,
+        title: row.try_get("title")?,
+        address_type: parse_column(row, "address_type")?,
+        addresses: split_list(&addresses).map(str::to_owned).collect(),
+    })
+}

@@ -1,0 +1,249 @@
+//! Jobs (XXL-JOB's `xxl_job_info`) and the scheduler's fire transaction.
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::runs::{NewRun, insert_run};
+use super::{Db, Result, parse_column, split_list};
+use crate::model::{BlockStrategy, GlueType, Job, MisfireStrategy, RouteStrategy, ScheduleType};
+
+const COLUMNS: &str = "id, group_id, name, schedule_type, schedule_conf, time_zone, misfire_strategy,
+    route_strategy, block_strategy, timeout_secs, retry_count, glue_type, handler, param,
+    child_job_ids, alarm_email, fuel_limit, memory_limit_mb, running, next_fire_ms,
+    active_version, created_at, updated_at";
+
+/// The fields of a job an operator sets, validated by the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewJob {
+    /// See [`Job`].
+    pub group_id: i64,
+    /// See [`Job`].
+    pub name: String,
+    /// See [`Job`].
+    pub schedule_type: ScheduleType,
+    /// See [`Job`].
+    pub schedule_conf: String,
+    /// See [`Job`].
+    pub time_zone: Option<String>,
+    /// See [`Job`].
+    pub misfire_strategy: MisfireStrategy,
+    /// See [`Job`].
+    pub route_strategy: RouteStrategy,
+    /// See [`Job`].
+    pub block_strategy: BlockStrategy,
+    /// See [`Job`].
+    pub timeout_secs: i64,
+    /// See [`Job`].
+    pub retry_count: i64,
+    /// See [`Job`].
+    pub glue_type: GlueType,
+    /// See [`Job`].
+    pub handler: Option<String>,
+    /// See [`Job`].
+    pub param: String,
+    /// See [`Job`].
+    pub child_job_ids: Vec<i64>,
+    /// See [`Job`].
+    pub alarm_email: Option<String>,
+    /// See [`Job`].
+    pub fuel_limit: Option<i64>,
+    /// See [`Job`].
+    pub memory_limit_mb: Option<i64>,
+}
+
+impl Db {
+    /// Creates a stopped job.
+    pub async fn create_job(&self, job: &NewJob, now_ms: i64) -> Result<Job> {
+        let sql = format!(
+            "insert into jobs (group_id, name, schedule_type, schedule_conf, time_zone,
+                misfire_strategy, route_strategy, block_strategy, timeout_secs, retry_count,
+                glue_type, handler, param, child_job_ids, alarm_email, fuel_limit, memory_limit_mb,
+                running, next_fire_ms, created_at, updated_at)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, 0, 0, $18, $18)
+             returning {COLUMNS}"
+        );
+        let row = bind_job(sqlx::query(&sql), job).bind(now_ms).fetch_one(&self.pool).await?;
+        job_from_row(&row)
+    }
+
+    /// Replaces the operator-set fields of job `id`; `next_fire_ms` is the recomputed next fire
+    /// (0 for a stopped job). Returns the job, or `None` if it does not exist.
+    pub async fn update_job(&self, id: i64, job: &NewJob, next_fire_ms: i64, now_ms: i64) -> Result<Option<Job>> {
+        let sql = format!(
+            "update jobs set group_id = $1, name = $2, schedule_type = $3, schedule_conf = $4,
+                time_zone = $5, misfire_strategy = $6, route_strategy = $7, block_strategy = $8,
+                timeout_secs = $9, retry_count = $10, glue_type = $11, handler = $12, param = $13,
+                child_job_ids = $14, alarm_email = $15, fuel_limit = $16, memory_limit_mb = $17,
+                updated_at = $18, next_fire_ms = case when running = 1 then $19 else 0 end
+             where id = $20 returning {COLUMNS}"
+        );
+        let row = bind_job(sqlx::query(&sql), job)
+            .bind(now_ms)
+            .bind(next_fire_ms)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// Deletes job `id` with its versions; its runs stay as history. Whether it existed.
+    pub async fn delete_job(&self, id: i64) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("delete from job_versions where job_id = $1").bind(id).execute(&mut *tx).await?;
+        let done = sqlx::query("delete from jobs where id = $1").bind(id).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Job `id`, if it exists.
+    pub async fn get_job(&self, id: i64) -> Result<Option<Job>> {
+        let row = sqlx::query(&format!("select {COLUMNS} from jobs where id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// Jobs by id, optionally of one group.
+    pub async fn list_jobs(&self, group_id: Option<i64>) -> Result<Vec<Job>> {
+        let rows = sqlx::query(&format!(
+            "select {COLUMNS} from jobs where ($1 = 0 or group_id = $1) order by id"
+        ))
+        .bind(group_id.unwrap_or(0))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    /// Starts (`next_fire_ms` > 0) or stops (`None`) job `id`. Whether it exists.
+    pub async fn set_job_running(&self, id: i64, next_fire_ms: Option<i64>, now_ms: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "update jobs set running = $1, next_fire_ms = $2, updated_at = $3 where id = $4",
+        )
+        .bind(i64::from(next_fire_ms.is_some()))
+        .bind(next_fire_ms.unwrap_or(0))
+        .bind(now_ms)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Running jobs whose next fire is at or before `until_ms`, soonest first.
+    pub async fn due_jobs(&self, until_ms: i64, limit: i64) -> Result<Vec<Job>> {
+        let rows = sqlx::query(&format!(
+            "select {COLUMNS} from jobs
+             where running = 1 and next_fire_ms > 0 and next_fire_ms <= $1
+             order by next_fire_ms limit $2"
+        ))
+        .bind(until_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    /// The earliest next fire of any running job, if there is one.
+    pub async fn earliest_fire(&self) -> Result<Option<i64>> {
+        let row = sqlx::query("select min(next_fire_ms) as at from jobs where running = 1 and next_fire_ms > 0")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get::<Option<i64>, _>("at")?)
+    }
+
+    /// The scheduler's atomic step: moves job `job_id` from the fire at `expected_fire_ms` to
+    /// `next_fire_ms` (`None` stops the job: no further fire) and creates `runs`, all in one
+    /// transaction. Nothing happens, and no run ids come back, if another scheduler got there
+    /// first (the job's next fire is no longer `expected_fire_ms`) or a run of the same fire
+    /// exists already.
+    pub async fn fire_job(
+        &self,
+        job_id: i64,
+        expected_fire_ms: i64,
+        next_fire_ms: Option<i64>,
+        runs: &[NewRun],
+        now_ms: i64,
+    ) -> Result<Vec<i64>> {
+        let mut tx = self.pool.begin().await?;
+        let moved = sqlx::query(
+            "update jobs set next_fire_ms = $1, running = $2, updated_at = $3
+             where id = $4 and running = 1 and next_fire_ms = $5",
+        )
+        .bind(next_fire_ms.unwrap_or(0))
+        .bind(i64::from(next_fire_ms.is_some()))
+        .bind(now_ms)
+        .bind(job_id)
+        .bind(expected_fire_ms)
+        .execute(&mut *tx)
+        .await?;
+        if moved.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(Vec::new());
+        }
+        let mut ids = Vec::with_capacity(runs.len());
+        for run in runs {
+            if let Some(id) = insert_run(&mut tx, run, now_ms).await? {
+                ids.push(id);
+            }
+        }
+        tx.commit().await?;
+        Ok(ids)
+    }
+}
+
+fn bind_job<'q>(
+    query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    job: &'q NewJob,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    let child_job_ids: Vec<String> = job.child_job_ids.iter().map(i64::to_string).collect();
+    query
+        .bind(job.group_id)
+        .bind(&job.name)
+        .bind(job.schedule_type.as_str())
+        .bind(&job.schedule_conf)
+        .bind(job.time_zone.as_deref())
+        .bind(job.misfire_strategy.as_str())
+        .bind(job.route_strategy.as_str())
+        .bind(job.block_strategy.as_str())
+        .bind(job.timeout_secs)
+        .bind(job.retry_count)
+        .bind(job.glue_type.as_str())
+        .bind(job.handler.as_deref())
+        .bind(&job.param)
+        .bind(child_job_ids.join(","))
+        .bind(job.alarm_email.as_deref())
+        .bind(job.fuel_limit)
+        .bind(job.memory_limit_mb)
+}
+
+fn job_from_row(row: &AnyRow) -> Result<Job> {
+    let child_job_ids: String = row.try_get("child_job_ids")?;
+    let child_job_ids = split_list(&child_job_ids)
+        .map(|id| id.parse().map_err(|_| super::StorageError::Corrupt(format!("child_job_ids: `{id}`"))))
+        .collect::<Result<Vec<i64>>>()?;
+    Ok(Job {
+        id: row.try_get("id")?,
+        group_id: row.try_get("group_id")?,
+        name: row.try_get("name")?,
+        schedule_type: parse_column(row, "schedule_type")?,
+        schedule_conf: row.try_get("schedule_conf")?,
+        time_zone: row.try_get("time_zone")?,
+        misfire_strategy: parse_column(row, "misfire_strategy")?,
+        route_strategy: parse_column(row, "route_strategy")?,
+        block_strategy: parse_column(row, "block_strategy")?,
+        timeout_secs: row.try_get("timeout_secs")?,
+        retry_count: row.try_get("retry_count")?,
+        glue_type: parse_column(row, "glue_type")?,
+        handler: row.try_get("handler")?,
+        param: row.try_get("param")?,
+        child_job_ids,
+        alarm_email: row.try_get("alarm_email")?,
+        fuel_limit: row.try_get("fuel_limit")?,
+        memory_limit_mb: row.try_get("memory_limit_mb")?,
+        running: row.try_get::<i64, _>("running")? == 1,
+        next_fire_ms: row.try_get("next_fire_ms")?,
+        active_version: row.try_get("active_version")?,
+        created_at_ms: row.try_get("created_at")?,
+        updated_at_ms: row.try_get("updated_at")?,
+    })
+}

@@ -1,0 +1,118 @@
+//! Module blobs by sha256 and the versions of each job that point at them.
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::{Db, Result};
+use crate::model::JobVersion;
+
+const VERSION_COLUMNS: &str = "job_id, version, sha256, size, remark, created_at";
+
+impl Db {
+    /// Stores the module `bytes` under `sha256` unless it is there already (same bytes, same
+    /// blob), appends it as the next version of job `job_id` and makes that version active.
+    pub async fn add_job_version(
+        &self,
+        job_id: i64,
+        sha256: &str,
+        bytes: &[u8],
+        remark: &str,
+        now_ms: i64,
+    ) -> Result<JobVersion> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "insert into modules (sha256, size, bytes, created_at) values ($1, $2, $3, $4)
+             on conflict (sha256) do nothing",
+        )
+        .bind(sha256)
+        .bind(bytes.len() as i64)
+        .bind(bytes)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
+        let row = sqlx::query(&format!(
+            "insert into job_versions (job_id, version, sha256, size, remark, created_at)
+             select $1, coalesce(max(version), 0) + 1, $2, $3, $4, $5 from job_versions where job_id = $1
+             returning {VERSION_COLUMNS}"
+        ))
+        .bind(job_id)
+        .bind(sha256)
+        .bind(bytes.len() as i64)
+        .bind(remark)
+        .bind(now_ms)
+        .fetch_one(&mut *tx)
+        .await?;
+        let version = version_from_row(&row)?;
+        sqlx::query("update jobs set active_version = $1, updated_at = $2 where id = $3")
+            .bind(version.version)
+            .bind(now_ms)
+            .bind(job_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(version)
+    }
+
+    /// Versions of job `job_id`, newest first.
+    pub async fn list_job_versions(&self, job_id: i64) -> Result<Vec<JobVersion>> {
+        let rows = sqlx::query(&format!(
+            "select {VERSION_COLUMNS} from job_versions where job_id = $1 order by version desc"
+        ))
+        .bind(job_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(version_from_row).collect()
+    }
+
+    /// Version `version` of job `job_id`, if it exists.
+    pub async fn get_job_version(&self, job_id: i64, version: i64) -> Result<Option<JobVersion>> {
+        let row = sqlx::query(&format!(
+            "select {VERSION_COLUMNS} from job_versions where job_id = $1 and version = $2"
+        ))
+        .bind(job_id)
+        .bind(version)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(version_from_row).transpose()
+    }
+
+    /// Makes an existing version active (a rollback, or a roll forward). Whether it exists.
+    pub async fn activate_job_version(&self, job_id: i64, version: i64, now_ms: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "update jobs set active_version = $1, updated_at = $2
+             where id = $3 and exists (select 1 from job_versions where job_id = $3 and version = $1)",
+        )
+        .bind(version)
+        .bind(now_ms)
+        .bind(job_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The bytes of module `sha256`, if stored.
+    pub async fn get_module(&self, sha256: &str) -> Result<Option<Vec<u8>>> {
+        let row = sqlx::query("select bytes from modules where sha256 = $1")
+            .bind(sha256)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| Ok(row.try_get("bytes")?)).transpose()
+    }
+
+    /// How many module blobs are stored (the same bytes count once).
+    pub async fn count_modules(&self) -> Result<i64> {
+        let row = sqlx::query("select count(*) as n from modules").fetch_one(&self.pool).await?;
+        Ok(row.try_get("n")?)
+    }
+}
+
+fn version_from_row(row: &AnyRow) -> Result<JobVersion> {
+    Ok(JobVersion {
+        job_id: row.try_get("job_id")?,
+        version: row.try_get("version")?,
+        sha256: row.try_get("sha256")?,
+        size: row.try_get("size")?,
+        remark: row.try_get("remark")?,
+        created_at_ms: row.try_get("created_at")?,
+    })
+}

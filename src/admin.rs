@@ -47,7 +47,8 @@ impl AppState {
     /// Builds the state over an open database.
     pub fn new(db: Db, config: AdminConfig) -> anyhow::Result<AppState> {
         let client = protocol::Client::new(&config.access_token, Duration::from_secs(10))?;
-        let online_window_ms = 3 * i64::try_from(config.heartbeat_interval.as_millis()).unwrap_or(30_000);
+        let online_window_ms =
+            3 * i64::try_from(config.heartbeat_interval.as_millis()).unwrap_or(30_000);
         Ok(AppState {
             dispatcher: Dispatcher::new(db.clone(), client, online_window_ms),
             db,
@@ -101,10 +102,12 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
         .instrument(tracing::info_span!("admin_http")),
     )];
     tasks.push(tokio::spawn(
-        scheduler::run(state.clone(), shutdown.clone()).instrument(tracing::info_span!("scheduler")),
+        scheduler::run(state.clone(), shutdown.clone())
+            .instrument(tracing::info_span!("scheduler")),
     ));
     tasks.push(tokio::spawn(
-        dispatch::sweep(state.dispatcher.clone(), shutdown.clone()).instrument(tracing::info_span!("sweep")),
+        dispatch::sweep(state.dispatcher.clone(), shutdown.clone())
+            .instrument(tracing::info_span!("sweep")),
     ));
     Ok(Admin { local_addr, state, shutdown, tasks })
 }

@@ -113,8 +113,12 @@ impl ExecutorConfig {
     /// Checks `wasmjob executor`'s flags.
     pub fn from_args(args: ExecutorArgs) -> anyhow::Result<ExecutorConfig> {
         let access_token = check_token("--access-token / WASMJOB_ACCESS_TOKEN", args.access_token)?;
-        let admin_urls: Vec<String> =
-            args.admin_url.iter().map(|url| url.trim().to_owned()).filter(|url| !url.is_empty()).collect();
+        let admin_urls: Vec<String> = args
+            .admin_url
+            .iter()
+            .map(|url| url.trim().to_owned())
+            .filter(|url| !url.is_empty())
+            .collect();
         if admin_urls.is_empty() {
             anyhow::bail!("--admin-url needs at least one admin URL");
         }
@@ -192,21 +196,27 @@ impl StandaloneConfig {
             limits: RunDefaults::from_args(&args.limits)?,
             heartbeat_interval: Duration::from_secs(30),
         };
-        Ok(StandaloneConfig { admin, executor, token_files: vec![admin_token_file, access_token_file] })
+        Ok(StandaloneConfig {
+            admin,
+            executor,
+            token_files: vec![admin_token_file, access_token_file],
+        })
     }
 }
 
 /// Refuses a missing, short or well-known token.
 pub fn check_token(flag: &str, token: Option<String>) -> anyhow::Result<String> {
     let Some(token) = token else {
-        anyhow::bail!("{flag} is required: there is no default token (use at least {MIN_TOKEN_LEN} random characters)");
+        anyhow::bail!(
+            "{flag} is required: there is no default token (use at least {MIN_TOKEN_LEN} random characters)"
+        );
     };
     let token = token.trim().to_owned();
     if token.len() < MIN_TOKEN_LEN {
         anyhow::bail!("{flag} is too short: use at least {MIN_TOKEN_LEN} random characters");
     }
     let lower = token.to_ascii_lowercase();
-    if WELL_KNOWN_TOKENS.contains(&lower.as_str()) || token.chars().all(|c| Some(c) == token.chars().next()) {
+    if WELL_KNOWN_TOKENS.contains(&lower.as_str()) || token.chars().all(|c| token.starts_with(c)) {
         anyhow::bail!("{flag} is a well-known value: use a random token");
     }
     Ok(token)
@@ -228,7 +238,8 @@ fn stored_token(path: &Path) -> anyhow::Result<String> {
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
     file.write_all(text.as_bytes())
 }
 

@@ -58,7 +58,10 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         .with_context(|| format!("binding the executor API to {}", config.listen))?;
     let local_addr = listener.local_addr()?;
     let address = advertised_address(&config, local_addr);
-    tracing::info!("executor `{}` listening on {local_addr}, registered as {address}", config.app_name);
+    tracing::info!(
+        "executor `{}` listening on {local_addr}, registered as {address}",
+        config.app_name
+    );
 
     let runtime = Arc::new(Runtime::new(RuntimeConfig {
         cache_dir: Some(config.data_dir.join("modules")),
@@ -67,7 +70,8 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
     let client = protocol::Client::new(&config.access_token, Duration::from_secs(10))?;
     let logs = LogStore::new(config.data_dir.join("logs"), config.limits.max_log_bytes)
         .context("creating the log directory")?;
-    let outbox = outbox::Outbox::new(config.data_dir.join("outbox")).context("creating the outbox")?;
+    let outbox =
+        outbox::Outbox::new(config.data_dir.join("outbox")).context("creating the outbox")?;
     let modules = modules::Modules {
         runtime: runtime.clone(),
         client: client.clone(),
@@ -149,7 +153,9 @@ fn advertised_address(config: &ExecutorConfig, local_addr: SocketAddr) -> String
         return address.trim_end_matches('/').to_owned();
     }
     let ip = if local_addr.ip().is_unspecified() {
-        tracing::warn!("listening on all interfaces: registering 127.0.0.1; set --address for other hosts");
+        tracing::warn!(
+            "listening on all interfaces: registering 127.0.0.1; set --address for other hosts"
+        );
         std::net::IpAddr::from([127, 0, 0, 1])
     } else {
         local_addr.ip()
@@ -160,7 +166,11 @@ fn advertised_address(config: &ExecutorConfig, local_addr: SocketAddr) -> String
 async fn retention(logs: LogStore, keep_days: u32, shutdown: CancellationToken) {
     loop {
         let logs_now = logs.clone();
-        match tokio::task::spawn_blocking(move || logs_now.remove_older_than(chrono::Utc::now(), keep_days)).await {
+        match tokio::task::spawn_blocking(move || {
+            logs_now.remove_older_than(chrono::Utc::now(), keep_days)
+        })
+        .await
+        {
             Ok(Ok(0)) => {}
             Ok(Ok(removed)) => tracing::info!("removed {removed} days of run logs"),
             Ok(Err(error)) => tracing::warn!(%error, "log retention failed"),

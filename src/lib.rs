@@ -10,14 +10,14 @@
 //!
 //! `admin` and `executor` never import each other; `main` wires both for `standalone`.
 
-pub mod model;
-pub mod runtime;
+pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod executor;
+pub mod model;
 pub mod protocol;
 pub mod routing;
+pub mod runtime;
 pub mod schedule;
 pub mod storage;
-pub mod executor;
 pub mod telemetry;
-pub mod admin;

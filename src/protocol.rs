@@ -261,8 +261,10 @@ impl Client {
             .await
             .map_err(|source| ProtocolError::Transport { url: url.clone(), source })?;
         let status = reply.status().as_u16();
-        let text =
-            reply.text().await.map_err(|source| ProtocolError::Transport { url: url.clone(), source })?;
+        let text = reply
+            .text()
+            .await
+            .map_err(|source| ProtocolError::Transport { url: url.clone(), source })?;
         let envelope: ReturnT<T> = match serde_json::from_str(&text) {
             Ok(envelope) if status == 200 => envelope,
             _ => {
@@ -278,7 +280,12 @@ impl Client {
     }
 
     /// `GET {base}/{path}` of raw bytes (module downloads), at most `max_bytes`.
-    pub async fn get_bytes(&self, base: &str, path: &str, max_bytes: usize) -> anyhow::Result<Vec<u8>> {
+    pub async fn get_bytes(
+        &self,
+        base: &str,
+        path: &str,
+        max_bytes: usize,
+    ) -> anyhow::Result<Vec<u8>> {
         let url = join_url(base, path);
         let mut reply = self
             .http

@@ -110,14 +110,12 @@ impl RouterState {
                 let order = self.lru.jobs(now_ms).entry(job_id).or_default();
                 least_used::least_recently_used(order, addresses).map(Route::One)
             }
-            RouteStrategy::Failover => Some(Route::FirstPassing {
-                probe: Probe::Beat,
-                candidates: addresses.to_vec(),
-            }),
-            RouteStrategy::Busyover => Some(Route::FirstPassing {
-                probe: Probe::IdleBeat,
-                candidates: addresses.to_vec(),
-            }),
+            RouteStrategy::Failover => {
+                Some(Route::FirstPassing { probe: Probe::Beat, candidates: addresses.to_vec() })
+            }
+            RouteStrategy::Busyover => {
+                Some(Route::FirstPassing { probe: Probe::IdleBeat, candidates: addresses.to_vec() })
+            }
             RouteStrategy::ShardingBroadcast => {
                 // A group never has 2^32 executors; if it somehow did, zipping with `0..total`
                 // stops at `total` targets, so the shard total still matches the target count.
@@ -159,10 +157,7 @@ struct JobCache<T> {
 // Written out rather than derived because the derive would demand `T: Default`.
 impl<T> Default for JobCache<T> {
     fn default() -> Self {
-        Self {
-            valid_until_ms: None,
-            jobs: HashMap::new(),
-        }
+        Self { valid_until_ms: None, jobs: HashMap::new() }
     }
 }
 
@@ -205,13 +200,7 @@ mod tests {
         now_ms: i64,
         times: usize,
     ) -> Step<'a> {
-        Step {
-            strategy,
-            job,
-            addresses,
-            now_ms,
-            times,
-        }
+        Step { strategy, job, addresses, now_ms, times }
     }
 
     fn render(route: Option<Route>) -> String {
@@ -282,10 +271,8 @@ mod tests {
 
     #[test]
     fn no_addresses_means_no_route() {
-        let steps: Vec<Step<'_>> = RouteStrategy::ALL
-            .iter()
-            .map(|&strategy| step(strategy, 1, &[], 0, 1))
-            .collect();
+        let steps: Vec<Step<'_>> =
+            RouteStrategy::ALL.iter().map(|&strategy| step(strategy, 1, &[], 0, 1)).collect();
         check(
             RouterState::new(),
             &steps,
@@ -361,11 +348,8 @@ mod tests {
         // ['3', '3', '2', '2', '2', '2', '3']
         //
         // Dropping an address moves only the jobs that were on it, which is the point of a ring.
-        const ALL: &[&str] = &[
-            "http://10.0.0.1:9999/",
-            "http://10.0.0.2:9999/",
-            "http://10.0.0.3:9999/",
-        ];
+        const ALL: &[&str] =
+            &["http://10.0.0.1:9999/", "http://10.0.0.2:9999/", "http://10.0.0.3:9999/"];
         let lists: [&[&str]; 3] = [ALL, &ALL[..2], &ALL[1..]];
         let steps: Vec<Step<'_>> = lists
             .iter()

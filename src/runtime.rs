@@ -224,15 +224,13 @@ fn engine(config: &RuntimeConfig) -> anyhow::Result<Engine> {
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until `stop` is set.
 fn spawn_ticker(engine: Engine, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
-    std::thread::Builder::new()
-        .name("wasmjob-epoch".to_owned())
-        .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                #[expect(clippy::disallowed_methods, reason = "a dedicated OS thread, not async code")]
-                std::thread::sleep(EPOCH_TICK);
-                engine.increment_epoch();
-            }
-        })?;
+    std::thread::Builder::new().name("wasmjob-epoch".to_owned()).spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            #[expect(clippy::disallowed_methods, reason = "a dedicated OS thread, not async code")]
+            std::thread::sleep(EPOCH_TICK);
+            engine.increment_epoch();
+        }
+    })?;
     Ok(())
 }
 

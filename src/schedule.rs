@@ -123,23 +123,15 @@ impl Schedule {
     ) -> Result<Schedule, ScheduleError> {
         let zone = match time_zone {
             None => Tz::UTC,
-            Some(name) => Tz::from_str(name).map_err(|_| ScheduleError::UnknownTimeZone {
-                name: name.to_owned(),
-            })?,
+            Some(name) => Tz::from_str(name)
+                .map_err(|_| ScheduleError::UnknownTimeZone { name: name.to_owned() })?,
         };
         let rule = match kind {
-            ScheduleType::Cron => Rule::Cron {
-                cron: Box::new(parse_quartz(conf)?),
-                zone,
-            },
-            ScheduleType::FixRate => Rule::FixRate {
-                rate_ms: parse_rate(conf)? * 1000,
-            },
+            ScheduleType::Cron => Rule::Cron { cron: Box::new(parse_quartz(conf)?), zone },
+            ScheduleType::FixRate => Rule::FixRate { rate_ms: parse_rate(conf)? * 1000 },
             ScheduleType::None if conf.trim().is_empty() => Rule::None,
             ScheduleType::None => {
-                return Err(ScheduleError::UnexpectedConf {
-                    conf: conf.to_owned(),
-                });
+                return Err(ScheduleError::UnexpectedConf { conf: conf.to_owned() });
             }
         };
         Ok(Schedule { rule })
@@ -185,10 +177,7 @@ impl Schedule {
 
 /// Checks the Quartz rules croner does not enforce, then parses with croner in Quartz mode.
 fn parse_quartz(expr: &str) -> Result<Cron, ScheduleError> {
-    let invalid = |reason: String| ScheduleError::InvalidCron {
-        expr: expr.to_owned(),
-        reason,
-    };
+    let invalid = |reason: String| ScheduleError::InvalidCron { expr: expr.to_owned(), reason };
     let mut fields: Vec<&str> = expr.split_whitespace().collect();
     if !(6..=7).contains(&fields.len()) {
         return Err(invalid(format!(
@@ -221,9 +210,7 @@ fn parse_rate(conf: &str) -> Result<i64, ScheduleError> {
         .then(|| text.parse::<i64>().ok())
         .flatten()
         .filter(|secs| (1..=MAX_FIX_RATE_SECS).contains(secs))
-        .ok_or_else(|| ScheduleError::InvalidFixRate {
-            conf: conf.to_owned(),
-        })
+        .ok_or_else(|| ScheduleError::InvalidFixRate { conf: conf.to_owned() })
 }
 
 /// The first cron fire strictly after `after_ms`, following the module's DST policy.
@@ -248,16 +235,13 @@ fn next_cron(cron: &Cron, zone: Tz, after_ms: i64) -> Option<i64> {
     }
     // Croner runs on naive wall times dressed as UTC, which has no DST: its own zone handling can
     // answer an instant before the start during a repeated hour.
-    let candidate = cron
-        .find_next_occurrence(&Utc.from_utc_datetime(&wall), false)
-        .ok()?
-        .naive_utc();
+    let candidate =
+        cron.find_next_occurrence(&Utc.from_utc_datetime(&wall), false).ok()?.naive_utc();
     let fire = match zone.from_local_datetime(&candidate) {
         MappedLocalTime::Single(fire) | MappedLocalTime::Ambiguous(fire, _) => fire,
         MappedLocalTime::None => {
-            let end = first_wall_where(candidate, |w| {
-                zone.from_local_datetime(&w).earliest().is_some()
-            })?;
+            let end =
+                first_wall_where(candidate, |w| zone.from_local_datetime(&w).earliest().is_some())?;
             zone.from_local_datetime(&end).earliest()?
         }
     };
@@ -321,10 +305,7 @@ pub fn decide(
     now_ms: i64,
 ) -> FireDecision {
     if schedule.kind() == ScheduleType::None {
-        return FireDecision {
-            fire: None,
-            next_ms: None,
-        };
+        return FireDecision { fire: None, next_ms: None };
     }
     if now_ms.saturating_sub(scheduled_ms) <= MISFIRE_THRESHOLD_MS {
         return FireDecision {
@@ -336,10 +317,7 @@ pub fn decide(
         MisfireStrategy::FireOnceNow => Some((now_ms, TriggerType::Misfire)),
         MisfireStrategy::DoNothing => None,
     };
-    FireDecision {
-        fire,
-        next_ms: schedule.next_after(now_ms),
-    }
+    FireDecision { fire, next_ms: schedule.next_after(now_ms) }
 }
 
 #[cfg(test)]
@@ -358,38 +336,22 @@ mod tests {
 
     /// An RFC 3339 instant in ms.
     fn ms(text: &str) -> i64 {
-        DateTime::parse_from_rfc3339(text)
-            .unwrap()
-            .timestamp_millis()
+        DateTime::parse_from_rfc3339(text).unwrap().timestamp_millis()
     }
 
     /// An instant on the wall clock of `zone`, with its abbreviation.
     fn show(ms: i64, zone: Option<&str>) -> String {
         // A row with an unknown zone still needs its `after` shown, in UTC then.
         let zone: Tz = zone.and_then(|name| name.parse().ok()).unwrap_or(Tz::UTC);
-        let at = DateTime::from_timestamp_millis(ms)
-            .unwrap()
-            .with_timezone(&zone);
+        let at = DateTime::from_timestamp_millis(ms).unwrap().with_timezone(&zone);
         at.format("%a %Y-%m-%d %H:%M:%S%.f %Z").to_string()
     }
 
     /// (kind, conf, zone, after, count) → the parse error or the next `count` fires.
-    type FireRow = (
-        ScheduleType,
-        &'static str,
-        Option<&'static str>,
-        &'static str,
-        usize,
-    );
+    type FireRow = (ScheduleType, &'static str, Option<&'static str>, &'static str, usize);
 
     /// (kind, conf, misfire, scheduled, now) → the decision.
-    type DecisionRow = (
-        ScheduleType,
-        &'static str,
-        MisfireStrategy,
-        &'static str,
-        &'static str,
-    );
+    type DecisionRow = (ScheduleType, &'static str, MisfireStrategy, &'static str, &'static str);
 
     fn fires((kind, conf, zone, after, count): &FireRow) -> String {
         let head = format!("{kind} `{conf}` after {}:", show(ms(after), *zone));
@@ -597,9 +559,7 @@ mod tests {
                 Some((at, trigger)) => format!("fire {trigger} at {}", show(at, None)),
                 None => "no fire".to_owned(),
             };
-            let next = decision
-                .next_ms
-                .map_or("none".into(), |next| show(next, None));
+            let next = decision.next_ms.map_or("none".into(), |next| show(next, None));
             format!("{kind} `{conf}` {misfire} due {scheduled} now {now}: {fire}; next {next}")
         };
         check(

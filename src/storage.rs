@@ -113,13 +113,15 @@ fn sqlite_url(path: &str) -> anyhow::Result<String> {
     let path = path.trim_start_matches("//");
     let (file, query) = path.split_once('?').unwrap_or((path, ""));
     if file.is_empty() || file == ":memory:" {
-        anyhow::bail!("SQLite needs a file path (sqlite:PATH): pools of in-memory databases do not share data");
+        anyhow::bail!(
+            "SQLite needs a file path (sqlite:PATH): pools of in-memory databases do not share data"
+        );
     }
-    if let Some(parent) = std::path::Path::new(file).parent() {
-        if !parent.as_os_str().is_empty() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("creating database directory {}", parent.display()))?;
-        }
+    if let Some(parent) = std::path::Path::new(file).parent()
+        && !parent.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating database directory {}", parent.display()))?;
     }
     let query = if query.is_empty() { "mode=rwc".to_owned() } else { query.to_owned() };
     Ok(format!("sqlite://{file}?{query}"))
@@ -195,9 +197,12 @@ pub mod testing {
     pub async fn drop_postgres_database(url: &str) -> anyhow::Result<()> {
         let Some((base, name)) = url.rsplit_once('/') else { return Ok(()) };
         #[expect(clippy::disallowed_methods, reason = "test configuration, read only by tests")]
-        let server_url = std::env::var("WASMJOB_TEST_POSTGRES_URL").unwrap_or_else(|_| format!("{base}/postgres"));
+        let server_url = std::env::var("WASMJOB_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| format!("{base}/postgres"));
         let server = AnyPool::connect(&server_url).await?;
-        sqlx::query(&format!("drop database if exists {name} with (force)")).execute(&server).await?;
+        sqlx::query(&format!("drop database if exists {name} with (force)"))
+            .execute(&server)
+            .await?;
         server.close().await;
         Ok(())
     }

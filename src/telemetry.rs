@@ -2,10 +2,15 @@
 
 use tracing_subscriber::EnvFilter;
 
-/// Installs the global subscriber: `RUST_LOG` or `info`.
+/// Installs the global subscriber: `RUST_LOG` or `info`, to stderr, colored only on a terminal.
 pub fn init() {
+    use std::io::IsTerminal;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
 }
 
 /// Installs a subscriber that writes through the test harness, once per process.

@@ -1,1 +1,13 @@
-//! Integration tests.
+//! Integration tests: one binary, one module per area, helpers in `support`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+/// The operator and executor APIs' answers to bad input, through the router (no socket).
+mod api_errors;
+/// The whole platform on 127.0.0.1: cron fires, manual triggers, logs, on each database.
+mod end_to_end;
+/// `wasmjob standalone` as a real process, the way the README runs it.
+mod standalone;
+/// Rules of the source tree: docs on every file, layering, migrations.
+mod tidy;

@@ -14,7 +14,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::now_ms;
-use crate::model::{AddressType, GlueType, Group, Job, RouteStrategy, RunRecord, TriggerType, code};
+use crate::model::{
+    AddressType, GlueType, Group, Job, RouteStrategy, RunRecord, TriggerType, code,
+};
 use crate::protocol::{self, GLUE_WASM, JobIdParam, REGISTRY_GROUP_EXECUTOR, TriggerParam};
 use crate::routing::{Probe, Route, RouterState};
 use crate::storage::{Db, NewRun};
@@ -79,12 +81,19 @@ impl Dispatcher {
     }
 
     /// The addresses runs of `group` may go to now: heartbeats for `AUTO`, configuration for `MANUAL`.
-    pub async fn online_addresses(&self, group: &Group, now_ms: i64) -> anyhow::Result<Vec<String>> {
+    pub async fn online_addresses(
+        &self,
+        group: &Group,
+        now_ms: i64,
+    ) -> anyhow::Result<Vec<String>> {
         Ok(match group.address_type {
             AddressType::Manual => group.addresses.clone(),
             AddressType::Auto => {
                 let since = now_ms - self.inner.online_window_ms;
-                self.inner.db.online_addresses(REGISTRY_GROUP_EXECUTOR, &group.app_name, since).await?
+                self.inner
+                    .db
+                    .online_addresses(REGISTRY_GROUP_EXECUTOR, &group.app_name, since)
+                    .await?
             }
         })
     }
@@ -100,7 +109,8 @@ impl Dispatcher {
         let db = &self.inner.db;
         let version = match (job.glue_type, job.active_version) {
             (GlueType::GlueWasm, Some(version)) => {
-                let found = db.get_job_version(job.id, version).await.map_err(anyhow::Error::from)?;
+                let found =
+                    db.get_job_version(job.id, version).await.map_err(anyhow::Error::from)?;
                 found.map(|found| (found.version, found.sha256))
             }
             _ => None,
@@ -132,7 +142,10 @@ impl Dispatcher {
         let online = self.online_addresses(&group, trigger.at_ms.max(now_ms())).await?;
         let targets = match addresses {
             Some(given) => {
-                if let Some(stranger) = given.iter().find(|address| !online.contains(address) && !group.addresses.contains(address)) {
+                if let Some(stranger) = given
+                    .iter()
+                    .find(|address| !online.contains(address) && !group.addresses.contains(address))
+                {
                     return Err(TriggerError::AddressNotAllowed(stranger.clone()));
                 }
                 given.to_vec()
@@ -145,7 +158,11 @@ impl Dispatcher {
                 // No executor to shard over: one run that fails visibly at dispatch.
                 return Ok(vec![run(None, 0, 1)]);
             }
-            return Ok(targets.into_iter().enumerate().map(|(index, address)| run(Some(address), index as i64, total)).collect());
+            return Ok(targets
+                .into_iter()
+                .enumerate()
+                .map(|(index, address)| run(Some(address), index as i64, total))
+                .collect());
         }
         let picked = self.route(job, &targets, now_ms()).await;
         Ok(vec![run(picked, 0, 1)])
@@ -162,7 +179,9 @@ impl Dispatcher {
         let now = now_ms();
         let mut ids = Vec::with_capacity(runs.len());
         for run in &runs {
-            if let Some(id) = self.inner.db.create_run(run, now).await.map_err(anyhow::Error::from)? {
+            if let Some(id) =
+                self.inner.db.create_run(run, now).await.map_err(anyhow::Error::from)?
+            {
                 ids.push(id);
                 self.send_at(id, run.trigger_time_ms);
             }
@@ -182,7 +201,10 @@ impl Dispatcher {
                     () = this.inner.timers.cancelled() => return,
                 }
                 if let Err(error) = this.send(run_id).await {
-                    tracing::error!(error = format!("{error:#}"), "dispatching run {run_id} failed");
+                    tracing::error!(
+                        error = format!("{error:#}"),
+                        "dispatching run {run_id} failed"
+                    );
                 }
             }
             .instrument(span),
@@ -203,13 +225,26 @@ impl Dispatcher {
         };
         match sent {
             Ok(address) => {
-                db.set_trigger_result(run.id, Some(&address), code::SUCCESS, &format!("sent to {address}")).await?;
+                db.set_trigger_result(
+                    run.id,
+                    Some(&address),
+                    code::SUCCESS,
+                    &format!("sent to {address}"),
+                )
+                .await?;
                 tracing::info!(job.id = run.job_id, executor.address = %address, "run {} sent to {address}", run.id);
             }
             Err(reason) => {
                 tracing::warn!(job.id = run.job_id, "run {} not sent: {reason}", run.id);
-                db.set_trigger_result(run.id, run.executor_address.as_deref(), code::FAILURE, &reason).await?;
-                self.apply_result(run.id, code::FAILURE, &format!("trigger failed: {reason}")).await?;
+                db.set_trigger_result(
+                    run.id,
+                    run.executor_address.as_deref(),
+                    code::FAILURE,
+                    &reason,
+                )
+                .await?;
+                self.apply_result(run.id, code::FAILURE, &format!("trigger failed: {reason}"))
+                    .await?;
             }
         }
         Ok(())
@@ -219,13 +254,18 @@ impl Dispatcher {
         let address = match &run.executor_address {
             Some(address) => address.clone(),
             None => {
-                let group = self.inner.db.get_group(job.group_id).await.map_err(|e| e.to_string())?;
-                let group = group.ok_or_else(|| format!("group {} does not exist", job.group_id))?;
-                let online = self.online_addresses(&group, now_ms()).await.map_err(|e| format!("{e:#}"))?;
+                let group =
+                    self.inner.db.get_group(job.group_id).await.map_err(|e| e.to_string())?;
+                let group =
+                    group.ok_or_else(|| format!("group {} does not exist", job.group_id))?;
+                let online =
+                    self.online_addresses(&group, now_ms()).await.map_err(|e| format!("{e:#}"))?;
                 if online.is_empty() {
                     return Err(format!("no executor online in group `{}`", group.app_name));
                 }
-                self.route(job, &online, now_ms()).await.ok_or_else(|| "no executor passed the route's probe".to_owned())?
+                self.route(job, &online, now_ms())
+                    .await
+                    .ok_or_else(|| "no executor passed the route's probe".to_owned())?
             }
         };
         let param = trigger_param(job, run).map_err(|e| format!("{e:#}"))?;
@@ -247,10 +287,15 @@ impl Dispatcher {
             Route::FirstPassing { probe, candidates } => {
                 for candidate in candidates {
                     let passed = match probe {
-                        Probe::Beat => self.inner.client.call::<_, String>(&candidate, "beat", &()).await,
+                        Probe::Beat => {
+                            self.inner.client.call::<_, String>(&candidate, "beat", &()).await
+                        }
                         Probe::IdleBeat => {
                             let param = JobIdParam { job_id: job.id, log_id: None };
-                            self.inner.client.call::<_, String>(&candidate, "idleBeat", &param).await
+                            self.inner
+                                .client
+                                .call::<_, String>(&candidate, "idleBeat", &param)
+                                .await
                         }
                     };
                     if passed.is_ok() {
@@ -264,7 +309,12 @@ impl Dispatcher {
 
     /// Applies a run's result unless it has one; then retries a failure or triggers the children
     /// of a success. A result for a finished or unknown run is ignored.
-    pub async fn apply_result(&self, run_id: i64, handle_code: i32, handle_msg: &str) -> anyhow::Result<()> {
+    pub async fn apply_result(
+        &self,
+        run_id: i64,
+        handle_code: i32,
+        handle_msg: &str,
+    ) -> anyhow::Result<()> {
         let db = &self.inner.db;
         let Some(run) = db.finish_run(run_id, handle_code, handle_msg, now_ms()).await? else {
             return Ok(());
@@ -278,14 +328,21 @@ impl Dispatcher {
                     trigger_time_ms: now_ms(),
                     fire_time_ms: None,
                     param: run.param.clone(),
-                    executor_address: (run.shard_total > 1).then(|| run.executor_address.clone()).flatten(),
+                    executor_address: (run.shard_total > 1)
+                        .then(|| run.executor_address.clone())
+                        .flatten(),
                     shard_index: run.shard_index,
                     shard_total: run.shard_total,
                     attempt: run.attempt + 1,
                     version: run.version.zip(run.sha256.clone()),
                 };
                 if let Some(id) = db.create_run(&retry, now_ms()).await? {
-                    tracing::info!(job.id = job.id, "run {} failed: retry {} as run {id}", run.id, retry.attempt);
+                    tracing::info!(
+                        job.id = job.id,
+                        "run {} failed: retry {} as run {id}",
+                        run.id,
+                        retry.attempt
+                    );
                     self.send_at(id, retry.trigger_time_ms);
                 }
             }
@@ -298,8 +355,14 @@ impl Dispatcher {
             };
             let trigger = PlannedTrigger::now(TriggerType::Parent, child.param.clone());
             match self.trigger(&child, trigger, None).await {
-                Ok(ids) => tracing::info!(job.id = job.id, "run {} triggered child job {child_id}: runs {ids:?}", run.id),
-                Err(error) => tracing::warn!(job.id = job.id, "child job {child_id} not triggered: {error}"),
+                Ok(ids) => tracing::info!(
+                    job.id = job.id,
+                    "run {} triggered child job {child_id}: runs {ids:?}",
+                    run.id
+                ),
+                Err(error) => {
+                    tracing::warn!(job.id = job.id, "child job {child_id} not triggered: {error}")
+                }
             }
         }
         Ok(())
@@ -313,11 +376,18 @@ impl Dispatcher {
         match (&run.executor_address, run.trigger_code) {
             (Some(address), code::SUCCESS) => {
                 let param = JobIdParam { job_id: run.job_id, log_id: Some(run.id) };
-                self.inner.client.call::<_, String>(address, "kill", &param).await.context("asking the executor")?;
+                self.inner
+                    .client
+                    .call::<_, String>(address, "kill", &param)
+                    .await
+                    .context("asking the executor")?;
                 Ok(format!("kill sent to {address}"))
             }
             _ => {
-                self.inner.db.finish_run(run.id, code::FAILURE, "killed before it was sent", now_ms()).await?;
+                self.inner
+                    .db
+                    .finish_run(run.id, code::FAILURE, "killed before it was sent", now_ms())
+                    .await?;
                 Ok("killed before it was sent".to_owned())
             }
         }
@@ -370,7 +440,10 @@ pub async fn sweep(dispatcher: Dispatcher, shutdown: CancellationToken) {
 fn trigger_param(job: &Job, run: &RunRecord) -> anyhow::Result<TriggerParam> {
     let (glue_source, handler) = match job.glue_type {
         GlueType::GlueWasm => {
-            let sha256 = run.sha256.clone().with_context(|| format!("job {} has no module version: upload one", job.id))?;
+            let sha256 = run
+                .sha256
+                .clone()
+                .with_context(|| format!("job {} has no module version: upload one", job.id))?;
             (sha256, String::new())
         }
         GlueType::Bean => (String::new(), job.handler.clone().unwrap_or_default()),
@@ -383,7 +456,11 @@ fn trigger_param(job: &Job, run: &RunRecord) -> anyhow::Result<TriggerParam> {
         executor_timeout: job.timeout_secs,
         log_id: run.id,
         log_date_time: run.trigger_time_ms,
-        glue_type: if job.glue_type == GlueType::GlueWasm { GLUE_WASM.to_owned() } else { "BEAN".to_owned() },
+        glue_type: if job.glue_type == GlueType::GlueWasm {
+            GLUE_WASM.to_owned()
+        } else {
+            "BEAN".to_owned()
+        },
         glue_source,
         glue_updatetime: 0,
         broadcast_index: run.shard_index,

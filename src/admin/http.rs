@@ -47,7 +47,9 @@ async fn require_bearer(State(state): State<AppState>, request: Request, next: N
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "));
     match given {
-        Some(token) if constant_time_eq(token.trim().as_bytes(), state.config.admin_token.as_bytes()) => {
+        Some(token)
+            if constant_time_eq(token.trim().as_bytes(), state.config.admin_token.as_bytes()) =>
+        {
             next.run(request).await
         }
         _ => ApiError::Unauthorized.into_response(),

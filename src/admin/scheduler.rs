@@ -38,7 +38,10 @@ pub async fn run(state: AppState, shutdown: CancellationToken) {
             }
         };
         let sleep = match next {
-            Some(at) => Duration::from_millis(u64::try_from(at - LOOKAHEAD_MS - now_ms()).unwrap_or(0)).min(MAX_SLEEP),
+            Some(at) => {
+                Duration::from_millis(u64::try_from(at - LOOKAHEAD_MS - now_ms()).unwrap_or(0))
+                    .min(MAX_SLEEP)
+            }
             None => MAX_SLEEP,
         };
         tokio::select! {
@@ -55,14 +58,23 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     let due = state.db.due_jobs(now + LOOKAHEAD_MS, BATCH).await?;
     for job in &due {
         if let Err(error) = fire(state, job, now).await {
-            tracing::error!(job.id = job.id, error = format!("{error:#}"), "firing job {} failed", job.id);
+            tracing::error!(
+                job.id = job.id,
+                error = format!("{error:#}"),
+                "firing job {} failed",
+                job.id
+            );
         }
     }
     Ok(state.db.earliest_fire().await?)
 }
 
 async fn fire(state: &AppState, job: &Job, now: i64) -> anyhow::Result<()> {
-    let schedule = match Schedule::parse(job.schedule_type, &job.schedule_conf, job.time_zone.as_deref()) {
+    let schedule = match Schedule::parse(
+        job.schedule_type,
+        &job.schedule_conf,
+        job.time_zone.as_deref(),
+    ) {
         Ok(schedule) => schedule,
         Err(error) => {
             // Schedules are validated on the way in; one that no longer parses (a time zone
@@ -76,11 +88,21 @@ async fn fire(state: &AppState, job: &Job, now: i64) -> anyhow::Result<()> {
     let fire_at = decision.fire.map_or(now, |(at_ms, _)| at_ms);
     let runs = match decision.fire {
         Some((at_ms, trigger_type)) => {
-            let trigger = PlannedTrigger { trigger_type, at_ms, fire_time_ms: Some(at_ms), param: job.param.clone() };
+            let trigger = PlannedTrigger {
+                trigger_type,
+                at_ms,
+                fire_time_ms: Some(at_ms),
+                param: job.param.clone(),
+            };
             state.dispatcher.plan_runs(job, trigger, None).await?
         }
         None => {
-            tracing::info!(job.id = job.id, "job {} misfired at {}: skipped", job.id, job.next_fire_ms);
+            tracing::info!(
+                job.id = job.id,
+                "job {} misfired at {}: skipped",
+                job.id,
+                job.next_fire_ms
+            );
             Vec::new()
         }
     };

@@ -19,7 +19,11 @@ pub async fn run(
     loop {
         match send(&client, &admin_urls, "api/registry", &param).await {
             Ok(admin) if !registered => {
-                tracing::info!("registered {} as `{}` with {admin}", param.registry_value, param.registry_key);
+                tracing::info!(
+                    "registered {} as `{}` with {admin}",
+                    param.registry_value,
+                    param.registry_key
+                );
                 registered = true;
             }
             Ok(_) => {}

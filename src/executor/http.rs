@@ -46,7 +46,11 @@ pub fn router(state: ExecutorState) -> Router {
         .with_state(state)
 }
 
-async fn require_token(State(state): State<ExecutorState>, request: Request, next: Next) -> Response {
+async fn require_token(
+    State(state): State<ExecutorState>,
+    request: Request,
+    next: Next,
+) -> Response {
     if !token_matches(request.headers(), &state.access_token) {
         return Json(ReturnT::fail("The access token is wrong.")).into_response();
     }
@@ -84,11 +88,19 @@ async fn run(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<St
     let (job_id, log_id) = (param.job_id, param.log_id);
     match state.workers.push(param) {
         Ok(message) => {
-            tracing::debug!(job.id = job_id, run.id = log_id, "trigger for run {log_id}: {message}");
+            tracing::debug!(
+                job.id = job_id,
+                run.id = log_id,
+                "trigger for run {log_id}: {message}"
+            );
             Json(ReturnT { code: 200, msg: Some(message), content: None, data: None })
         }
         Err(reason) => {
-            tracing::info!(job.id = job_id, run.id = log_id, "trigger for run {log_id} refused: {reason}");
+            tracing::info!(
+                job.id = job_id,
+                run.id = log_id,
+                "trigger for run {log_id} refused: {reason}"
+            );
             Json(ReturnT::fail(reason))
         }
     }
@@ -102,7 +114,12 @@ async fn kill(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<S
     if state.workers.kill(param.job_id, param.log_id) {
         Json(ReturnT::success())
     } else {
-        Json(ReturnT { code: 200, msg: Some("job thread already killed.".to_owned()), content: None, data: None })
+        Json(ReturnT {
+            code: 200,
+            msg: Some("job thread already killed.".to_owned()),
+            content: None,
+            data: None,
+        })
     }
 }
 
@@ -110,18 +127,37 @@ async fn log(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<Lo
     let param: LogParam = match serde_json::from_slice(&body) {
         Ok(param) => param,
         Err(error) => {
-            return Json(ReturnT { code: 500, msg: Some(format!("invalid request body: {error}")), content: None, data: None });
+            return Json(ReturnT {
+                code: 500,
+                msg: Some(format!("invalid request body: {error}")),
+                content: None,
+                data: None,
+            });
         }
     };
     let logs = state.logs.clone();
-    let page = tokio::task::spawn_blocking(move || logs.read(param.log_id, param.log_date_tim, param.from_line_num)).await;
+    let page = tokio::task::spawn_blocking(move || {
+        logs.read(param.log_id, param.log_date_tim, param.from_line_num)
+    })
+    .await;
     match page {
         Ok(Ok(page)) => Json(ReturnT::ok(page)),
-        Ok(Err(error)) => Json(ReturnT { code: 500, msg: Some(format!("reading log: {error}")), content: None, data: None }),
-        Err(error) => Json(ReturnT { code: 500, msg: Some(format!("reading log: {error}")), content: None, data: None }),
+        Ok(Err(error)) => Json(ReturnT {
+            code: 500,
+            msg: Some(format!("reading log: {error}")),
+            content: None,
+            data: None,
+        }),
+        Err(error) => Json(ReturnT {
+            code: 500,
+            msg: Some(format!("reading log: {error}")),
+            content: None,
+            data: None,
+        }),
     }
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Json<ReturnT<String>>> {
-    serde_json::from_slice(body).map_err(|error| Json(ReturnT::fail(format!("invalid request body: {error}"))))
+    serde_json::from_slice(body)
+        .map_err(|error| Json(ReturnT::fail(format!("invalid request body: {error}"))))
 }

@@ -69,7 +69,12 @@ impl LogStore {
     }
 
     /// A page of run `log_id`'s log from line `from_line` (1-based).
-    pub fn read(&self, log_id: i64, trigger_time_ms: i64, from_line: i64) -> std::io::Result<LogResult> {
+    pub fn read(
+        &self,
+        log_id: i64,
+        trigger_time_ms: i64,
+        from_line: i64,
+    ) -> std::io::Result<LogResult> {
         let from_line = from_line.max(1);
         let active = self.is_active(log_id);
         let path = self.path(log_id, trigger_time_ms);
@@ -90,12 +95,14 @@ impl LogStore {
 
     /// Deletes the date directories older than `keep_days` days before `now`.
     pub fn remove_older_than(&self, now: DateTime<Utc>, keep_days: u32) -> std::io::Result<usize> {
-        let oldest_kept = (now - chrono::Duration::days(i64::from(keep_days))).format("%Y-%m-%d").to_string();
+        let oldest_kept =
+            (now - chrono::Duration::days(i64::from(keep_days))).format("%Y-%m-%d").to_string();
         let mut removed = 0;
         for entry in std::fs::read_dir(&self.root)? {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            let is_date = name.len() == 10 && chrono::NaiveDate::parse_from_str(&name, "%Y-%m-%d").is_ok();
+            let is_date =
+                name.len() == 10 && chrono::NaiveDate::parse_from_str(&name, "%Y-%m-%d").is_ok();
             if is_date && name < oldest_kept {
                 std::fs::remove_dir_all(entry.path())?;
                 removed += 1;
@@ -129,7 +136,9 @@ fn read_page(reader: impl BufRead, from_line: i64, active: bool) -> std::io::Res
         if line_no < from_line {
             continue;
         }
-        if (to_line - from_line + 1) as usize >= PAGE_LINES || content.len() + line.len() > PAGE_BYTES {
+        if (to_line - from_line + 1) as usize >= PAGE_LINES
+            || content.len() + line.len() > PAGE_BYTES
+        {
             at_end = false;
             break;
         }
@@ -137,7 +146,12 @@ fn read_page(reader: impl BufRead, from_line: i64, active: bool) -> std::io::Res
         content.push('\n');
         to_line = line_no;
     }
-    Ok(LogResult { from_line_num: from_line, to_line_num: to_line, log_content: content, is_end: at_end && !active })
+    Ok(LogResult {
+        from_line_num: from_line,
+        to_line_num: to_line,
+        log_content: content,
+        is_end: at_end && !active,
+    })
 }
 
 /// The open log of one run; implements the runtime's [`LogSink`]. Clones share the file and
@@ -177,11 +191,17 @@ impl RunLogInner {
         for part in message.split('\n') {
             let part = part.trim_end_matches('\r');
             let (part, cut) = cut_line(part);
-            text.push_str(&format!("{time} [{level}] {part}{}\n", if cut { " …[line cut]" } else { "" }));
+            text.push_str(&format!(
+                "{time} [{level}] {part}{}\n",
+                if cut { " …[line cut]" } else { "" }
+            ));
         }
         if self.written + text.len() as u64 > self.max_bytes {
             self.truncated = true;
-            text = format!("{time} [WARN] log truncated: the run's log reached its cap of {} bytes\n", self.max_bytes);
+            text = format!(
+                "{time} [WARN] log truncated: the run's log reached its cap of {} bytes\n",
+                self.max_bytes
+            );
         }
         // A failing log write must not fail the run: the guest's work matters more than its log.
         if self.file.write_all(text.as_bytes()).is_ok() {

@@ -30,7 +30,10 @@ impl Modules {
     pub fn check(&self, glue_type: &str, glue_source: &str, handler: &str) -> Result<(), String> {
         match glue_type {
             GLUE_WASM if is_sha256(glue_source) => Ok(()),
-            GLUE_WASM => Err(format!("glueSource `{}` is not a sha256 digest", glue_source.chars().take(80).collect::<String>())),
+            GLUE_WASM => Err(format!(
+                "glueSource `{}` is not a sha256 digest",
+                glue_source.chars().take(80).collect::<String>()
+            )),
             "BEAN" if is_handler_name(handler) && self.handlers_dir.is_some() => Ok(()),
             "BEAN" if self.handlers_dir.is_none() => {
                 Err("this executor has no --handlers-dir: BEAN jobs cannot run here".to_owned())
@@ -43,7 +46,12 @@ impl Modules {
     }
 
     /// The compiled component for a checked trigger.
-    pub async fn resolve(&self, glue_type: &str, glue_source: &str, handler: &str) -> anyhow::Result<CompiledJob> {
+    pub async fn resolve(
+        &self,
+        glue_type: &str,
+        glue_source: &str,
+        handler: &str,
+    ) -> anyhow::Result<CompiledJob> {
         if glue_type == GLUE_WASM {
             return self.by_digest(glue_source).await;
         }
@@ -72,7 +80,11 @@ impl Modules {
     async fn fetch(&self, sha256: &str) -> anyhow::Result<Vec<u8>> {
         let mut errors = Vec::new();
         for admin in &self.admin_urls {
-            match self.client.get_bytes(admin, &format!("api/modules/{sha256}"), MAX_MODULE_BYTES).await {
+            match self
+                .client
+                .get_bytes(admin, &format!("api/modules/{sha256}"), MAX_MODULE_BYTES)
+                .await
+            {
                 Ok(bytes) => return Ok(bytes),
                 Err(error) => errors.push(format!("{error:#}")),
             }
@@ -87,5 +99,7 @@ fn is_sha256(text: &str) -> bool {
 
 /// A handler name is a file stem in the handlers dir: no separators, no dots, nothing else.
 fn is_handler_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 128 && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+    !name.is_empty()
+        && name.len() <= 128
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
 }

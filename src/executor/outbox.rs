@@ -49,7 +49,8 @@ impl Outbox {
             if path.extension().is_none_or(|ext| ext != "json") {
                 continue;
             }
-            let parsed = std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
+            let parsed =
+                std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
             match parsed {
                 Some(result) => found.push((path, result)),
                 None => {
@@ -65,7 +66,12 @@ impl Outbox {
     }
 
     /// Delivers results until `shutdown`, then makes one last attempt.
-    pub async fn deliver(self, client: protocol::Client, admin_urls: Vec<String>, shutdown: CancellationToken) {
+    pub async fn deliver(
+        self,
+        client: protocol::Client,
+        admin_urls: Vec<String>,
+        shutdown: CancellationToken,
+    ) {
         let mut backoff = Duration::from_millis(500);
         loop {
             let delivered = self.deliver_once(&client, &admin_urls).await;
@@ -97,7 +103,11 @@ impl Outbox {
     }
 
     /// Sends one batch. `Ok(true)` when a full batch went (there may be more).
-    async fn deliver_once(&self, client: &protocol::Client, admin_urls: &[String]) -> anyhow::Result<bool> {
+    async fn deliver_once(
+        &self,
+        client: &protocol::Client,
+        admin_urls: &[String],
+    ) -> anyhow::Result<bool> {
         let outbox = self.clone();
         let batch = tokio::task::spawn_blocking(move || outbox.pending(BATCH)).await??;
         if batch.is_empty() {
@@ -111,7 +121,11 @@ impl Outbox {
                     for (path, _) in &batch {
                         let _ = std::fs::remove_file(path);
                     }
-                    tracing::debug!(count = batch.len(), "delivered {} results to {admin}", batch.len());
+                    tracing::debug!(
+                        count = batch.len(),
+                        "delivered {} results to {admin}",
+                        batch.len()
+                    );
                     return Ok(batch.len() == BATCH);
                 }
                 Err(error) => last_error = Some(error),

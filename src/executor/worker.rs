@@ -74,8 +74,10 @@ impl Workers {
             return Err("logId must be a positive run id".to_owned());
         }
         self.ctx.modules.check(&param.glue_type, &param.glue_source, &param.executor_handler)?;
-        let strategy =
-            param.executor_block_strategy.parse::<BlockStrategy>().unwrap_or(BlockStrategy::SerialExecution);
+        let strategy = param
+            .executor_block_strategy
+            .parse::<BlockStrategy>()
+            .unwrap_or(BlockStrategy::SerialExecution);
         let mut map = self.map.lock().map_err(|_| "worker table poisoned".to_owned())?;
         if !self.remember(param.log_id) {
             return Ok(format!("duplicate logId {}: the run was accepted already", param.log_id));
@@ -86,7 +88,8 @@ impl Workers {
         match strategy {
             BlockStrategy::DiscardLater if busy => {
                 self.forget(param.log_id);
-                return Err("block strategy effect: DISCARD_LATER (the job is running or queued)".to_owned());
+                return Err("block strategy effect: DISCARD_LATER (the job is running or queued)"
+                    .to_owned());
             }
             BlockStrategy::CoverEarly if busy => {
                 if let Some((log_id, cancel)) = &queue.running {
@@ -94,7 +97,10 @@ impl Workers {
                     cancel.cancel();
                 }
                 for dropped in queue.pending.drain(..) {
-                    self.report_unrun(&dropped, "discarded: covered by a later trigger (COVER_EARLY)");
+                    self.report_unrun(
+                        &dropped,
+                        "discarded: covered by a later trigger (COVER_EARLY)",
+                    );
                 }
             }
             _ => {}
@@ -115,11 +121,11 @@ impl Workers {
         };
         let Ok(mut queue) = worker.queue.lock() else { return false };
         let mut found = false;
-        if let Some((running_id, cancel)) = &queue.running {
-            if log_id.is_none_or(|id| id == *running_id) {
-                cancel.cancel();
-                found = true;
-            }
+        if let Some((running_id, cancel)) = &queue.running
+            && log_id.is_none_or(|id| id == *running_id)
+        {
+            cancel.cancel();
+            found = true;
         }
         let (dropped, kept): (Vec<_>, Vec<_>) =
             queue.pending.drain(..).partition(|queued| log_id.is_none_or(|id| id == queued.log_id));
@@ -134,22 +140,30 @@ impl Workers {
     pub fn is_idle(&self, job_id: i64) -> bool {
         let worker = self.map.lock().ok().and_then(|map| map.get(&job_id).cloned());
         worker.is_none_or(|worker| {
-            worker.queue.lock().map(|q| q.running.is_none() && q.pending.is_empty()).unwrap_or(false)
+            worker
+                .queue
+                .lock()
+                .map(|q| q.running.is_none() && q.pending.is_empty())
+                .unwrap_or(false)
         })
     }
 
     /// How many runs are running or queued.
     pub fn busy_count(&self) -> usize {
-        let workers: Vec<_> = self.map.lock().map(|map| map.values().cloned().collect()).unwrap_or_default();
+        let workers: Vec<_> =
+            self.map.lock().map(|map| map.values().cloned().collect()).unwrap_or_default();
         workers
             .iter()
-            .filter_map(|worker| worker.queue.lock().ok().map(|q| q.pending.len() + usize::from(q.running.is_some())))
+            .filter_map(|worker| {
+                worker.queue.lock().ok().map(|q| q.pending.len() + usize::from(q.running.is_some()))
+            })
             .sum()
     }
 
     /// Kills everything running or queued (shutdown after the grace period).
     pub fn kill_all(&self) {
-        let job_ids: Vec<i64> = self.map.lock().map(|map| map.keys().copied().collect()).unwrap_or_default();
+        let job_ids: Vec<i64> =
+            self.map.lock().map(|map| map.keys().copied().collect()).unwrap_or_default();
         for job_id in job_ids {
             self.kill(job_id, None);
         }
@@ -204,10 +218,10 @@ impl Workers {
             return false;
         }
         recent.order.push_back(log_id);
-        if recent.order.len() > RECENT_IDS {
-            if let Some(old) = recent.order.pop_front() {
-                recent.set.remove(&old);
-            }
+        if recent.order.len() > RECENT_IDS
+            && let Some(old) = recent.order.pop_front()
+        {
+            recent.set.remove(&old);
         }
         true
     }
@@ -233,17 +247,30 @@ async fn execute(ctx: &RunContext, param: TriggerParam, cancel: CancellationToke
         Ok(log) => log,
         Err(error) => {
             tracing::error!(%error, "cannot open the log of run {}", param.log_id);
-            finish(ctx, &param, code::FAILURE, &format!("host error: cannot open the run log: {error}"));
+            finish(
+                ctx,
+                &param,
+                code::FAILURE,
+                &format!("host error: cannot open the run log: {error}"),
+            );
             return;
         }
     };
-    let source = if param.glue_type == "BEAN" { &param.executor_handler } else { &param.glue_source };
+    let source =
+        if param.glue_type == "BEAN" { &param.executor_handler } else { &param.glue_source };
     log.line(
         Level::Info,
-        &format!("run {} of job {} started: {} {source}, param `{}`", param.log_id, param.job_id, param.glue_type, param.executor_params),
+        &format!(
+            "run {} of job {} started: {} {source}, param `{}`",
+            param.log_id, param.job_id, param.glue_type, param.executor_params
+        ),
     );
     let started = std::time::Instant::now();
-    let outcome = match ctx.modules.resolve(&param.glue_type, &param.glue_source, &param.executor_handler).await {
+    let outcome = match ctx
+        .modules
+        .resolve(&param.glue_type, &param.glue_source, &param.executor_handler)
+        .await
+    {
         Ok(job) => {
             let limits = limits(&ctx.defaults, &param);
             let trigger = trigger(&param);
@@ -278,7 +305,10 @@ fn limits(defaults: &RunDefaults, param: &TriggerParam) -> RunLimits {
         .and_then(|mb| usize::try_from(mb).ok())
         .filter(|mb| *mb > 0)
         .map(|mb| mb.saturating_mul(1024 * 1024));
-    let timeout = u64::try_from(param.executor_timeout).ok().filter(|secs| *secs > 0).map(Duration::from_secs);
+    let timeout = u64::try_from(param.executor_timeout)
+        .ok()
+        .filter(|secs| *secs > 0)
+        .map(Duration::from_secs);
     RunLimits {
         fuel: fuel.unwrap_or(defaults.fuel),
         timeout,

@@ -30,10 +30,7 @@ pub(super) fn least_frequently_used(
     rng: &mut dyn RngCore,
 ) -> Option<String> {
     for address in addresses {
-        if counts
-            .get(address)
-            .is_none_or(|&count| count > COUNT_RESET_ABOVE)
-        {
+        if counts.get(address).is_none_or(|&count| count > COUNT_RESET_ABOVE) {
             counts.insert(address.clone(), rng.random_range(0..addresses.len()));
         }
     }

@@ -12,4 +12,3 @@ wasmtime::component::bindgen!({
 });
 
 pub use self::wasmjob::job::log::Level;
-

@@ -94,7 +94,10 @@ impl Cache {
             Ok(component) => {
                 let job = link(linker, &component, sha256).ok()?;
                 self.loaded_from_disk.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(module.sha256 = sha256, "loaded precompiled module {sha256} from cache");
+                tracing::info!(
+                    module.sha256 = sha256,
+                    "loaded precompiled module {sha256} from cache"
+                );
                 self.remember(job.clone());
                 Some(job)
             }
@@ -122,17 +125,19 @@ impl Cache {
             anyhow::bail!("module digest mismatch: expected {sha256}, got {digest}");
         }
         let started = std::time::Instant::now();
-        let component = super::compile(engine, &bytes).map_err(anyhow::Error::from).context("compiling module")?;
+        let component = super::compile(engine, &bytes)
+            .map_err(anyhow::Error::from)
+            .context("compiling module")?;
         self.compiled.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             module.sha256 = sha256,
             duration_ms = started.elapsed().as_millis() as u64,
             "compiled module {sha256}"
         );
-        if let Some(path) = self.artifact_path(sha256) {
-            if let Err(error) = store_artifact(&component, &path) {
-                tracing::warn!(module.sha256 = sha256, %error, "could not cache compiled module");
-            }
+        if let Some(path) = self.artifact_path(sha256)
+            && let Err(error) = store_artifact(&component, &path)
+        {
+            tracing::warn!(module.sha256 = sha256, %error, "could not cache compiled module");
         }
         let job = link(linker, &component, sha256)?;
         self.remember(job.clone());
@@ -147,15 +152,23 @@ impl Cache {
 
     fn artifact_path(&self, sha256: &str) -> Option<PathBuf> {
         // The digest names a file: accept nothing but lowercase hex of the right length.
-        let is_digest = sha256.len() == 64 && sha256.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        let is_digest =
+            sha256.len() == 64 && sha256.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
         let dir = self.dir.as_ref()?;
         is_digest.then(|| dir.join(format!("{sha256}.cwasm")))
     }
 }
 
-fn link(linker: &Linker<RunState>, component: &Component, sha256: &str) -> anyhow::Result<CompiledJob> {
-    let pre = linker.instantiate_pre(component).map_err(anyhow::Error::from).context("linking module")?;
-    let pre = JobPre::new(pre).map_err(anyhow::Error::from).context("module does not export the job world's `run`")?;
+fn link(
+    linker: &Linker<RunState>,
+    component: &Component,
+    sha256: &str,
+) -> anyhow::Result<CompiledJob> {
+    let pre =
+        linker.instantiate_pre(component).map_err(anyhow::Error::from).context("linking module")?;
+    let pre = JobPre::new(pre)
+        .map_err(anyhow::Error::from)
+        .context("module does not export the job world's `run`")?;
     Ok(CompiledJob { pre, sha256: Arc::from(sha256) })
 }
 

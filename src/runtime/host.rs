@@ -151,9 +151,15 @@ pub(super) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<RunSt
     let mut linker = Linker::new(engine);
     let l = &mut linker;
     bindings::Job::add_to_linker::<RunState, wasmtime::component::HasSelf<RunState>>(l, |s| s)?;
-    wasmtime_wasi::p2::bindings::io::error::add_to_linker::<RunState, HasTable>(l, |s| &mut s.table)?;
-    wasmtime_wasi::p2::bindings::io::poll::add_to_linker::<RunState, HasTable>(l, |s| &mut s.table)?;
-    wasmtime_wasi::p2::bindings::io::streams::add_to_linker::<RunState, HasTable>(l, |s| &mut s.table)?;
+    wasmtime_wasi::p2::bindings::io::error::add_to_linker::<RunState, HasTable>(l, |s| {
+        &mut s.table
+    })?;
+    wasmtime_wasi::p2::bindings::io::poll::add_to_linker::<RunState, HasTable>(l, |s| {
+        &mut s.table
+    })?;
+    wasmtime_wasi::p2::bindings::io::streams::add_to_linker::<RunState, HasTable>(l, |s| {
+        &mut s.table
+    })?;
     clocks::wall_clock::add_to_linker::<RunState, WasiClocks>(l, RunState::clocks)?;
     clocks::monotonic_clock::add_to_linker::<RunState, WasiClocks>(l, RunState::clocks)?;
     random::random::add_to_linker::<RunState, WasiRandom>(l, |s| s.wasi.random())?;

@@ -72,7 +72,9 @@ impl fmt::Display for RunOutcome {
         match self {
             RunOutcome::Success { message, .. } => f.write_str(message),
             RunOutcome::GuestError(message) => write!(f, "job failed: {message}"),
-            RunOutcome::Timeout => f.write_str("timeout: the run passed its deadline and was stopped"),
+            RunOutcome::Timeout => {
+                f.write_str("timeout: the run passed its deadline and was stopped")
+            }
             RunOutcome::Killed => f.write_str("killed: the run was stopped on request"),
             RunOutcome::OutOfFuel => f.write_str("out of fuel: the run spent its fuel budget"),
             RunOutcome::Trap { kind, detail } => write!(f, "trap ({kind}): {detail}"),

@@ -41,7 +41,9 @@ pub enum ValidateError {
     #[error("the component imports interfaces a job may not use: {}", .0.join(", "))]
     DisallowedImports(Vec<String>),
     /// It does not export `run` of the job world.
-    #[error("the component does not export the job world's `run: func(t: trigger) -> result<string, string>`: {0}")]
+    #[error(
+        "the component does not export the job world's `run: func(t: trigger) -> result<string, string>`: {0}"
+    )]
     MissingExport(String),
 }
 
@@ -80,13 +82,10 @@ pub(super) fn validate(
             "a core WebAssembly module: a job must be a component (build for wasm32-wasip2)",
         ));
     }
-    let component =
-        super::compile(engine, bytes).map_err(|error| ValidateError::Invalid(format!("{error:#}")))?;
-    let imports: Vec<String> = component
-        .component_type()
-        .imports(engine)
-        .map(|(name, _)| name.to_owned())
-        .collect();
+    let component = super::compile(engine, bytes)
+        .map_err(|error| ValidateError::Invalid(format!("{error:#}")))?;
+    let imports: Vec<String> =
+        component.component_type().imports(engine).map(|(name, _)| name.to_owned()).collect();
     let disallowed: Vec<String> =
         imports.iter().filter(|name| !is_allowed_import(name)).cloned().collect();
     if !disallowed.is_empty() {

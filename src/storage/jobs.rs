@@ -7,7 +7,8 @@ use super::runs::{NewRun, insert_run};
 use super::{Db, Result, parse_column, split_list};
 use crate::model::{BlockStrategy, GlueType, Job, MisfireStrategy, RouteStrategy, ScheduleType};
 
-const COLUMNS: &str = "id, group_id, name, schedule_type, schedule_conf, time_zone, misfire_strategy,
+const COLUMNS: &str =
+    "id, group_id, name, schedule_type, schedule_conf, time_zone, misfire_strategy,
     route_strategy, block_strategy, timeout_secs, retry_count, glue_type, handler, param,
     child_job_ids, alarm_email, fuel_limit, memory_limit_mb, running, next_fire_ms,
     active_version, created_at, updated_at";
@@ -68,7 +69,13 @@ impl Db {
 
     /// Replaces the operator-set fields of job `id`; `next_fire_ms` is the recomputed next fire
     /// (0 for a stopped job). Returns the job, or `None` if it does not exist.
-    pub async fn update_job(&self, id: i64, job: &NewJob, next_fire_ms: i64, now_ms: i64) -> Result<Option<Job>> {
+    pub async fn update_job(
+        &self,
+        id: i64,
+        job: &NewJob,
+        next_fire_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<Job>> {
         let sql = format!(
             "update jobs set group_id = $1, name = $2, schedule_type = $3, schedule_conf = $4,
                 time_zone = $5, misfire_strategy = $6, route_strategy = $7, block_strategy = $8,
@@ -89,7 +96,10 @@ impl Db {
     /// Deletes job `id` with its versions; its runs stay as history. Whether it existed.
     pub async fn delete_job(&self, id: i64) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("delete from job_versions where job_id = $1").bind(id).execute(&mut *tx).await?;
+        sqlx::query("delete from job_versions where job_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         let done = sqlx::query("delete from jobs where id = $1").bind(id).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
@@ -116,7 +126,12 @@ impl Db {
     }
 
     /// Starts (`next_fire_ms` > 0) or stops (`None`) job `id`. Whether it exists.
-    pub async fn set_job_running(&self, id: i64, next_fire_ms: Option<i64>, now_ms: i64) -> Result<bool> {
+    pub async fn set_job_running(
+        &self,
+        id: i64,
+        next_fire_ms: Option<i64>,
+        now_ms: i64,
+    ) -> Result<bool> {
         let done = sqlx::query(
             "update jobs set running = $1, next_fire_ms = $2, updated_at = $3 where id = $4",
         )
@@ -145,9 +160,11 @@ impl Db {
 
     /// The earliest next fire of any running job, if there is one.
     pub async fn earliest_fire(&self) -> Result<Option<i64>> {
-        let row = sqlx::query("select min(next_fire_ms) as at from jobs where running = 1 and next_fire_ms > 0")
-            .fetch_one(&self.pool)
-            .await?;
+        let row = sqlx::query(
+            "select min(next_fire_ms) as at from jobs where running = 1 and next_fire_ms > 0",
+        )
+        .fetch_one(&self.pool)
+        .await?;
         Ok(row.try_get::<Option<i64>, _>("at")?)
     }
 
@@ -219,7 +236,9 @@ fn bind_job<'q>(
 fn job_from_row(row: &AnyRow) -> Result<Job> {
     let child_job_ids: String = row.try_get("child_job_ids")?;
     let child_job_ids = split_list(&child_job_ids)
-        .map(|id| id.parse().map_err(|_| super::StorageError::Corrupt(format!("child_job_ids: `{id}`"))))
+        .map(|id| {
+            id.parse().map_err(|_| super::StorageError::Corrupt(format!("child_job_ids: `{id}`")))
+        })
         .collect::<Result<Vec<i64>>>()?;
     Ok(Job {
         id: row.try_get("id")?,

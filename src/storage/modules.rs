@@ -77,7 +77,12 @@ impl Db {
     }
 
     /// Makes an existing version active (a rollback, or a roll forward). Whether it exists.
-    pub async fn activate_job_version(&self, job_id: i64, version: i64, now_ms: i64) -> Result<bool> {
+    pub async fn activate_job_version(
+        &self,
+        job_id: i64,
+        version: i64,
+        now_ms: i64,
+    ) -> Result<bool> {
         let done = sqlx::query(
             "update jobs set active_version = $1, updated_at = $2
              where id = $3 and exists (select 1 from job_versions where job_id = $3 and version = $1)",

@@ -30,7 +30,12 @@ impl Db {
     }
 
     /// Forgets `address` for `app_name` (a graceful shutdown).
-    pub async fn remove_registration(&self, group: &str, app_name: &str, address: &str) -> Result<()> {
+    pub async fn remove_registration(
+        &self,
+        group: &str,
+        app_name: &str,
+        address: &str,
+    ) -> Result<()> {
         sqlx::query(
             "delete from registry where registry_group = $1 and registry_key = $2 and registry_value = $3",
         )
@@ -43,7 +48,12 @@ impl Db {
     }
 
     /// Addresses of `app_name` heard from at or after `since_ms`, sorted.
-    pub async fn online_addresses(&self, group: &str, app_name: &str, since_ms: i64) -> Result<Vec<String>> {
+    pub async fn online_addresses(
+        &self,
+        group: &str,
+        app_name: &str,
+        since_ms: i64,
+    ) -> Result<Vec<String>> {
         let rows = sqlx::query(
             "select registry_value from registry
              where registry_group = $1 and registry_key = $2 and updated_at >= $3

@@ -105,7 +105,12 @@ impl Db {
     }
 
     /// Ids of pending runs due at or before `due_ms` that nobody holds a fresh claim on.
-    pub async fn pending_runs(&self, due_ms: i64, claimed_before_ms: i64, limit: i64) -> Result<Vec<i64>> {
+    pub async fn pending_runs(
+        &self,
+        due_ms: i64,
+        claimed_before_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<i64>> {
         let rows = sqlx::query(
             "select id from runs where trigger_code = 0 and claimed_at < $1 and trigger_time <= $2
              order by id limit $3",
@@ -120,7 +125,12 @@ impl Db {
 
     /// Claims pending run `id` for dispatch unless someone claimed it after `claimed_before_ms`.
     /// Returns the run when this caller now holds it.
-    pub async fn claim_run(&self, id: i64, now_ms: i64, claimed_before_ms: i64) -> Result<Option<RunRecord>> {
+    pub async fn claim_run(
+        &self,
+        id: i64,
+        now_ms: i64,
+        claimed_before_ms: i64,
+    ) -> Result<Option<RunRecord>> {
         let row = sqlx::query(&format!(
             "update runs set claimed_at = $1
              where id = $2 and trigger_code = 0 and claimed_at < $3 returning {COLUMNS}"

@@ -66,7 +66,16 @@ fn fire(job_id: i64, at: i64, shard_index: i64) -> NewRun {
 #[tokio::test]
 async fn groups_and_registry() {
     each_backend("groups", |db| async move {
-        let group = db.create_group("billing", "Billing", AddressType::Manual, &["http://a:9999".to_owned()], 1).await.unwrap();
+        let group = db
+            .create_group(
+                "billing",
+                "Billing",
+                AddressType::Manual,
+                &["http://a:9999".to_owned()],
+                1,
+            )
+            .await
+            .unwrap();
         assert_eq!(group.addresses, vec!["http://a:9999"]);
         let dup = db.create_group("billing", "Again", AddressType::Auto, &[], 2).await.unwrap_err();
         assert!(dup.is_constraint_violation(), "{dup}");
@@ -80,8 +89,14 @@ async fn groups_and_registry() {
         db.upsert_registration("EXECUTOR", "default", "http://b:9999", 100).await.unwrap();
         db.upsert_registration("EXECUTOR", "default", "http://a:9999", 100).await.unwrap();
         db.upsert_registration("EXECUTOR", "default", "http://a:9999", 200).await.unwrap();
-        assert_eq!(db.online_addresses("EXECUTOR", "default", 100).await.unwrap(), ["http://a:9999", "http://b:9999"]);
-        assert_eq!(db.online_addresses("EXECUTOR", "default", 150).await.unwrap(), ["http://a:9999"]);
+        assert_eq!(
+            db.online_addresses("EXECUTOR", "default", 100).await.unwrap(),
+            ["http://a:9999", "http://b:9999"]
+        );
+        assert_eq!(
+            db.online_addresses("EXECUTOR", "default", 150).await.unwrap(),
+            ["http://a:9999"]
+        );
         assert_eq!(db.remove_stale_registrations(150).await.unwrap(), 1);
         db.remove_registration("EXECUTOR", "default", "http://a:9999").await.unwrap();
         assert!(db.list_registrations("EXECUTOR").await.unwrap().is_empty());
@@ -94,7 +109,10 @@ async fn jobs_fire_once() {
     each_backend("jobs", |db| async move {
         let group = db.ensure_group("default", "Default", 0).await.unwrap();
         let job = db.create_job(&new_job(group.id), 10).await.unwrap();
-        assert_eq!((job.running, job.child_job_ids.clone(), job.fuel_limit), (false, vec![7, 8], Some(1000)));
+        assert_eq!(
+            (job.running, job.child_job_ids.clone(), job.fuel_limit),
+            (false, vec![7, 8], Some(1000))
+        );
         assert!(db.due_jobs(i64::MAX, 10).await.unwrap().is_empty());
 
         assert!(db.set_job_running(job.id, Some(1_000), 11).await.unwrap());
@@ -103,13 +121,16 @@ async fn jobs_fire_once() {
         assert_eq!(db.due_jobs(1_000, 10).await.unwrap().len(), 1);
 
         // Two schedulers that both saw the fire at 1000: only the first moves the job.
-        let ids = db.fire_job(job.id, 1_000, Some(2_000), &[fire(job.id, 1_000, 0)], 12).await.unwrap();
+        let ids =
+            db.fire_job(job.id, 1_000, Some(2_000), &[fire(job.id, 1_000, 0)], 12).await.unwrap();
         assert_eq!(ids.len(), 1);
-        let late = db.fire_job(job.id, 1_000, Some(2_000), &[fire(job.id, 1_000, 0)], 12).await.unwrap();
+        let late =
+            db.fire_job(job.id, 1_000, Some(2_000), &[fire(job.id, 1_000, 0)], 12).await.unwrap();
         assert!(late.is_empty());
         // Even a scheduler that moved the job itself cannot create the same fire twice.
         db.set_job_running(job.id, Some(1_000), 13).await.unwrap();
-        let again = db.fire_job(job.id, 1_000, Some(2_000), &[fire(job.id, 1_000, 0)], 14).await.unwrap();
+        let again =
+            db.fire_job(job.id, 1_000, Some(2_000), &[fire(job.id, 1_000, 0)], 14).await.unwrap();
         assert!(again.is_empty());
         assert_eq!(db.get_job(job.id).await.unwrap().unwrap().next_fire_ms, 2_000);
         // A fire with no next fire stops the job.
@@ -144,7 +165,8 @@ async fn versions_share_blobs() {
         assert!(db.activate_job_version(job.id, 2, 23).await.unwrap());
         assert!(!db.activate_job_version(job.id, 9, 23).await.unwrap());
         assert_eq!(db.get_job(job.id).await.unwrap().unwrap().active_version, Some(2));
-        let listed: Vec<i64> = db.list_job_versions(job.id).await.unwrap().iter().map(|v| v.version).collect();
+        let listed: Vec<i64> =
+            db.list_job_versions(job.id).await.unwrap().iter().map(|v| v.version).collect();
         assert_eq!(listed, [3, 2, 1]);
         assert_eq!(db.get_job_version(job.id, 2).await.unwrap(), Some(v2));
         assert_eq!(db.get_module("bb").await.unwrap().as_deref(), Some(&b"\0asm-two"[..]));
@@ -175,13 +197,22 @@ async fn runs_are_claimed_and_finished_once() {
         assert!(db.claim_run(a, 300, 300).await.unwrap().is_none(), "sent runs are not pending");
 
         let done = db.finish_run(a, 200, "ok", 400).await.unwrap().unwrap();
-        assert_eq!((done.handle_code, done.handle_msg.as_str(), done.handle_time_ms), (200, "ok", 400));
+        assert_eq!(
+            (done.handle_code, done.handle_msg.as_str(), done.handle_time_ms),
+            (200, "ok", 400)
+        );
         assert!(db.finish_run(a, 500, "late duplicate", 401).await.unwrap().is_none());
         assert_eq!(db.get_run(a).await.unwrap().unwrap().handle_msg, "ok");
 
-        let all = db.list_runs(&RunFilter { job_id: Some(1), handle_code: None, limit: 2, offset: 0 }).await.unwrap();
+        let all = db
+            .list_runs(&RunFilter { job_id: Some(1), handle_code: None, limit: 2, offset: 0 })
+            .await
+            .unwrap();
         assert_eq!((all.total, all.items.len()), (4, 2));
-        let ok = db.list_runs(&RunFilter { job_id: Some(1), handle_code: Some(200), limit: 10, offset: 0 }).await.unwrap();
+        let ok = db
+            .list_runs(&RunFilter { job_id: Some(1), handle_code: Some(200), limit: 10, offset: 0 })
+            .await
+            .unwrap();
         assert_eq!(ok.items.iter().map(|r| r.id).collect::<Vec<_>>(), [a]);
     })
     .await;

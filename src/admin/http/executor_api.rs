@@ -18,7 +18,8 @@ use super::error::ApiError;
 use super::extract::Path;
 use crate::admin::{AppState, now_ms};
 use crate::protocol::{
-    ACCESS_TOKEN_HEADER, CallbackBody, REGISTRY_GROUP_EXECUTOR, RegistryParam, ReturnT, constant_time_eq,
+    ACCESS_TOKEN_HEADER, CallbackBody, REGISTRY_GROUP_EXECUTOR, RegistryParam, ReturnT,
+    constant_time_eq,
 };
 
 pub fn router(state: &AppState) -> Router<AppState> {
@@ -31,9 +32,15 @@ pub fn router(state: &AppState) -> Router<AppState> {
     Router::new().nest("/api", api.clone()).nest("/xxl-job-admin/api", api)
 }
 
-async fn require_access_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+async fn require_access_token(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
     let given = request.headers().get(ACCESS_TOKEN_HEADER);
-    if given.is_some_and(|token| constant_time_eq(token.as_bytes(), state.config.access_token.as_bytes())) {
+    if given.is_some_and(|token| {
+        constant_time_eq(token.as_bytes(), state.config.access_token.as_bytes())
+    }) {
         return next.run(request).await;
     }
     if request.method() == axum::http::Method::GET {
@@ -43,7 +50,8 @@ async fn require_access_token(State(state): State<AppState>, request: Request, n
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, axum::Json<ReturnT<String>>> {
-    serde_json::from_slice(body).map_err(|error| axum::Json(ReturnT::fail(format!("invalid request body: {error}"))))
+    serde_json::from_slice(body)
+        .map_err(|error| axum::Json(ReturnT::fail(format!("invalid request body: {error}"))))
 }
 
 fn check_registry(param: &RegistryParam) -> Result<(), String> {
@@ -69,7 +77,11 @@ async fn registry(State(state): State<AppState>, body: Bytes) -> axum::Json<Retu
         return axum::Json(ReturnT::fail(reason));
     }
     let address = param.registry_value.trim_end_matches('/');
-    match state.db.upsert_registration(REGISTRY_GROUP_EXECUTOR, &param.registry_key, address, now_ms()).await {
+    match state
+        .db
+        .upsert_registration(REGISTRY_GROUP_EXECUTOR, &param.registry_key, address, now_ms())
+        .await
+    {
         Ok(()) => axum::Json(ReturnT::success()),
         Err(error) => {
             tracing::error!(%error, "registry failed");
@@ -78,7 +90,10 @@ async fn registry(State(state): State<AppState>, body: Bytes) -> axum::Json<Retu
     }
 }
 
-async fn registry_remove(State(state): State<AppState>, body: Bytes) -> axum::Json<ReturnT<String>> {
+async fn registry_remove(
+    State(state): State<AppState>,
+    body: Bytes,
+) -> axum::Json<ReturnT<String>> {
     let param: RegistryParam = match parse(&body) {
         Ok(param) => param,
         Err(reply) => return reply,
@@ -87,7 +102,8 @@ async fn registry_remove(State(state): State<AppState>, body: Bytes) -> axum::Js
         return axum::Json(ReturnT::fail(reason));
     }
     let address = param.registry_value.trim_end_matches('/');
-    match state.db.remove_registration(REGISTRY_GROUP_EXECUTOR, &param.registry_key, address).await {
+    match state.db.remove_registration(REGISTRY_GROUP_EXECUTOR, &param.registry_key, address).await
+    {
         Ok(()) => {
             tracing::info!("executor {address} of `{}` deregistered", param.registry_key);
             axum::Json(ReturnT::success())
@@ -106,20 +122,33 @@ async fn callback(State(state): State<AppState>, body: Bytes) -> axum::Json<Retu
     };
     for result in results {
         let message = result.handle_msg.unwrap_or_default();
-        if let Err(error) = state.dispatcher.apply_result(result.log_id, result.handle_code, &message).await {
+        if let Err(error) =
+            state.dispatcher.apply_result(result.log_id, result.handle_code, &message).await
+        {
             // Not acknowledged: the executor keeps the results and sends them again.
-            tracing::error!(error = format!("{error:#}"), "applying the result of run {} failed", result.log_id);
+            tracing::error!(
+                error = format!("{error:#}"),
+                "applying the result of run {} failed",
+                result.log_id
+            );
             return axum::Json(ReturnT::fail("callback failed: internal error"));
         }
     }
     axum::Json(ReturnT::success())
 }
 
-async fn get_module(State(state): State<AppState>, Path(sha256): Path<String>) -> Result<Response, ApiError> {
+async fn get_module(
+    State(state): State<AppState>,
+    Path(sha256): Path<String>,
+) -> Result<Response, ApiError> {
     if sha256.len() != 64 || !sha256.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-        return Err(ApiError::bad_request("invalid_path", "the module is named by its lowercase hex sha256"));
+        return Err(ApiError::bad_request(
+            "invalid_path",
+            "the module is named by its lowercase hex sha256",
+        ));
     }
     let bytes = state.db.get_module(&sha256).await?;
-    let bytes = bytes.ok_or_else(|| ApiError::not_found("module_not_found", format!("module {sha256}")))?;
+    let bytes =
+        bytes.ok_or_else(|| ApiError::not_found("module_not_found", format!("module {sha256}")))?;
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/wasm")], bytes).into_response())
 }

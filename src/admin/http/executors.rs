@@ -21,7 +21,9 @@ struct ExecutorResponse {
     last_heartbeat: Option<String>,
 }
 
-async fn list_executors(State(state): State<AppState>) -> Result<axum::Json<Vec<ExecutorResponse>>, ApiError> {
+async fn list_executors(
+    State(state): State<AppState>,
+) -> Result<axum::Json<Vec<ExecutorResponse>>, ApiError> {
     let rows = state.db.list_registrations(REGISTRY_GROUP_EXECUTOR).await?;
     Ok(axum::Json(
         rows.into_iter()

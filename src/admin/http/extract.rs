@@ -2,8 +2,8 @@
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::request::Parts;
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
@@ -25,7 +25,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
 fn json_rejection(rejection: JsonRejection) -> ApiError {
     let message = rejection.body_text();
     match rejection {
-        JsonRejection::JsonDataError(_) => ApiError::Unprocessable { code: "invalid_field", message },
+        JsonRejection::JsonDataError(_) => {
+            ApiError::Unprocessable { code: "invalid_field", message }
+        }
         JsonRejection::MissingJsonContentType(_) => ApiError::UnsupportedMediaType(message),
         _ if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(message),
         _ => ApiError::bad_request("malformed_json", message),
@@ -42,7 +44,9 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|axum::extract::Path(value)| Path(value))
-            .map_err(|rejection: PathRejection| ApiError::bad_request("invalid_path", rejection.body_text()))
+            .map_err(|rejection: PathRejection| {
+                ApiError::bad_request("invalid_path", rejection.body_text())
+            })
     }
 }
 
@@ -56,6 +60,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|axum::extract::Query(value)| Query(value))
-            .map_err(|rejection: QueryRejection| ApiError::bad_request("invalid_query", rejection.body_text()))
+            .map_err(|rejection: QueryRejection| {
+                ApiError::bad_request("invalid_query", rejection.body_text())
+            })
     }
 }

@@ -12,7 +12,9 @@ use crate::admin::{AppState, now_ms};
 use crate::model::{AddressType, Group};
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/groups", get(list_groups).post(create_group)).route("/groups/{id}", get(get_group))
+    Router::new()
+        .route("/groups", get(list_groups).post(create_group))
+        .route("/groups/{id}", get(get_group))
 }
 
 #[derive(Debug, Deserialize)]
@@ -40,22 +42,37 @@ async fn create_group(
     Json(body): Json<CreateGroup>,
 ) -> Result<(StatusCode, axum::Json<GroupResponse>), ApiError> {
     let app_name = body.app_name.trim();
-    if app_name.is_empty() || app_name.len() > 64 || !app_name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-        return Err(ApiError::bad_request("invalid_group", "app_name: use 1 to 64 letters, digits, '-', '_' or '.'"));
+    if app_name.is_empty()
+        || app_name.len() > 64
+        || !app_name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(ApiError::bad_request(
+            "invalid_group",
+            "app_name: use 1 to 64 letters, digits, '-', '_' or '.'",
+        ));
     }
     let address_type = match body.address_type.as_deref() {
         None => AddressType::Auto,
-        Some(text) => text.parse().map_err(|e| ApiError::bad_request("invalid_group", format!("address_type: {e}")))?,
+        Some(text) => text
+            .parse()
+            .map_err(|e| ApiError::bad_request("invalid_group", format!("address_type: {e}")))?,
     };
     for address in &body.addresses {
         if !(address.starts_with("http://") || address.starts_with("https://")) {
-            return Err(ApiError::bad_request("invalid_group", format!("address `{address}` is not an http(s) URL")));
+            return Err(ApiError::bad_request(
+                "invalid_group",
+                format!("address `{address}` is not an http(s) URL"),
+            ));
         }
     }
     if address_type == AddressType::Manual && body.addresses.is_empty() {
-        return Err(ApiError::bad_request("invalid_group", "a MANUAL group needs at least one address"));
+        return Err(ApiError::bad_request(
+            "invalid_group",
+            "a MANUAL group needs at least one address",
+        ));
     }
-    let addresses: Vec<String> = body.addresses.iter().map(|a| a.trim_end_matches('/').to_owned()).collect();
+    let addresses: Vec<String> =
+        body.addresses.iter().map(|a| a.trim_end_matches('/').to_owned()).collect();
     let title = body.title.unwrap_or_else(|| app_name.to_owned());
     let group = state
         .db
@@ -65,7 +82,9 @@ async fn create_group(
     Ok((StatusCode::CREATED, axum::Json(respond(&state, group).await?)))
 }
 
-async fn list_groups(State(state): State<AppState>) -> Result<axum::Json<Vec<GroupResponse>>, ApiError> {
+async fn list_groups(
+    State(state): State<AppState>,
+) -> Result<axum::Json<Vec<GroupResponse>>, ApiError> {
     let mut out = Vec::new();
     for group in state.db.list_groups().await? {
         out.push(respond(&state, group).await?);
@@ -73,8 +92,15 @@ async fn list_groups(State(state): State<AppState>) -> Result<axum::Json<Vec<Gro
     Ok(axum::Json(out))
 }
 
-async fn get_group(State(state): State<AppState>, Path(id): Path<i64>) -> Result<axum::Json<GroupResponse>, ApiError> {
-    let group = state.db.get_group(id).await?.ok_or_else(|| ApiError::not_found("group_not_found", format!("group {id}")))?;
+async fn get_group(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<axum::Json<GroupResponse>, ApiError> {
+    let group = state
+        .db
+        .get_group(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("group_not_found", format!("group {id}")))?;
     Ok(axum::Json(respond(&state, group).await?))
 }
 

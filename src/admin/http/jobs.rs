@@ -116,7 +116,11 @@ async fn create_job(
     Json(body): Json<JobBody>,
 ) -> Result<(StatusCode, axum::Json<JobResponse>), ApiError> {
     let (job, _) = validate(&state, body).await?;
-    let created = state.db.create_job(&job, now_ms()).await.on_constraint(|| "the job conflicts with existing data".to_owned())?;
+    let created = state
+        .db
+        .create_job(&job, now_ms())
+        .await
+        .on_constraint(|| "the job conflicts with existing data".to_owned())?;
     tracing::info!(job.id = created.id, "created job {} `{}`", created.id, created.name);
     Ok((StatusCode::CREATED, axum::Json(created.into())))
 }
@@ -129,12 +133,16 @@ async fn update_job(
     let (job, schedule) = validate(&state, body).await?;
     let now = now_ms();
     let next = schedule.next_after(now).unwrap_or(0);
-    let updated = state.db.update_job(id, &job, next, now).await?.ok_or_else(|| job_not_found(id))?;
+    let updated =
+        state.db.update_job(id, &job, next, now).await?.ok_or_else(|| job_not_found(id))?;
     state.scheduler_wake.notify_one();
     Ok(axum::Json(updated.into()))
 }
 
-async fn get_job(State(state): State<AppState>, Path(id): Path<i64>) -> Result<axum::Json<JobResponse>, ApiError> {
+async fn get_job(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<axum::Json<JobResponse>, ApiError> {
     Ok(axum::Json(load(&state, id).await?.into()))
 }
 
@@ -143,34 +151,49 @@ struct ListQuery {
     group_id: Option<i64>,
 }
 
-async fn list_jobs(State(state): State<AppState>, Query(query): Query<ListQuery>) -> Result<axum::Json<Vec<JobResponse>>, ApiError> {
+async fn list_jobs(
+    State(state): State<AppState>,
+    Query(query): Query<ListQuery>,
+) -> Result<axum::Json<Vec<JobResponse>>, ApiError> {
     let jobs = state.db.list_jobs(query.group_id).await?;
     Ok(axum::Json(jobs.into_iter().map(JobResponse::from).collect()))
 }
 
-async fn delete_job(State(state): State<AppState>, Path(id): Path<i64>) -> Result<StatusCode, ApiError> {
+async fn delete_job(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<StatusCode, ApiError> {
     if !state.db.delete_job(id).await? {
         return Err(job_not_found(id));
     }
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn start_job(State(state): State<AppState>, Path(id): Path<i64>) -> Result<axum::Json<JobResponse>, ApiError> {
+async fn start_job(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<axum::Json<JobResponse>, ApiError> {
     let job = load(&state, id).await?;
     let schedule = parse_schedule(job.schedule_type, &job.schedule_conf, job.time_zone.as_deref())?;
     if job.schedule_type == ScheduleType::None {
-        return Err(ApiError::bad_request("not_schedulable", "a job with schedule_type NONE runs only when triggered"));
+        return Err(ApiError::bad_request(
+            "not_schedulable",
+            "a job with schedule_type NONE runs only when triggered",
+        ));
     }
     let now = now_ms();
-    let next = schedule
-        .next_after(now)
-        .ok_or_else(|| ApiError::bad_request("no_fire_time", "the schedule has no fire time in the future"))?;
+    let next = schedule.next_after(now).ok_or_else(|| {
+        ApiError::bad_request("no_fire_time", "the schedule has no fire time in the future")
+    })?;
     state.db.set_job_running(id, Some(next), now).await?;
     state.scheduler_wake.notify_one();
     Ok(axum::Json(load(&state, id).await?.into()))
 }
 
-async fn stop_job(State(state): State<AppState>, Path(id): Path<i64>) -> Result<axum::Json<JobResponse>, ApiError> {
+async fn stop_job(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<axum::Json<JobResponse>, ApiError> {
     if !state.db.set_job_running(id, None, now_ms()).await? {
         return Err(job_not_found(id));
     }
@@ -198,12 +221,16 @@ async fn trigger_job(
     let body: TriggerBody = if body.iter().all(u8::is_ascii_whitespace) {
         TriggerBody::default()
     } else {
-        serde_json::from_slice(&body).map_err(|error| ApiError::bad_request("malformed_json", format!("invalid trigger body: {error}")))?
+        serde_json::from_slice(&body).map_err(|error| {
+            ApiError::bad_request("malformed_json", format!("invalid trigger body: {error}"))
+        })?
     };
     let job = load(&state, id).await?;
     let param = body.param.unwrap_or_else(|| job.param.clone());
     let trigger = PlannedTrigger::now(TriggerType::Manual, param);
-    let addresses = body.addresses.map(|list| list.iter().map(|a| a.trim_end_matches('/').to_owned()).collect::<Vec<_>>());
+    let addresses = body
+        .addresses
+        .map(|list| list.iter().map(|a| a.trim_end_matches('/').to_owned()).collect::<Vec<_>>());
     match state.dispatcher.trigger(&job, trigger, addresses.as_deref()).await {
         Ok(log_ids) => Ok(axum::Json(TriggerResponse { log_ids })),
         Err(TriggerError::Internal(error)) => Err(ApiError::Internal(error)),
@@ -245,19 +272,30 @@ fn job_not_found(id: i64) -> ApiError {
     ApiError::not_found("job_not_found", format!("job {id}"))
 }
 
-fn parse_schedule(kind: ScheduleType, conf: &str, time_zone: Option<&str>) -> Result<Schedule, ApiError> {
-    Schedule::parse(kind, conf, time_zone).map_err(|error| ApiError::bad_request("invalid_schedule", error.to_string()))
+fn parse_schedule(
+    kind: ScheduleType,
+    conf: &str,
+    time_zone: Option<&str>,
+) -> Result<Schedule, ApiError> {
+    Schedule::parse(kind, conf, time_zone)
+        .map_err(|error| ApiError::bad_request("invalid_schedule", error.to_string()))
 }
 
 /// Checks every field of a job body; the parsed schedule comes along.
 async fn validate(state: &AppState, body: JobBody) -> Result<(NewJob, Schedule), ApiError> {
-    fn field<T: std::str::FromStr>(name: &str, value: Option<String>, default: T) -> Result<T, ApiError>
+    fn field<T: std::str::FromStr>(
+        name: &str,
+        value: Option<String>,
+        default: T,
+    ) -> Result<T, ApiError>
     where
         T::Err: std::fmt::Display,
     {
         match value {
             None => Ok(default),
-            Some(text) => text.parse().map_err(|e| ApiError::bad_request("invalid_job", format!("{name}: {e}"))),
+            Some(text) => text
+                .parse()
+                .map_err(|e| ApiError::bad_request("invalid_job", format!("{name}: {e}"))),
         }
     }
     let invalid = |message: &str| ApiError::bad_request("invalid_job", message.to_owned());
@@ -265,7 +303,8 @@ async fn validate(state: &AppState, body: JobBody) -> Result<(NewJob, Schedule),
     if name.is_empty() || name.len() > 200 {
         return Err(invalid("name: 1 to 200 characters"));
     }
-    let schedule_type: ScheduleType = field("schedule_type", Some(body.schedule_type), ScheduleType::None)?;
+    let schedule_type: ScheduleType =
+        field("schedule_type", Some(body.schedule_type), ScheduleType::None)?;
     let time_zone = body.time_zone.filter(|zone| !zone.trim().is_empty());
     let schedule = parse_schedule(schedule_type, &body.schedule_conf, time_zone.as_deref())?;
     let glue_type = field("glue_type", body.glue_type, GlueType::GlueWasm)?;
@@ -289,11 +328,17 @@ async fn validate(state: &AppState, body: JobBody) -> Result<(NewJob, Schedule),
         return Err(invalid("param: at most 64 KiB"));
     }
     if state.db.get_group(body.group_id).await?.is_none() {
-        return Err(ApiError::bad_request("invalid_job", format!("group_id: group {} does not exist", body.group_id)));
+        return Err(ApiError::bad_request(
+            "invalid_job",
+            format!("group_id: group {} does not exist", body.group_id),
+        ));
     }
     for child in &body.child_job_ids {
         if state.db.get_job(*child).await?.is_none() {
-            return Err(ApiError::bad_request("invalid_job", format!("child_job_ids: job {child} does not exist")));
+            return Err(ApiError::bad_request(
+                "invalid_job",
+                format!("child_job_ids: job {child} does not exist"),
+            ));
         }
     }
     let job = NewJob {
@@ -302,9 +347,21 @@ async fn validate(state: &AppState, body: JobBody) -> Result<(NewJob, Schedule),
         schedule_type,
         schedule_conf: body.schedule_conf.trim().to_owned(),
         time_zone,
-        misfire_strategy: field("misfire_strategy", body.misfire_strategy, crate::model::MisfireStrategy::DoNothing)?,
-        route_strategy: field("route_strategy", body.route_strategy, crate::model::RouteStrategy::First)?,
-        block_strategy: field("block_strategy", body.block_strategy, crate::model::BlockStrategy::SerialExecution)?,
+        misfire_strategy: field(
+            "misfire_strategy",
+            body.misfire_strategy,
+            crate::model::MisfireStrategy::DoNothing,
+        )?,
+        route_strategy: field(
+            "route_strategy",
+            body.route_strategy,
+            crate::model::RouteStrategy::First,
+        )?,
+        block_strategy: field(
+            "block_strategy",
+            body.block_strategy,
+            crate::model::BlockStrategy::SerialExecution,
+        )?,
         timeout_secs: body.timeout_secs,
         retry_count: body.retry_count,
         glue_type,

@@ -76,7 +76,10 @@ struct RunList {
     items: Vec<RunResponse>,
 }
 
-async fn list_logs(State(state): State<AppState>, Query(query): Query<ListQuery>) -> Result<axum::Json<RunList>, ApiError> {
+async fn list_logs(
+    State(state): State<AppState>,
+    Query(query): Query<ListQuery>,
+) -> Result<axum::Json<RunList>, ApiError> {
     let handle_code = match query.status.as_deref() {
         None | Some("") => None,
         Some("running") => Some(code::PENDING),
@@ -92,14 +95,24 @@ async fn list_logs(State(state): State<AppState>, Query(query): Query<ListQuery>
     };
     let limit = query.limit.unwrap_or(20);
     if !(1..=1000).contains(&limit) || query.offset.is_some_and(|offset| offset < 0) {
-        return Err(ApiError::bad_request("invalid_query", "limit is 1 to 1000, offset at least 0"));
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "limit is 1 to 1000, offset at least 0",
+        ));
     }
-    let filter = RunFilter { job_id: query.job_id, handle_code, limit, offset: query.offset.unwrap_or(0) };
+    let filter =
+        RunFilter { job_id: query.job_id, handle_code, limit, offset: query.offset.unwrap_or(0) };
     let page = state.db.list_runs(&filter).await?;
-    Ok(axum::Json(RunList { total: page.total, items: page.items.into_iter().map(RunResponse::from).collect() }))
+    Ok(axum::Json(RunList {
+        total: page.total,
+        items: page.items.into_iter().map(RunResponse::from).collect(),
+    }))
 }
 
-async fn get_log(State(state): State<AppState>, Path(id): Path<i64>) -> Result<axum::Json<RunResponse>, ApiError> {
+async fn get_log(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<axum::Json<RunResponse>, ApiError> {
     Ok(axum::Json(load(&state, id).await?.into()))
 }
 
@@ -126,9 +139,15 @@ async fn log_content(
     let (Some(address), code::SUCCESS) = (&run.executor_address, run.trigger_code) else {
         // Not sent (yet, or ever): there is no log on any executor.
         let is_end = run.handle_code != code::PENDING;
-        return Ok(axum::Json(LogContent { from_line, to_line: from_line - 1, content: String::new(), is_end }));
+        return Ok(axum::Json(LogContent {
+            from_line,
+            to_line: from_line - 1,
+            content: String::new(),
+            is_end,
+        }));
     };
-    let param = LogParam { log_date_tim: run.trigger_time_ms, log_id: run.id, from_line_num: from_line };
+    let param =
+        LogParam { log_date_tim: run.trigger_time_ms, log_id: run.id, from_line_num: from_line };
     let page: LogResult = state
         .dispatcher
         .client()
@@ -149,7 +168,10 @@ struct KillResponse {
     message: String,
 }
 
-async fn kill_run(State(state): State<AppState>, Path(id): Path<i64>) -> Result<axum::Json<KillResponse>, ApiError> {
+async fn kill_run(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<axum::Json<KillResponse>, ApiError> {
     let run = load(&state, id).await?;
     let message = state
         .dispatcher
@@ -160,5 +182,9 @@ async fn kill_run(State(state): State<AppState>, Path(id): Path<i64>) -> Result<
 }
 
 async fn load(state: &AppState, id: i64) -> Result<RunRecord, ApiError> {
-    state.db.get_run(id).await?.ok_or_else(|| ApiError::not_found("log_not_found", format!("log {id}")))
+    state
+        .db
+        .get_run(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("log_not_found", format!("log {id}")))
 }

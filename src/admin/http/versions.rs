@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
@@ -71,7 +71,8 @@ async fn upload_version(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, axum::Json<VersionResponse>), ApiError> {
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok()).unwrap_or("");
+    let content_type =
+        headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok()).unwrap_or("");
     let essence = content_type.split(';').next().unwrap_or("").trim();
     if !matches!(essence, "" | "application/wasm" | "application/octet-stream") {
         return Err(ApiError::UnsupportedMediaType(format!(
@@ -88,12 +89,20 @@ async fn upload_version(
     if query.remark.len() > 1000 {
         return Err(ApiError::bad_request("invalid_query", "remark: at most 1000 characters"));
     }
-    let job = state.db.get_job(id).await?.ok_or_else(|| ApiError::not_found("job_not_found", format!("job {id}")))?;
+    let job = state
+        .db
+        .get_job(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("job_not_found", format!("job {id}")))?;
     if job.glue_type != GlueType::GlueWasm {
-        return Err(ApiError::bad_request("wrong_glue_type", "only GLUE_WASM jobs have uploaded versions"));
+        return Err(ApiError::bad_request(
+            "wrong_glue_type",
+            "only GLUE_WASM jobs have uploaded versions",
+        ));
     }
     let info = validate(&state, body.clone()).await?;
-    let version = state.db.add_job_version(id, &info.sha256, &body, &query.remark, now_ms()).await?;
+    let version =
+        state.db.add_job_version(id, &info.sha256, &body, &query.remark, now_ms()).await?;
     tracing::info!(job.id = id, module.sha256 = %info.sha256, "job {id}: version {} uploaded", version.version);
     let active = Some(version.version);
     Ok((StatusCode::CREATED, axum::Json(VersionResponse::new(version, active))))
@@ -109,7 +118,9 @@ async fn validate(state: &AppState, bytes: Bytes) -> Result<crate::runtime::Modu
             message: format!("the module did not compile within {} s", COMPILE_TIMEOUT.as_secs()),
         }),
         Ok(Err(join)) => Err(ApiError::Internal(join.into())),
-        Ok(Ok(Err(error))) => Err(ApiError::Unprocessable { code: error.code(), message: error.to_string() }),
+        Ok(Ok(Err(error))) => {
+            Err(ApiError::Unprocessable { code: error.code(), message: error.to_string() })
+        }
         Ok(Ok(Ok(info))) => Ok(info),
     }
 }
@@ -118,9 +129,15 @@ async fn list_versions(
     State(state): State<AppState>,
     Path(id): Path<i64>,
 ) -> Result<axum::Json<Vec<VersionResponse>>, ApiError> {
-    let job = state.db.get_job(id).await?.ok_or_else(|| ApiError::not_found("job_not_found", format!("job {id}")))?;
+    let job = state
+        .db
+        .get_job(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("job_not_found", format!("job {id}")))?;
     let versions = state.db.list_job_versions(id).await?;
-    Ok(axum::Json(versions.into_iter().map(|v| VersionResponse::new(v, job.active_version)).collect()))
+    Ok(axum::Json(
+        versions.into_iter().map(|v| VersionResponse::new(v, job.active_version)).collect(),
+    ))
 }
 
 async fn activate_version(
@@ -128,9 +145,14 @@ async fn activate_version(
     Path((id, version)): Path<(i64, i64)>,
 ) -> Result<axum::Json<VersionResponse>, ApiError> {
     if !state.db.activate_job_version(id, version, now_ms()).await? {
-        return Err(ApiError::not_found("version_not_found", format!("version {version} of job {id}")));
+        return Err(ApiError::not_found(
+            "version_not_found",
+            format!("version {version} of job {id}"),
+        ));
     }
     let found = state.db.get_job_version(id, version).await?;
-    let found = found.ok_or_else(|| ApiError::not_found("version_not_found", format!("version {version} of job {id}")))?;
+    let found = found.ok_or_else(|| {
+        ApiError::not_found("version_not_found", format!("version {version} of job {id}"))
+    })?;
     Ok(axum::Json(VersionResponse::new(found, Some(version))))
 }

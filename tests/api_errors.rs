@@ -1,0 +1,248 @@
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use wasmjob::admin::{AppState, router};
+use wasmjob::storage::Db;
+
+use crate::support::{ACCESS_TOKEN, ADMIN_TOKEN, sample_job};
+
+struct Case {
+    method: &'static str,
+    path: String,
+    token: Option<&'static str>,
+    content_type: Option<&'static str>,
+    body: Vec<u8>,
+}
+
+fn case(method: &'static str, path: &str) -> Case {
+    Case {
+        method,
+        path: path.to_owned(),
+        token: Some(ADMIN_TOKEN),
+        content_type: None,
+        body: Vec::new(),
+    }
+}
+
+impl Case {
+    fn json(mut self, body: &str) -> Case {
+        self.content_type = Some("application/json");
+        self.body = body.as_bytes().to_vec();
+        self
+    }
+    fn wasm(mut self, body: Vec<u8>) -> Case {
+        self.content_type = Some("application/wasm");
+        self.body = body;
+        self
+    }
+    fn token(mut self, token: Option<&'static str>) -> Case {
+        self.token = token;
+        self
+    }
+}
+
+async fn send(app: &axum::Router, case: Case) -> (StatusCode, Value) {
+    let mut request = Request::builder().method(case.method).uri(&case.path);
+    if let Some(token) = case.token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    if let Some(content_type) = case.content_type {
+        request = request.header("content-type", content_type);
+    }
+    let response = app.clone().oneshot(request.body(Body::from(case.body)).unwrap()).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+async fn app() -> (axum::Router, Db, tempfile::TempDir) {
+    wasmjob::telemetry::init_for_test();
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::connect(&format!("sqlite:{}", dir.path().join("api.db").display())).await.unwrap();
+    db.ensure_group("default", "Default", 0).await.unwrap();
+    let config = crate::support::app::admin_config(String::new());
+    let state = AppState::new(db.clone(), config).unwrap();
+    (router(state), db, dir)
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_reason_and_changes_nothing() {
+    let (app, db, _dir) = app().await;
+    let (status, job) = send(
+        &app,
+        case("POST", "/api/v1/jobs").json(r#"{"group_id":1,"name":"ok","schedule_type":"NONE"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+
+    let big = vec![0u8; 5 * 1024 * 1024];
+    let core_module = b"\0asm\x01\0\0\0".to_vec();
+    let cases: Vec<(Case, &str)> = vec![
+        (case("GET", "/api/v1/jobs").token(None), "401 unauthorized"),
+        (case("GET", "/api/v1/jobs").token(Some("wrong-token-wrong-token")), "401 unauthorized"),
+        (case("GET", "/api/v1/jobs/999"), "404 job_not_found"),
+        (case("GET", "/api/v1/jobs/abc"), "400 invalid_path"),
+        (case("GET", "/api/v1/groups/999"), "404 group_not_found"),
+        (case("GET", "/api/v1/logs/999"), "404 log_not_found"),
+        (case("GET", "/api/v1/logs?status=weird"), "400 invalid_query"),
+        (case("GET", "/api/v1/nothing-here"), "404 route_not_found"),
+        (case("POST", "/api/v1/jobs").json(r#"{"group_id":1,"name":"x","schedule_type":"CRON","schedule_conf":"61 * * * * ?"}"#), "400 invalid_schedule"),
+        (case("POST", "/api/v1/jobs").json(r#"{"group_id":1,"name":"x","schedule_type":"CRON","schedule_conf":"* * *"}"#), "400 invalid_schedule"),
+        (case("POST", "/api/v1/jobs").json(r#"{"group_id":1,"name":"x","schedule_type":"FIX_RATE","schedule_conf":"-5"}"#), "400 invalid_schedule"),
+        (case("POST", "/api/v1/jobs").json(r#"{"group_id":1,"name":"x","schedule_type":"CRON","schedule_conf":"* * * * * ?","time_zone":"Mars/Olympus"}"#), "400 invalid_schedule"),
+        (case("POST", "/api/v1/jobs").json(r#"{"group_id":1,"name":"x","schedule_type":"SOMETIMES"}"#), "400 invalid_job"),
+        (case("POST", "/api/v1/jobs").json(r#"{"group_id":1,"name":"x","schedule_type":"NONE","route_strategy":"NEAREST"}"#), "400 invalid_job"),
+        (case("POST", "/api/v1/jobs").json(r#"{"group_id":42,"name":"x","schedule_type":"NONE"}"#), "400 invalid_job"),
+        (case("POST", "/api/v1/jobs").json(r#"{"group_id":1,"name":"x","schedule_type":"NONE","glue_type":"BEAN"}"#), "400 invalid_job"),
+        (case("POST", "/api/v1/jobs").json(r#"{"group_id":1,"name":"x""#), "400 malformed_json"),
+        (case("POST", "/api/v1/jobs").json(r#"{"group_id":"one","name":"x","schedule_type":"NONE"}"#), "422 invalid_field"),
+        (case("POST", "/api/v1/jobs").json(r#"{"group_id":1,"name":"x","schedule_type":"NONE","colour":"red"}"#), "422 invalid_field"),
+        (case("POST", "/api/v1/jobs"), "415 unsupported_media_type"),
+        (case("POST", "/api/v1/jobs/1/trigger").json("{not json"), "400 malformed_json"),
+        (case("POST", "/api/v1/jobs/1/trigger").json(r#"{"param":"no version yet"}"#), "409 conflict"),
+        (case("POST", "/api/v1/jobs/1/start"), "400 not_schedulable"),
+        (case("POST", "/api/v1/jobs/1/versions").wasm(Vec::new()), "422 empty_module"),
+        (case("POST", "/api/v1/jobs/1/versions").wasm(b"#!/bin/sh\nrm -rf /\n".to_vec()), "422 invalid_module"),
+        (case("POST", "/api/v1/jobs/1/versions").wasm(b"\0asm\x0d\0\x01\0junk".to_vec()), "422 invalid_module"),
+        (case("POST", "/api/v1/jobs/1/versions").wasm(core_module), "422 wrong_kind"),
+        (case("POST", "/api/v1/jobs/1/versions").wasm(big), "413 too_large"),
+        (case("POST", "/api/v1/jobs/1/versions").wasm(sample_job("reader")), "422 disallowed_import"),
+        (case("POST", "/api/v1/jobs/1/versions").json("{}"), "415 unsupported_media_type"),
+        (case("POST", "/api/v1/jobs/999/versions").wasm(sample_job("hello")), "404 job_not_found"),
+        (case("POST", "/api/v1/jobs/1/versions/7/activate"), "404 version_not_found"),
+    ];
+    let mut failures = Vec::new();
+    for (case, expected) in cases {
+        let label = format!("{} {}", case.method, case.path);
+        let (status, body) = send(&app, case).await;
+        let got = format!("{} {}", status.as_u16(), body["code"].as_str().unwrap_or("-"));
+        if got != expected {
+            failures.push(format!("{label}: expected {expected}, got {got} {body}"));
+        }
+        assert!(
+            body["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{label}: no message in {body}"
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // Nothing above created anything.
+    assert_eq!(db.list_jobs(None).await.unwrap().len(), 1);
+    assert!(db.list_job_versions(1).await.unwrap().is_empty());
+    assert_eq!(db.count_modules().await.unwrap(), 0);
+    assert_eq!(
+        db.list_runs(&wasmjob::storage::RunFilter { limit: 10, ..Default::default() })
+            .await
+            .unwrap()
+            .total,
+        0
+    );
+}
+
+#[tokio::test]
+async fn messages_name_the_problem() {
+    let (app, _db, _dir) = app().await;
+    send(
+        &app,
+        case("POST", "/api/v1/jobs").json(r#"{"group_id":1,"name":"ok","schedule_type":"NONE"}"#),
+    )
+    .await;
+    let (_, body) =
+        send(&app, case("POST", "/api/v1/jobs/1/versions").wasm(sample_job("reader"))).await;
+    assert!(body["message"].as_str().unwrap().contains("wasi:filesystem/"), "{body}");
+    let (_, body) = send(
+        &app,
+        case("POST", "/api/v1/jobs").json(
+            r#"{"group_id":1,"name":"x","schedule_type":"CRON","schedule_conf":"61 * * * * ?"}"#,
+        ),
+    )
+    .await;
+    assert!(body["message"].as_str().unwrap().contains("61 * * * * ?"), "{body}");
+    let (_, body) = send(
+        &app,
+        case("POST", "/api/v1/jobs")
+            .json(r#"{"group_id":"one","name":"x","schedule_type":"NONE"}"#),
+    )
+    .await;
+    assert!(body["message"].as_str().unwrap().contains("group_id"), "{body}");
+}
+
+#[tokio::test]
+async fn executor_api_requires_the_access_token() {
+    let (app, db, _dir) = app().await;
+    let registry = json!({"registryGroup": "EXECUTOR", "registryKey": "default", "registryValue": "http://127.0.0.1:1"}).to_string();
+    for (prefix, token) in [("/api", None), ("/xxl-job-admin/api", Some("not-the-token-at-all"))] {
+        let mut request = Request::builder()
+            .method("POST")
+            .uri(format!("{prefix}/registry"))
+            .header("content-type", "application/json");
+        if let Some(token) = token {
+            request = request.header("XXL-JOB-ACCESS-TOKEN", token);
+        }
+        let response =
+            app.clone().oneshot(request.body(Body::from(registry.clone())).unwrap()).await.unwrap();
+        let body: Value =
+            serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes())
+                .unwrap();
+        assert_eq!(body["code"], 500, "{body}");
+    }
+    assert!(db.list_registrations("EXECUTOR").await.unwrap().is_empty());
+
+    let request = Request::builder()
+        .uri(format!("/api/modules/{}", "a".repeat(64)))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(app.clone().oneshot(request).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+
+    for prefix in ["/api", "/xxl-job-admin/api"] {
+        let request = Request::builder()
+            .method("POST")
+            .uri(format!("{prefix}/registry"))
+            .header("XXL-JOB-ACCESS-TOKEN", ACCESS_TOKEN)
+            .body(Body::from(registry.clone()))
+            .unwrap();
+        let body: Value = serde_json::from_slice(
+            &app.clone()
+                .oneshot(request)
+                .await
+                .unwrap()
+                .into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes(),
+        )
+        .unwrap();
+        assert_eq!(body["code"], 200, "{body}");
+    }
+    assert_eq!(db.list_registrations("EXECUTOR").await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn manual_triggers_reach_only_the_groups_executors() {
+    let (app, db, _dir) = app().await;
+    send(
+        &app,
+        case("POST", "/api/v1/jobs").json(r#"{"group_id":1,"name":"ok","schedule_type":"NONE"}"#),
+    )
+    .await;
+    let (status, _) =
+        send(&app, case("POST", "/api/v1/jobs/1/versions").wasm(sample_job("hello"))).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let body = r#"{"addresses":["http://169.254.169.254/latest/meta-data"]}"#;
+    let (status, body) = send(&app, case("POST", "/api/v1/jobs/1/trigger").json(body)).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_trigger")),
+        "{body}"
+    );
+    assert_eq!(
+        db.list_runs(&wasmjob::storage::RunFilter { limit: 10, ..Default::default() })
+            .await
+            .unwrap()
+            .total,
+        0
+    );
+}

@@ -1,0 +1,129 @@
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::support::{Api, Backend, TestApp, backends, sample_job};
+
+/// The walking skeleton's path: upload `hello`, fire it every second, read the runs and their
+/// logs, then trigger it by hand with a param. Shared with the standalone-process test.
+pub async fn cron_then_manual(api: &Api) {
+    let job_id = api
+        .create_job(json!({"name": "hello every second", "schedule_type": "CRON", "schedule_conf": "* * * * * ?", "param": "cron"}))
+        .await;
+    let (status, version) = api.upload(job_id, sample_job("hello")).await;
+    assert_eq!(status, StatusCode::CREATED, "{version}");
+    assert_eq!((version["version"].as_i64(), version["active"].as_bool()), (Some(1), Some(true)));
+    let (status, job) = api.post(&format!("/api/v1/jobs/{job_id}/start"), json!({})).await;
+    assert_eq!((status, job["running"].as_bool()), (StatusCode::OK, Some(true)), "{job}");
+
+    let succeeded = api
+        .wait_until("two cron runs succeed", || async {
+            let (_, page) = api.get(&format!("/api/v1/logs?job_id={job_id}&status=success")).await;
+            let items = page["items"].as_array().cloned().unwrap_or_default();
+            (items.len() >= 2).then_some(items)
+        })
+        .await;
+    for run in &succeeded {
+        assert_eq!(run["handle_msg"], "hello, cron", "{run}");
+        assert_eq!(run["trigger_type"], "CRON");
+        // Fires are on whole seconds: the record keeps the scheduled instant, not the send time.
+        assert!(
+            run["trigger_time"].as_str().unwrap().ends_with(":00.000Z")
+                || run["trigger_time"].as_str().unwrap().ends_with(".000Z"),
+            "{run}"
+        );
+        let log = api.log_content(run["id"].as_i64().unwrap()).await;
+        assert!(log.contains("[INFO] hello, cron\n"), "{log}");
+    }
+    let (status, _) = api.post(&format!("/api/v1/jobs/{job_id}/stop"), json!({})).await;
+    assert_eq!(status, StatusCode::OK);
+
+    let (status, triggered) =
+        api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({"param": "by hand"})).await;
+    assert_eq!(status, StatusCode::OK, "{triggered}");
+    let log_id = triggered["log_ids"][0].as_i64().unwrap();
+    let run = api.finished_run(log_id).await;
+    assert_eq!(
+        (run["handle_code"].as_i64(), run["handle_msg"].as_str()),
+        (Some(200), Some("hello, by hand")),
+        "{run}"
+    );
+    assert_eq!(
+        (run["trigger_type"].as_str(), run["param"].as_str()),
+        (Some("MANUAL"), Some("by hand"))
+    );
+    let log = api.log_content(log_id).await;
+    assert!(log.contains("hello, by hand"), "{log}");
+}
+
+async fn each_backend<F, Fut>(test: F)
+where
+    F: Fn(Backend) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for backend in backends() {
+        test(backend).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_and_manual_runs() {
+    each_backend(|backend| async move {
+        let app = TestApp::start(backend).await;
+        cron_then_manual(&app.api).await;
+        app.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_are_recorded_and_retried() {
+    each_backend(|backend| async move {
+        let app = TestApp::start(backend).await;
+        let api = &app.api;
+        let job_id = api.create_job(json!({"name": "fails", "retry_count": 1, "param": "p"})).await;
+        api.upload(job_id, sample_job("fail")).await;
+        let (_, triggered) = api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({})).await;
+        let first = api.finished_run(triggered["log_ids"][0].as_i64().unwrap()).await;
+        assert_eq!(first["handle_code"], 500, "{first}");
+        assert_eq!(first["handle_msg"], "job failed: failed on purpose: p");
+        let retry = api
+            .wait_until("the retry ends", || async {
+                let (_, page) = api.get(&format!("/api/v1/logs?job_id={job_id}")).await;
+                let items = page["items"].as_array().cloned().unwrap_or_default();
+                items.into_iter().find(|run| run["attempt"] == 1 && run["handle_code"] != 0)
+            })
+            .await;
+        assert_eq!(
+            (retry["trigger_type"].as_str(), retry["handle_code"].as_i64()),
+            (Some("RETRY"), Some(500))
+        );
+        // retry_count 1: no third run.
+        let (_, page) = api.get(&format!("/api/v1/logs?job_id={job_id}")).await;
+        assert_eq!(page["total"], 2, "{page}");
+        app.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_jobs_follow_success() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let api = &app.api;
+    let child = api.create_job(json!({"name": "child", "param": "from parent"})).await;
+    api.upload(child, sample_job("hello")).await;
+    let parent = api.create_job(json!({"name": "parent", "child_job_ids": [child]})).await;
+    api.upload(parent, sample_job("hello")).await;
+    let (_, triggered) = api.post(&format!("/api/v1/jobs/{parent}/trigger"), json!({})).await;
+    api.finished_run(triggered["log_ids"][0].as_i64().unwrap()).await;
+    let child_run = api
+        .wait_until("the child runs", || async {
+            let (_, page) = api.get(&format!("/api/v1/logs?job_id={child}&status=success")).await;
+            page["items"].as_array().and_then(|items| items.first().cloned())
+        })
+        .await;
+    assert_eq!(
+        (child_run["trigger_type"].as_str(), child_run["handle_msg"].as_str()),
+        (Some("PARENT"), Some("hello, from parent"))
+    );
+    app.stop().await;
+}

@@ -1,0 +1,211 @@
+//! A platform for one test: an admin (SQLite in a temp dir, or a fresh PostgreSQL database) and
+//! an executor, both in-process on 127.0.0.1:0, with the group `default` and a client that
+//! speaks the operator API.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use wasmjob::admin::{self, Admin};
+use wasmjob::config::{AdminConfig, ExecutorConfig, RunDefaults};
+use wasmjob::executor::{self, Executor};
+
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+pub const ACCESS_TOKEN: &str = "test-access-token-0123456789";
+
+/// Which database a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// SQLite always; PostgreSQL too when `WASMJOB_TEST_POSTGRES_URL` is set.
+pub fn backends() -> Vec<Backend> {
+    #[expect(clippy::disallowed_methods, reason = "test configuration")]
+    let postgres = std::env::var("WASMJOB_TEST_POSTGRES_URL").is_ok();
+    if !postgres {
+        eprintln!("WASMJOB_TEST_POSTGRES_URL is unset: skipping the PostgreSQL backend");
+    }
+    let mut list = vec![Backend::Sqlite];
+    if postgres {
+        list.push(Backend::Postgres);
+    }
+    list
+}
+
+pub struct TestApp {
+    pub api: Api,
+    pub admin: Option<Admin>,
+    pub executor: Option<Executor>,
+    _dir: tempfile::TempDir,
+    postgres_url: Option<String>,
+}
+
+/// A client of one admin's operator API.
+pub struct Api {
+    pub http: reqwest::Client,
+    pub base: String,
+    pub token: String,
+}
+
+impl TestApp {
+    /// Admin and one executor registered in the group `default` (id 1).
+    pub async fn start(backend: Backend) -> TestApp {
+        wasmjob::telemetry::init_for_test();
+        let dir = tempfile::tempdir().unwrap();
+        let postgres_url = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => wasmjob::storage::testing::postgres_database("e2e").await.unwrap(),
+        };
+        let database_url = postgres_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("wasmjob.db").display()));
+        let admin = admin::start(admin_config(database_url)).await.unwrap();
+        admin.state.db.ensure_group("default", "Default", admin::now_ms()).await.unwrap();
+        let base = admin.url();
+        let executor =
+            executor::start(executor_config(&base, dir.path().join("executor"))).await.unwrap();
+        let api = Api { http: reqwest::Client::new(), base, token: ADMIN_TOKEN.to_owned() };
+        api.wait_for_executors(1).await;
+        TestApp { api, admin: Some(admin), executor: Some(executor), _dir: dir, postgres_url }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(executor) = self.executor.take() {
+            executor.stop().await;
+        }
+        if let Some(admin) = self.admin.take() {
+            admin.stop().await;
+        }
+        if let Some(url) = &self.postgres_url {
+            wasmjob::storage::testing::drop_postgres_database(url).await.unwrap();
+        }
+    }
+}
+
+impl Api {
+    /// Waits until group 1 has `count` online executors.
+    pub async fn wait_for_executors(&self, count: usize) {
+        self.wait_until("the executors register", || async {
+            let (_, group) = self.get("/api/v1/groups/1").await;
+            (group["online_addresses"].as_array().map_or(0, Vec::len) == count).then_some(())
+        })
+        .await;
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let reply = self.http.get(self.url(path)).bearer_auth(&self.token).send().await.unwrap();
+        read(reply).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let reply = self
+            .http
+            .post(self.url(path))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        read(reply).await
+    }
+
+    pub async fn upload(&self, job_id: i64, bytes: Vec<u8>) -> (StatusCode, Value) {
+        let reply = self
+            .http
+            .post(self.url(&format!("/api/v1/jobs/{job_id}/versions?remark=test")))
+            .bearer_auth(&self.token)
+            .header("content-type", "application/wasm")
+            .body(bytes)
+            .send()
+            .await
+            .unwrap();
+        read(reply).await
+    }
+
+    /// Creates a job in group 1 from `fields` over sensible defaults; returns its id.
+    pub async fn create_job(&self, fields: Value) -> i64 {
+        let mut body = json!({"group_id": 1, "name": "test job", "schedule_type": "NONE"});
+        for (key, value) in fields.as_object().unwrap() {
+            body[key] = value.clone();
+        }
+        let (status, job) = self.post("/api/v1/jobs", body).await;
+        assert_eq!(status, StatusCode::CREATED, "{job}");
+        job["id"].as_i64().unwrap()
+    }
+
+    /// The run record `log_id` once it has a result.
+    pub async fn finished_run(&self, log_id: i64) -> Value {
+        self.wait_until(&format!("run {log_id} ends"), || async {
+            let (_, run) = self.get(&format!("/api/v1/logs/{log_id}")).await;
+            (run["handle_code"].as_i64() != Some(0)).then_some(run)
+        })
+        .await
+    }
+
+    /// The whole log of run `log_id` (it must have ended).
+    pub async fn log_content(&self, log_id: i64) -> String {
+        let (status, page) = self.get(&format!("/api/v1/logs/{log_id}/content?from_line=1")).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        page["content"].as_str().unwrap().to_owned()
+    }
+
+    /// Polls `probe` until it answers (a state reached over the network has no other signal).
+    pub async fn wait_until<T, F, Fut>(&self, what: &str, probe: F) -> T
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(value) = probe().await {
+                return value;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+async fn read(reply: reqwest::Response) -> (StatusCode, Value) {
+    let status = reply.status();
+    let text = reply.text().await.unwrap();
+    let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, value)
+}
+
+pub fn admin_config(database_url: String) -> AdminConfig {
+    AdminConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        database_url,
+        admin_token: ADMIN_TOKEN.to_owned(),
+        access_token: ACCESS_TOKEN.to_owned(),
+        heartbeat_interval: Duration::from_secs(30),
+        max_module_bytes: 4 * 1024 * 1024,
+    }
+}
+
+pub fn executor_config(admin_url: &str, data_dir: PathBuf) -> ExecutorConfig {
+    ExecutorConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        address: None,
+        admin_urls: vec![admin_url.to_owned()],
+        app_name: "default".to_owned(),
+        data_dir,
+        handlers_dir: None,
+        access_token: ACCESS_TOKEN.to_owned(),
+        limits: RunDefaults {
+            fuel: 10_000_000_000,
+            memory_bytes: 64 * 1024 * 1024,
+            max_log_bytes: 1024 * 1024,
+            log_retention_days: 30,
+        },
+        heartbeat_interval: Duration::from_secs(30),
+    }
+}

@@ -1,0 +1,103 @@
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn source(relative: &str) -> Vec<(String, String)> {
+    rust_files(&root().join(relative))
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap();
+            (path.strip_prefix(root()).unwrap().display().to_string(), text)
+        })
+        .collect()
+}
+
+#[test]
+fn every_source_file_says_what_it_is_for() {
+    for (path, text) in source("src") {
+        assert!(text.starts_with("//!"), "{path} does not start with a `//!` doc comment");
+    }
+}
+
+#[test]
+fn no_debugging_leftovers() {
+    for (path, text) in source("src").into_iter().chain(source("tests")) {
+        assert!(!text.contains(concat!("dbg", "!(")), "{path} has a dbg! call");
+    }
+}
+
+#[test]
+fn layering_holds() {
+    let pure = ["src/model.rs", "src/schedule.rs", "src/routing.rs", "src/routing/"];
+    let io_crates =
+        ["tokio", "sqlx", "axum", "wasmtime", "reqwest", "crate::storage", "crate::runtime"];
+    for (path, text) in source("src") {
+        let imports = |name: &str| {
+            text.lines().any(|line| {
+                let line = line.trim_start();
+                (line.starts_with("use ") || line.contains(&format!("{name}::")))
+                    && line.contains(name)
+            })
+        };
+        if pure.iter().any(|prefix| path.starts_with(prefix)) {
+            for name in io_crates {
+                assert!(!imports(name), "{path} is pure (sync, IO-free) but uses {name}");
+            }
+        }
+        if path.starts_with("src/admin") {
+            assert!(!text.contains("crate::executor"), "{path}: admin must not import executor");
+        }
+        if path.starts_with("src/executor") {
+            assert!(!text.contains("crate::admin"), "{path}: executor must not import admin");
+        }
+        if !path.starts_with("src/storage") {
+            assert!(!text.contains("sqlx::query"), "{path}: only storage holds SQL");
+        }
+        if !path.starts_with("src/runtime/bindings.rs") {
+            assert!(!text.contains("bindgen!"), "{path}: bindgen! belongs in runtime/bindings.rs");
+        }
+    }
+}
+
+#[test]
+fn migrations_are_numbered_and_match_across_dialects() {
+    let names = |dialect: &str| {
+        let mut names: Vec<String> = std::fs::read_dir(root().join("migrations").join(dialect))
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let sqlite = names("sqlite");
+    assert_eq!(sqlite, names("postgres"), "each migration exists for both dialects");
+    for (index, name) in sqlite.iter().enumerate() {
+        let (number, rest) = name.split_once('_').unwrap_or(("", ""));
+        assert_eq!(
+            number,
+            format!("{:04}", index + 1),
+            "{name}: migrations are numbered 0001, 0002, …"
+        );
+        let stem = rest.strip_suffix(".sql").unwrap_or_else(|| panic!("{name}: not .sql"));
+        assert!(
+            stem.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+            "{name}: snake_case"
+        );
+    }
+}

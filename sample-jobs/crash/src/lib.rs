@@ -6,7 +6,6 @@
 
 wit_bindgen::generate!({ world: "job", path: "../../wit" });
 
-
 struct Crash;
 
 impl Guest for Crash {

@@ -4,7 +4,6 @@
 
 wit_bindgen::generate!({ world: "job", path: "../../wit" });
 
-
 struct Fail;
 
 impl Guest for Fail {

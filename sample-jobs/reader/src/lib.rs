@@ -7,7 +7,6 @@
 
 wit_bindgen::generate!({ world: "job", path: "../../wit" });
 
-
 struct Reader;
 
 impl Guest for Reader {

@@ -113,6 +113,9 @@ pub struct LimitArgs {
     /// Days run logs are kept.
     #[arg(long, env = "WASMJOB_LOG_RETENTION_DAYS", default_value_t = 30)]
     pub log_retention_days: u32,
+    /// Runs one executor holds at once; a trigger past that fails as busy.
+    #[arg(long, env = "WASMJOB_MAX_CONCURRENT_RUNS", default_value_t = 64)]
+    pub max_concurrent_runs: u32,
 }
 
 #[cfg(test)]

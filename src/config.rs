@@ -82,6 +82,8 @@ pub struct RunDefaults {
     pub max_log_bytes: u64,
     /// Days run logs are kept.
     pub log_retention_days: u32,
+    /// Runs held at once (the size of the runtime's instance pool).
+    pub max_concurrent_runs: u32,
 }
 
 /// Both halves of `standalone`.
@@ -145,8 +147,11 @@ impl RunDefaults {
         if args.default_fuel == 0 {
             anyhow::bail!("--default-fuel must be positive");
         }
-        if !(1..=65_536).contains(&args.default_memory_mb) {
-            anyhow::bail!("--default-memory-mb must be between 1 and 65536");
+        if !(1..=4096).contains(&args.default_memory_mb) {
+            anyhow::bail!("--default-memory-mb must be between 1 and 4096");
+        }
+        if !(1..=4096).contains(&args.max_concurrent_runs) {
+            anyhow::bail!("--max-concurrent-runs must be between 1 and 4096");
         }
         if args.max_log_kb == 0 {
             anyhow::bail!("--max-log-kb must be positive");
@@ -157,6 +162,7 @@ impl RunDefaults {
                 .context("--default-memory-mb does not fit this machine")?,
             max_log_bytes: args.max_log_kb * 1024,
             log_retention_days: args.log_retention_days,
+            max_concurrent_runs: args.max_concurrent_runs,
         })
     }
 }

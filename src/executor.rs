@@ -24,9 +24,12 @@ use tracing::Instrument;
 
 use crate::config::ExecutorConfig;
 use crate::protocol;
-use crate::runtime::{CacheStats, Runtime, RuntimeConfig};
+use crate::runtime::{CacheStats, PoolConfig, Runtime, RuntimeConfig};
 
 pub use self::logs::LogStore;
+
+/// The largest memory cap a job may ask for (a 32-bit wasm memory cannot grow past 4 GiB).
+pub const MAX_MEMORY_BYTES: usize = 4 << 30;
 
 /// How long running runs may go on after a shutdown request before they are killed.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -65,6 +68,10 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
 
     let runtime = Arc::new(Runtime::new(RuntimeConfig {
         cache_dir: Some(config.data_dir.join("modules")),
+        pool: Some(PoolConfig {
+            max_concurrent_runs: config.limits.max_concurrent_runs,
+            max_memory_bytes: MAX_MEMORY_BYTES,
+        }),
         ..RuntimeConfig::default()
     })?);
     let client = protocol::Client::new(&config.access_token, Duration::from_secs(10))?;

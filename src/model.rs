@@ -288,6 +288,8 @@ pub struct RunRecord {
     pub version: Option<i64>,
     /// That version's sha256.
     pub sha256: Option<String>,
+    /// Fuel a successful run consumed, when its executor reported it.
+    pub fuel_used: Option<i64>,
 }
 
 /// A registry row: one executor's last heartbeat.

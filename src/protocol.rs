@@ -169,6 +169,9 @@ pub struct HandleCallbackParam {
     pub handle_code: i32,
     /// The handler's message.
     pub handle_msg: Option<String>,
+    /// wasmjob: fuel a successful run consumed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fuel_used: Option<i64>,
 }
 
 /// The body of `/api/callback`: a bare array, or `{callbackList: [...]}`.

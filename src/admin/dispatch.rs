@@ -243,8 +243,13 @@ impl Dispatcher {
                     &reason,
                 )
                 .await?;
-                self.apply_result(run.id, code::FAILURE, &format!("trigger failed: {reason}"))
-                    .await?;
+                self.apply_result(
+                    run.id,
+                    code::FAILURE,
+                    &format!("trigger failed: {reason}"),
+                    None,
+                )
+                .await?;
             }
         }
         Ok(())
@@ -314,9 +319,11 @@ impl Dispatcher {
         run_id: i64,
         handle_code: i32,
         handle_msg: &str,
+        fuel_used: Option<i64>,
     ) -> anyhow::Result<()> {
         let db = &self.inner.db;
-        let Some(run) = db.finish_run(run_id, handle_code, handle_msg, now_ms()).await? else {
+        let finished = db.finish_run(run_id, handle_code, handle_msg, fuel_used, now_ms()).await?;
+        let Some(run) = finished else {
             return Ok(());
         };
         let Some(job) = db.get_job(run.job_id).await? else { return Ok(()) };
@@ -386,7 +393,7 @@ impl Dispatcher {
             _ => {
                 self.inner
                     .db
-                    .finish_run(run.id, code::FAILURE, "killed before it was sent", now_ms())
+                    .finish_run(run.id, code::FAILURE, "killed before it was sent", None, now_ms())
                     .await?;
                 Ok("killed before it was sent".to_owned())
             }

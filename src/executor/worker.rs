@@ -237,7 +237,7 @@ impl Workers {
         if let Ok(mut log) = self.ctx.logs.open(param.log_id, param.log_date_time) {
             log.line(Level::Warn, reason);
         }
-        finish(&self.ctx, param, code::FAILURE, reason);
+        finish(&self.ctx, param, code::FAILURE, reason, None);
     }
 }
 
@@ -252,6 +252,7 @@ async fn execute(ctx: &RunContext, param: TriggerParam, cancel: CancellationToke
                 &param,
                 code::FAILURE,
                 &format!("host error: cannot open the run log: {error}"),
+                None,
             );
             return;
         }
@@ -281,16 +282,29 @@ async fn execute(ctx: &RunContext, param: TriggerParam, cancel: CancellationToke
     let level = if outcome.handle_code() == code::SUCCESS { Level::Info } else { Level::Error };
     log.line(level, &format!("run ended in {} ms: {outcome}", started.elapsed().as_millis()));
     tracing::info!(handle.code = outcome.handle_code(), "run {} ended: {outcome}", param.log_id);
-    finish(ctx, &param, outcome.handle_code(), &outcome.handle_msg());
+    let fuel_used = match &outcome {
+        RunOutcome::Success { fuel_used, .. } => {
+            fuel_used.and_then(|fuel| i64::try_from(fuel).ok())
+        }
+        _ => None,
+    };
+    finish(ctx, &param, outcome.handle_code(), &outcome.handle_msg(), fuel_used);
 }
 
 /// Queues the result of a run for the admin and closes its log.
-fn finish(ctx: &RunContext, param: &TriggerParam, handle_code: i32, handle_msg: &str) {
+fn finish(
+    ctx: &RunContext,
+    param: &TriggerParam,
+    handle_code: i32,
+    handle_msg: &str,
+    fuel_used: Option<i64>,
+) {
     let result = HandleCallbackParam {
         log_id: param.log_id,
         log_date_tim: param.log_date_time,
         handle_code,
         handle_msg: Some(handle_msg.to_owned()),
+        fuel_used,
     };
     if let Err(error) = ctx.outbox.push(&result) {
         tracing::error!(%error, "cannot store the result of run {}: it will not be reported", param.log_id);

@@ -57,6 +57,20 @@ impl RunState {
         RunState { wasi, table: ResourceTable::new(), limiter, log, stdout, stderr }
     }
 
+    /// The last lines the guest wrote to stderr (a Rust panic message lands there).
+    pub(super) fn stderr_tail(&self) -> Option<String> {
+        let bytes = self.stderr.contents();
+        let text = String::from_utf8_lossy(&bytes);
+        // Rust's "note: run with RUST_BACKTRACE=1" hint says nothing about the failure.
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty() && !line.starts_with("note: run with"))
+            .collect();
+        let tail = lines[lines.len().saturating_sub(3)..].join(" / ");
+        (!tail.is_empty()).then_some(tail)
+    }
+
     /// Copies what the guest wrote to stdout and stderr into the run's log, line by line.
     pub(super) fn flush_output(&mut self) {
         for (pipe, level) in [(&self.stdout, Level::Info), (&self.stderr, Level::Warn)] {

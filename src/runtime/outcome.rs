@@ -97,42 +97,75 @@ pub fn cap(text: &str, max: usize) -> String {
     format!("{}… [truncated]", &text[..end])
 }
 
-pub(super) fn classify(
-    result: Result<wasmtime::Result<Result<String, String>>, Stop>,
-    cancelled: bool,
-    fuel_used: Option<u64>,
-    denied: Option<String>,
-) -> RunOutcome {
-    let error = match result {
+/// Which step of a run failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    Instantiate,
+    Call,
+}
+
+/// What a run's call returned: the guest's own result, or the step that failed and why;
+/// `Err(Stop)` when the deadline or a kill abandoned it from outside.
+pub(super) type CallResult = Result<Result<Result<String, String>, (Phase, wasmtime::Error)>, Stop>;
+
+/// What the store knew when the run ended.
+pub(super) struct Facts {
+    pub(super) cancelled: bool,
+    pub(super) fuel_used: Option<u64>,
+    /// The first memory or table growth the limiter refused.
+    pub(super) denied: Option<String>,
+    pub(super) stderr_tail: Option<String>,
+}
+
+pub(super) fn classify(result: CallResult, facts: Facts) -> RunOutcome {
+    let (phase, error) = match result {
         Err(Stop::Timeout) => return RunOutcome::Timeout,
         Err(Stop::Killed) => return RunOutcome::Killed,
         Ok(Ok(Ok(message))) => {
-            return RunOutcome::Success { message: cap(&message, MAX_MESSAGE_BYTES), fuel_used };
+            let message = cap(&message, MAX_MESSAGE_BYTES);
+            return RunOutcome::Success { message, fuel_used: facts.fuel_used };
         }
         Ok(Ok(Err(message))) => return RunOutcome::GuestError(cap(&message, MAX_MESSAGE_BYTES)),
-        Ok(Err(error)) => error,
+        Ok(Err(failure)) => failure,
     };
-    if let Some(trap) = error.downcast_ref::<wasmtime::Trap>() {
-        return match trap {
-            wasmtime::Trap::Interrupt if cancelled => RunOutcome::Killed,
-            wasmtime::Trap::Interrupt => RunOutcome::Timeout,
-            wasmtime::Trap::OutOfFuel => RunOutcome::OutOfFuel,
-            _ if denied.is_some() => RunOutcome::ResourceLimit(denied.unwrap_or_default()),
-            other => RunOutcome::Trap {
-                kind: trap_kind(*other).to_owned(),
-                detail: cap(&format!("{error:?}"), MAX_MESSAGE_BYTES),
-            },
-        };
-    }
-    if let Some(what) = denied {
+    if let Some(what) = facts.denied {
+        // A refused growth is the cause even when the guest then trapped (a Rust guest aborts
+        // when allocation fails) or instantiation failed (initial memory above the cap).
         return RunOutcome::ResourceLimit(what);
     }
-    let detail = cap(&format!("{error:#}"), MAX_MESSAGE_BYTES);
-    // Instantiation errors carry no trap; the failing step names itself in the message.
-    if detail.contains("instantiat") || detail.contains("unknown import") {
+    if phase == Phase::Instantiate {
+        let detail = cap(&format!("{error:#}"), MAX_MESSAGE_BYTES);
+        // An exhausted instance pool is the executor's concurrency cap, not the module's fault.
+        if detail.contains("maximum concurrent") || detail.contains("pooling") {
+            return RunOutcome::Instantiate(format!("executor busy: {detail}"));
+        }
         return RunOutcome::Instantiate(detail);
     }
-    RunOutcome::Host(detail)
+    if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return RunOutcome::GuestError(format!(
+            "the guest exited with status {} instead of returning",
+            exit.0
+        ));
+    }
+    let Some(trap) = error.downcast_ref::<wasmtime::Trap>() else {
+        return RunOutcome::Host(cap(&format!("{error:#}"), MAX_MESSAGE_BYTES));
+    };
+    match trap {
+        wasmtime::Trap::Interrupt if facts.cancelled => RunOutcome::Killed,
+        wasmtime::Trap::Interrupt => RunOutcome::Timeout,
+        wasmtime::Trap::OutOfFuel => RunOutcome::OutOfFuel,
+        other => {
+            // The guest's last words (a panic message) say more than the trap itself.
+            let detail = match facts.stderr_tail {
+                Some(tail) => format!("{trap}; stderr: {tail}"),
+                None => trap.to_string(),
+            };
+            RunOutcome::Trap {
+                kind: trap_kind(*other).to_owned(),
+                detail: cap(&detail, MAX_MESSAGE_BYTES),
+            }
+        }
+    }
 }
 
 fn trap_kind(trap: wasmtime::Trap) -> &'static str {

@@ -12,7 +12,8 @@ use super::{Db, Result, parse_column};
 use crate::model::{RunRecord, TriggerType, code};
 
 const COLUMNS: &str = "id, job_id, executor_address, trigger_type, trigger_time, param, trigger_code,
-    trigger_msg, handle_time, handle_code, handle_msg, shard_index, shard_total, attempt, version, sha256";
+    trigger_msg, handle_time, handle_code, handle_msg, shard_index, shard_total, attempt, version, sha256,
+    fuel_used";
 
 /// A run to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,16 +171,18 @@ impl Db {
         id: i64,
         handle_code: i32,
         handle_msg: &str,
+        fuel_used: Option<i64>,
         now_ms: i64,
     ) -> Result<Option<RunRecord>> {
         let handle_code = if handle_code == code::PENDING { code::FAILURE } else { handle_code };
         let row = sqlx::query(&format!(
-            "update runs set handle_code = $1, handle_msg = $2, handle_time = $3
-             where id = $4 and handle_code = 0 returning {COLUMNS}"
+            "update runs set handle_code = $1, handle_msg = $2, handle_time = $3, fuel_used = $4
+             where id = $5 and handle_code = 0 returning {COLUMNS}"
         ))
         .bind(i64::from(handle_code))
         .bind(handle_msg)
         .bind(now_ms)
+        .bind(fuel_used)
         .bind(id)
         .fetch_optional(&self.pool)
         .await?;
@@ -243,5 +246,6 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord> {
         attempt: row.try_get("attempt")?,
         version: row.try_get("version")?,
         sha256: row.try_get("sha256")?,
+        fuel_used: row.try_get("fuel_used")?,
     })
 }

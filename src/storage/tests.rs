@@ -196,12 +196,13 @@ async fn runs_are_claimed_and_finished_once() {
         db.set_trigger_result(a, Some("http://a:9999"), 200, "sent").await.unwrap();
         assert!(db.claim_run(a, 300, 300).await.unwrap().is_none(), "sent runs are not pending");
 
-        let done = db.finish_run(a, 200, "ok", 400).await.unwrap().unwrap();
+        let done = db.finish_run(a, 200, "ok", Some(6000), 400).await.unwrap().unwrap();
+        assert_eq!(done.fuel_used, Some(6000));
         assert_eq!(
             (done.handle_code, done.handle_msg.as_str(), done.handle_time_ms),
             (200, "ok", 400)
         );
-        assert!(db.finish_run(a, 500, "late duplicate", 401).await.unwrap().is_none());
+        assert!(db.finish_run(a, 500, "late duplicate", None, 401).await.unwrap().is_none());
         assert_eq!(db.get_run(a).await.unwrap().unwrap().handle_msg, "ok");
 
         let all = db

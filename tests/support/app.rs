@@ -72,6 +72,11 @@ impl TestApp {
         TestApp { api, admin: Some(admin), executor: Some(executor), _dir: dir, postgres_url }
     }
 
+    /// The executor's data directory (to restart it on the same cache).
+    pub fn executor_dir(&self) -> PathBuf {
+        self._dir.path().join("executor")
+    }
+
     pub async fn stop(mut self) {
         if let Some(executor) = self.executor.take() {
             executor.stop().await;
@@ -201,10 +206,11 @@ pub fn executor_config(admin_url: &str, data_dir: PathBuf) -> ExecutorConfig {
         handlers_dir: None,
         access_token: ACCESS_TOKEN.to_owned(),
         limits: RunDefaults {
-            fuel: 10_000_000_000,
+            fuel: 1_000_000_000_000,
             memory_bytes: 64 * 1024 * 1024,
             max_log_bytes: 1024 * 1024,
             log_retention_days: 30,
+            max_concurrent_runs: 16,
         },
         heartbeat_interval: Duration::from_secs(30),
     }

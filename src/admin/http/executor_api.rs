@@ -122,8 +122,10 @@ async fn callback(State(state): State<AppState>, body: Bytes) -> axum::Json<Retu
     };
     for result in results {
         let message = result.handle_msg.unwrap_or_default();
-        if let Err(error) =
-            state.dispatcher.apply_result(result.log_id, result.handle_code, &message).await
+        if let Err(error) = state
+            .dispatcher
+            .apply_result(result.log_id, result.handle_code, &message, result.fuel_used)
+            .await
         {
             // Not acknowledged: the executor keeps the results and sends them again.
             tracing::error!(

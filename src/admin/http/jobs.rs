@@ -321,8 +321,8 @@ async fn validate(state: &AppState, body: JobBody) -> Result<(NewJob, Schedule),
     if body.fuel_limit.is_some_and(|fuel| fuel <= 0) {
         return Err(invalid("fuel_limit: must be positive"));
     }
-    if body.memory_limit_mb.is_some_and(|mb| !(1..=65_536).contains(&mb)) {
-        return Err(invalid("memory_limit_mb: 1 to 65536"));
+    if body.memory_limit_mb.is_some_and(|mb| !(1..=4096).contains(&mb)) {
+        return Err(invalid("memory_limit_mb: 1 to 4096"));
     }
     if body.param.len() > 64 * 1024 {
         return Err(invalid("param: at most 64 KiB"));

@@ -38,6 +38,7 @@ struct RunResponse {
     shard_total: i64,
     attempt: i64,
     version: Option<i64>,
+    fuel_used: Option<i64>,
 }
 
 impl From<RunRecord> for RunResponse {
@@ -58,6 +59,7 @@ impl From<RunRecord> for RunResponse {
             shard_total: run.shard_total,
             attempt: run.attempt,
             version: run.version,
+            fuel_used: run.fuel_used,
         }
     }
 }

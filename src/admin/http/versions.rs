@@ -109,9 +109,19 @@ async fn upload_version(
 }
 
 async fn validate(state: &AppState, bytes: Bytes) -> Result<crate::runtime::ModuleInfo, ApiError> {
-    let _slot = state.compile_slots.acquire().await.map_err(|e| ApiError::Internal(e.into()))?;
+    // The slot moves into the compile thread: a compile that outlives its request's time limit
+    // keeps its slot until it really ends, so hostile uploads cannot pile up compiles.
+    let slot = state
+        .compile_slots
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))?;
     let validator = state.validator.clone();
-    let compile = tokio::task::spawn_blocking(move || validator.validate(&bytes));
+    let compile = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        validator.validate(&bytes)
+    });
     match tokio::time::timeout(COMPILE_TIMEOUT, compile).await {
         Err(_) => Err(ApiError::Unprocessable {
             code: "compile_timeout",

@@ -1,0 +1,204 @@
+//! Trap, limit and stop cases as inline WAT components: each line of a table is a guest body
+//! and the outcome it must end with.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use expect_test::{Expect, expect};
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+
+/// A job-world component whose `run` executes `body`, then returns `ok("done")`.
+/// `extra` adds core functions; `pages` is the initial memory size.
+fn job_wat(pages: u32, body: &str, extra: &str) -> String {
+    format!(
+        r#"(component
+  (type $trigger_def (record
+    (field "job-id" s64) (field "log-id" s64) (field "param" string)
+    (field "shard-index" u32) (field "shard-total" u32)
+    (field "trigger-time-ms" s64) (field "attempt" u32)))
+  (import "wasmjob:job/types@0.1.0" (instance $types (export "trigger" (type (eq $trigger_def)))))
+  (alias export $types "trigger" (type $trigger))
+  (core module $m
+    (memory (export "memory") {pages})
+    (data (i32.const 64) "done")
+    (global $bump (mut i32) (i32.const 1024))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $p i32)
+      (local.set $p (global.get $bump))
+      (global.set $bump (i32.add (global.get $bump) (local.get 3)))
+      (local.get $p))
+    {extra}
+    (func (export "run") (param i64 i64 i32 i32 i32 i32 i64 i32) (result i32)
+      {body}
+      (i32.store8 (i32.const 16) (i32.const 0))
+      (i32.store (i32.const 20) (i32.const 64))
+      (i32.store (i32.const 24) (i32.const 4))
+      (i32.const 16)))
+  (core instance $i (instantiate $m))
+  (func $run (param "t" $trigger) (result (result string (error string)))
+    (canon lift (core func $i "run") (memory (core memory $i "memory")) (realloc (core func $i "realloc"))))
+  (export "run" (func $run)))"#
+    )
+}
+
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<String>>>);
+
+impl LogSink for Lines {
+    fn line(&mut self, _level: Level, message: &str) {
+        self.0.lock().unwrap().push(message.to_owned());
+    }
+}
+
+fn trigger() -> Trigger {
+    Trigger {
+        job_id: 1,
+        log_id: 1,
+        param: "p".to_owned(),
+        shard_index: 0,
+        shard_total: 1,
+        trigger_time_ms: 0,
+        attempt: 0,
+    }
+}
+
+struct Case {
+    wat: String,
+    limits: RunLimits,
+    kill_after: Option<Duration>,
+}
+
+fn case(body: &str) -> Case {
+    Case { wat: job_wat(1, body, ""), limits: RunLimits::default(), kill_after: None }
+}
+
+const LOOP: &str = "(loop $l (br $l))";
+
+async fn run_case(runtime: &Runtime, case: Case) -> RunOutcome {
+    let sha256 = hex::encode(Sha256::digest(case.wat.as_bytes()));
+    let job = runtime.load(&sha256, || Ok(case.wat.into_bytes())).unwrap();
+    let cancel = CancellationToken::new();
+    if let Some(after) = case.kill_after {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            cancel.cancel();
+        });
+    }
+    runtime.run(&job, trigger(), &case.limits, Box::new(Lines::default()), &cancel).await
+}
+
+async fn check(runtime: &Runtime, case: Case, expect: Expect) {
+    let outcome = run_case(runtime, case).await;
+    expect.assert_eq(&format!("{} {outcome}", outcome.handle_code()));
+}
+
+fn pooled() -> Runtime {
+    let pool = PoolConfig { max_concurrent_runs: 4, max_memory_bytes: 64 * 1024 * 1024 };
+    Runtime::new(RuntimeConfig { pool: Some(pool), ..RuntimeConfig::default() }).unwrap()
+}
+
+#[tokio::test]
+async fn outcomes() {
+    let rt = pooled();
+    let small = |mut case: Case| {
+        case.limits.memory_bytes = 1024 * 1024;
+        case
+    };
+    let timeout = |mut case: Case| {
+        case.limits.timeout = Some(Duration::from_millis(100));
+        case
+    };
+    check(&rt, case(""), expect![["200 done"]]).await;
+    check(&rt, case("unreachable"), expect!["500 trap (unreachable (guest panic or abort)): wasm trap: wasm `unreachable` instruction executed"]).await;
+    check(
+        &rt,
+        case("(drop (i32.div_s (i32.const 1) (i32.const 0)))"),
+        expect![["500 trap (integer division by zero): wasm trap: integer divide by zero"]],
+    )
+    .await;
+    check(
+        &rt,
+        case("(drop (i32.load (i32.const 70000)))"),
+        expect![["500 trap (memory out of bounds): wasm trap: out of bounds memory access"]],
+    )
+    .await;
+    check(
+        &rt,
+        timeout(case(LOOP)),
+        expect![["502 timeout: the run passed its deadline and was stopped"]],
+    )
+    .await;
+    let mut starved = case(LOOP);
+    starved.limits.fuel = 100_000;
+    check(&rt, starved, expect![["500 out of fuel: the run spent its fuel budget"]]).await;
+    let mut killed = case(LOOP);
+    killed.kill_after = Some(Duration::from_millis(50));
+    check(&rt, killed, expect![["500 killed: the run was stopped on request"]]).await;
+    let grow = "(if (i32.eq (memory.grow (i32.const 100)) (i32.const -1)) (then unreachable))";
+    check(&rt, small(case(grow)), expect![["500 resource limit: memory limit of 1 MiB reached"]])
+        .await;
+    let big_start = Case { wat: job_wat(100, "", ""), ..small(case("")) };
+    check(&rt, big_start, expect![["500 resource limit: memory limit of 1 MiB reached"]]).await;
+    let deep = Case { wat: job_wat(1, "(call $deep)", "(func $deep (call $deep))"), ..case("") };
+    check(&rt, deep, expect![["500 trap (stack overflow): wasm trap: call stack exhausted"]]).await;
+}
+
+#[tokio::test]
+async fn no_deadline_is_no_trap_and_fuel_is_counted() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let mut open = case("");
+    open.limits.timeout = None;
+    let RunOutcome::Success { message, fuel_used } = run_case(&rt, open).await else {
+        panic!("not a success")
+    };
+    assert_eq!(message, "done");
+    assert!(fuel_used.is_some_and(|fuel| fuel > 0), "{fuel_used:?}");
+    // The same module again comes from memory, not from the compiler.
+    let stats = rt.cache_stats();
+    run_case(&rt, case("")).await;
+    assert_eq!(rt.cache_stats().compiled, stats.compiled);
+    assert_eq!(rt.cache_stats().memory_hits, stats.memory_hits + 1);
+}
+
+#[tokio::test]
+async fn a_full_pool_refuses_instead_of_waiting() {
+    let pool = PoolConfig { max_concurrent_runs: 1, max_memory_bytes: 64 * 1024 * 1024 };
+    let rt = Runtime::new(RuntimeConfig { pool: Some(pool), ..RuntimeConfig::default() }).unwrap();
+    // Hold the pool's only slot with a live instance, as a long run would.
+    let wat = job_wat(1, "", "");
+    let sha256 = hex::encode(Sha256::digest(wat.as_bytes()));
+    let job = rt.load(&sha256, || Ok(wat.into_bytes())).unwrap();
+    let mut holder =
+        Store::new(&rt.engine, RunState::new(&RunLimits::default(), Box::new(Lines::default())));
+    let held = job.pre.instantiate_async(&mut holder).await.unwrap();
+    let refused = run_case(&rt, case("")).await;
+    assert!(
+        matches!(&refused, RunOutcome::Instantiate(message) if message.starts_with("executor busy")),
+        "{refused}"
+    );
+    drop((held, holder));
+    assert!(matches!(run_case(&rt, case("")).await, RunOutcome::Success { .. }));
+}
+
+#[test]
+fn artifacts_survive_a_restart_and_are_not_recompiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        RuntimeConfig { cache_dir: Some(dir.path().to_owned()), ..RuntimeConfig::default() };
+    let wat = job_wat(1, "", "");
+    let sha256 = hex::encode(Sha256::digest(wat.as_bytes()));
+    let first = Runtime::new(config.clone()).unwrap();
+    first.load(&sha256, || Ok(wat.clone().into_bytes())).unwrap();
+    assert_eq!(first.cache_stats().compiled, 1);
+    drop(first);
+    let second = Runtime::new(config).unwrap();
+    second.load(&sha256, || panic!("the cached artifact should be used")).unwrap();
+    assert_eq!((second.cache_stats().compiled, second.cache_stats().loaded_from_disk), (0, 1));
+    // Bytes that do not match their digest are never compiled.
+    let error = second.load(&"0".repeat(64), || Ok(wat.into_bytes())).err().unwrap();
+    assert!(error.to_string().contains("digest mismatch"), "{error}");
+}

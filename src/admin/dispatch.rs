@@ -219,6 +219,15 @@ impl Dispatcher {
             return Ok(());
         };
         let job = db.get_job(run.job_id).await?;
+        let scheduled = matches!(run.trigger_type, TriggerType::Cron | TriggerType::Misfire);
+        if scheduled && job.as_ref().is_some_and(|job| !job.running) {
+            // The fire was committed just before the job was stopped: an operator who stopped
+            // a job expects no further scheduled run, so it ends here, without a retry.
+            let reason = "skipped: the job was stopped before this fire was sent";
+            db.set_trigger_result(run.id, None, code::FAILURE, reason).await?;
+            db.finish_run(run.id, code::FAILURE, reason, None, now).await?;
+            return Ok(());
+        }
         let sent = match job {
             Some(job) => self.send_to_executor(&job, &run).await,
             None => Err(format!("job {} no longer exists", run.job_id)),

@@ -10,6 +10,8 @@
 //! It prints `bare_us`, `wasmjob_us` (medians of single runs), their `ratio`, and
 //! `runs_per_sec` of wasmjob's path on all cores.
 
+#![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
+
 #[path = "../tests/support/sample_jobs.rs"]
 mod sample_jobs;
 

@@ -24,7 +24,7 @@ pub const REGISTRY_GROUP_EXECUTOR: &str = "EXECUTOR";
 pub const GLUE_WASM: &str = "GLUE_WASM";
 
 /// The reply envelope (XXL-JOB's `ReturnT`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReturnT<T> {
     /// 200 success, 500 failure, 502 timeout.
     pub code: i32,
@@ -172,6 +172,21 @@ pub struct HandleCallbackParam {
     /// wasmjob: fuel a successful run consumed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fuel_used: Option<i64>,
+    /// XXL-JOB 2.2 reports the result here instead of `handleCode`/`handleMsg`.
+    #[serde(skip_serializing)]
+    pub execute_result: Option<ReturnT<String>>,
+}
+
+impl HandleCallbackParam {
+    /// The result's code and message, whichever generation of the protocol sent it.
+    pub fn code_and_msg(&self) -> (i32, String) {
+        match &self.execute_result {
+            Some(result) if self.handle_code == 0 => {
+                (result.code, result.msg.clone().unwrap_or_default())
+            }
+            _ => (self.handle_code, self.handle_msg.clone().unwrap_or_default()),
+        }
+    }
 }
 
 /// The body of `/api/callback`: a bare array, or `{callbackList: [...]}`.
@@ -345,6 +360,9 @@ mod tests {
             let list = serde_json::from_str::<CallbackBody>(json).unwrap().into_list();
             assert_eq!((list[0].log_id, list[0].handle_code), (1, 200));
         }
+        let old = r#"[{"logId":2,"logDateTim":5,"executeResult":{"code":500,"msg":"boom"}}]"#;
+        let list = serde_json::from_str::<CallbackBody>(old).unwrap().into_list();
+        assert_eq!(list[0].code_and_msg(), (500, "boom".to_owned()));
     }
 
     #[test]

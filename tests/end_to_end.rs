@@ -127,3 +127,33 @@ async fn child_jobs_follow_success() {
     );
     app.stop().await;
 }
+
+/// A run whose executor vanished without a result ends failed instead of running forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_runs_end_failed() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let job_id = app.api.create_job(json!({"name": "orphan"})).await;
+    let db = &app.admin.as_ref().unwrap().state.db;
+    let long_ago = wasmjob::admin::now_ms() - 120_000;
+    let run = wasmjob::storage::NewRun {
+        job_id,
+        trigger_type: wasmjob::model::TriggerType::Manual,
+        trigger_time_ms: long_ago,
+        fire_time_ms: None,
+        param: String::new(),
+        executor_address: None,
+        shard_index: 0,
+        shard_total: 1,
+        attempt: 0,
+        version: None,
+    };
+    let id = db.create_run(&run, long_ago).await.unwrap().unwrap();
+    db.set_trigger_result(id, Some("http://127.0.0.1:9"), 200, "sent").await.unwrap();
+    let finished = app.api.finished_run(id).await;
+    assert_eq!(finished["handle_code"], 500);
+    assert!(
+        finished["handle_msg"].as_str().unwrap().starts_with("lost: executor http://127.0.0.1:9"),
+        "{finished}"
+    );
+    app.stop().await;
+}

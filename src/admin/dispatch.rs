@@ -23,6 +23,8 @@ use crate::storage::{Db, NewRun};
 
 /// A claim older than this is considered abandoned (its admin died mid-send).
 const CLAIM_TTL_MS: i64 = 30_000;
+/// A run is judged lost only once it was sent this long ago and its executor is offline.
+const LOST_AFTER_MS: i64 = 60_000;
 /// How often the sweep looks for abandoned pending runs.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -412,9 +414,52 @@ impl Dispatcher {
     /// Sends pending runs whose timer was lost (a restart, a crash, another admin's death).
     async fn sweep_once(&self) -> anyhow::Result<()> {
         let now = now_ms();
+        // Executors silent for ten heartbeat windows are forgotten (they are long offline).
+        let stale_before = now - 10 * self.inner.online_window_ms;
+        let removed = self.inner.db.remove_stale_registrations(stale_before).await?;
+        if removed > 0 {
+            tracing::info!("forgot {removed} executors not heard from in a long while");
+        }
         let ids = self.inner.db.pending_runs(now, now - CLAIM_TTL_MS, 100).await?;
         for id in ids {
             self.send(id).await?;
+        }
+        self.fail_lost_runs(now).await
+    }
+
+    /// Fails runs whose executor went offline while they ran (XXL-JOB's lost-result monitor):
+    /// without it they would show as running forever. Only executors that heartbeat can be
+    /// judged gone; runs on a `MANUAL` group's addresses are left alone.
+    async fn fail_lost_runs(&self, now: i64) -> anyhow::Result<()> {
+        let db = &self.inner.db;
+        let candidates = db.unfinished_runs(now - LOST_AFTER_MS, 100).await?;
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let since = now - self.inner.online_window_ms;
+        let online: Vec<String> = db
+            .list_registrations(REGISTRY_GROUP_EXECUTOR)
+            .await?
+            .into_iter()
+            .filter(|row| row.updated_at_ms >= since)
+            .map(|row| row.address)
+            .collect();
+        for run in candidates {
+            let Some(address) = &run.executor_address else { continue };
+            if online.contains(address) {
+                continue;
+            }
+            let job = db.get_job(run.job_id).await?;
+            let group = match &job {
+                Some(job) => db.get_group(job.group_id).await?,
+                None => None,
+            };
+            if group.is_some_and(|group| group.address_type == AddressType::Manual) {
+                continue;
+            }
+            let reason = format!("lost: executor {address} went offline before reporting a result");
+            tracing::warn!(job.id = run.job_id, "run {}: {reason}", run.id);
+            self.apply_result(run.id, code::FAILURE, &reason, None).await?;
         }
         Ok(())
     }

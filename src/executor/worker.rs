@@ -305,6 +305,7 @@ fn finish(
         handle_code,
         handle_msg: Some(handle_msg.to_owned()),
         fuel_used,
+        execute_result: None,
     };
     if let Err(error) = ctx.outbox.push(&result) {
         tracing::error!(%error, "cannot store the result of run {}: it will not be reported", param.log_id);

@@ -113,7 +113,8 @@ impl Db {
         limit: i64,
     ) -> Result<Vec<i64>> {
         let rows = sqlx::query(
-            "select id from runs where trigger_code = 0 and claimed_at < $1 and trigger_time <= $2
+            "select id from runs
+             where trigger_code = 0 and handle_code = 0 and claimed_at < $1 and trigger_time <= $2
              order by id limit $3",
         )
         .bind(claimed_before_ms)
@@ -122,6 +123,21 @@ impl Db {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
+    }
+
+    /// Runs sent before `sent_before_ms` that have no result yet: candidates for the lost-run
+    /// monitor, which fails those whose executor is gone.
+    pub async fn unfinished_runs(&self, sent_before_ms: i64, limit: i64) -> Result<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "select {COLUMNS} from runs
+             where trigger_code = 200 and handle_code = 0 and trigger_time < $1
+             order by id limit $2"
+        ))
+        .bind(sent_before_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
     }
 
     /// Claims pending run `id` for dispatch unless someone claimed it after `claimed_before_ms`.
@@ -134,7 +150,8 @@ impl Db {
     ) -> Result<Option<RunRecord>> {
         let row = sqlx::query(&format!(
             "update runs set claimed_at = $1
-             where id = $2 and trigger_code = 0 and claimed_at < $3 returning {COLUMNS}"
+             where id = $2 and trigger_code = 0 and handle_code = 0 and claimed_at < $3
+             returning {COLUMNS}"
         ))
         .bind(now_ms)
         .bind(id)

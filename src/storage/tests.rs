@@ -195,7 +195,18 @@ async fn runs_are_claimed_and_finished_once() {
         assert!(db.claim_run(a, 200, 150).await.unwrap().is_some(), "a stale claim expires");
         db.set_trigger_result(a, Some("http://a:9999"), 200, "sent").await.unwrap();
         assert!(db.claim_run(a, 300, 300).await.unwrap().is_none(), "sent runs are not pending");
+        db.finish_run(b, 500, "killed before it was sent", None, 300).await.unwrap();
+        assert!(
+            db.claim_run(b, 300, 300).await.unwrap().is_none(),
+            "finished runs are not pending"
+        );
+        assert_eq!(db.pending_runs(550, 301, 10).await.unwrap(), Vec::<i64>::new());
 
+        assert_eq!(
+            db.unfinished_runs(501, 10).await.unwrap().iter().map(|r| r.id).collect::<Vec<_>>(),
+            [a]
+        );
+        assert!(db.unfinished_runs(500, 10).await.unwrap().is_empty());
         let done = db.finish_run(a, 200, "ok", Some(6000), 400).await.unwrap().unwrap();
         assert_eq!(done.fuel_used, Some(6000));
         assert_eq!(

@@ -121,10 +121,10 @@ async fn callback(State(state): State<AppState>, body: Bytes) -> axum::Json<Retu
         Err(reply) => return reply,
     };
     for result in results {
-        let message = result.handle_msg.unwrap_or_default();
+        let (handle_code, message) = result.code_and_msg();
         if let Err(error) = state
             .dispatcher
-            .apply_result(result.log_id, result.handle_code, &message, result.fuel_used)
+            .apply_result(result.log_id, handle_code, &message, result.fuel_used)
             .await
         {
             // Not acknowledged: the executor keeps the results and sends them again.

@@ -15,6 +15,7 @@ mod bindings;
 mod cache;
 mod host;
 mod outcome;
+mod output;
 mod validate;
 
 use std::sync::Arc;
@@ -84,8 +85,6 @@ pub struct RunLimits {
     pub tables: usize,
     /// See `instances`.
     pub memories: usize,
-    /// The most bytes kept of the guest's stdout, and again of its stderr.
-    pub output_bytes: usize,
 }
 
 impl Default for RunLimits {
@@ -98,7 +97,6 @@ impl Default for RunLimits {
             instances: 64,
             tables: 64,
             memories: 16,
-            output_bytes: 1024 * 1024,
         }
     }
 }

@@ -74,6 +74,26 @@ async fn logs_keep_guest_lines_and_stdout() {
     assert!(log.contains("[INFO] stdout 20\n"), "{log}");
     let (_, page) = app.api.get(&format!("/api/v1/logs/{log_id}/content?from_line=3")).await;
     assert_eq!((page["from_line"].as_i64(), page["is_end"].as_bool()), (Some(3), Some(true)));
+
+    // A guest far past the log cap (1 MiB here) still succeeds; its log is cut once.
+    let log_id = trigger_sample(&app.api, "chatty", "200000", json!({})).await;
+    let run = app.api.finished_run(log_id).await;
+    assert_eq!(
+        (run["handle_code"].as_i64(), run["handle_msg"].as_str()),
+        (Some(200), Some("wrote 200000 lines"))
+    );
+    let mut truncations = 0;
+    let mut from_line = 1;
+    loop {
+        let (_, page) =
+            app.api.get(&format!("/api/v1/logs/{log_id}/content?from_line={from_line}")).await;
+        truncations += page["content"].as_str().unwrap().matches("log truncated").count();
+        if page["is_end"] == true {
+            break;
+        }
+        from_line = page["to_line"].as_i64().unwrap() + 1;
+    }
+    assert_eq!(truncations, 1);
     app.stop().await;
 }
 

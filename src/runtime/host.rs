@@ -6,12 +6,14 @@
 //! fails to instantiate ("unknown import"); uploads are refused earlier by `validate`.
 //! The WASI context grants nothing either: no preopens, no environment, no arguments, empty stdin.
 
+use std::sync::{Arc, Mutex};
+
 use wasmtime::component::{HasData, Linker, ResourceTable};
 use wasmtime_wasi::p2::bindings::{cli, clocks, random};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{self, Level};
+use super::output::{LogStream, SharedSink};
 use super::{LogSink, RunLimits};
 
 /// Interfaces (by name without version) a job component may import.
@@ -43,15 +45,16 @@ pub struct RunState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub(super) limiter: Limiter,
-    pub(super) log: Box<dyn LogSink>,
-    pub(super) stdout: MemoryOutputPipe,
-    pub(super) stderr: MemoryOutputPipe,
+    log: SharedSink,
+    stdout: LogStream,
+    stderr: LogStream,
 }
 
 impl RunState {
     pub(super) fn new(limits: &RunLimits, log: Box<dyn LogSink>) -> RunState {
-        let stdout = MemoryOutputPipe::new(limits.output_bytes);
-        let stderr = MemoryOutputPipe::new(limits.output_bytes);
+        let log: SharedSink = Arc::new(Mutex::new(log));
+        let stdout = LogStream::new(log.clone(), Level::Info);
+        let stderr = LogStream::new(log.clone(), Level::Warn);
         let wasi = WasiCtx::builder().stdout(stdout.clone()).stderr(stderr.clone()).build();
         let limiter = Limiter { limits: limits.clone(), denied: None };
         RunState { wasi, table: ResourceTable::new(), limiter, log, stdout, stderr }
@@ -59,27 +62,14 @@ impl RunState {
 
     /// The last lines the guest wrote to stderr (a Rust panic message lands there).
     pub(super) fn stderr_tail(&self) -> Option<String> {
-        let bytes = self.stderr.contents();
-        let text = String::from_utf8_lossy(&bytes);
-        // Rust's "note: run with RUST_BACKTRACE=1" hint says nothing about the failure.
-        let lines: Vec<&str> = text
-            .lines()
-            .map(str::trim)
-            .filter(|line| !line.is_empty() && !line.starts_with("note: run with"))
-            .collect();
-        let tail = lines[lines.len().saturating_sub(3)..].join(" / ");
-        (!tail.is_empty()).then_some(tail)
+        let lines = self.stderr.recent_lines();
+        (!lines.is_empty()).then(|| lines.join(" / "))
     }
 
-    /// Copies what the guest wrote to stdout and stderr into the run's log, line by line.
+    /// Writes out what the guest left on stdout and stderr without a final newline.
     pub(super) fn flush_output(&mut self) {
-        for (pipe, level) in [(&self.stdout, Level::Info), (&self.stderr, Level::Warn)] {
-            let bytes = pipe.contents();
-            let text = String::from_utf8_lossy(&bytes);
-            for line in text.lines() {
-                self.log.line(level, line);
-            }
-        }
+        self.stdout.finish();
+        self.stderr.finish();
     }
 }
 
@@ -143,7 +133,9 @@ impl WasiView for RunState {
 
 impl bindings::wasmjob::job::log::Host for RunState {
     fn log(&mut self, level: Level, message: String) {
-        self.log.line(level, &message);
+        if let Ok(mut sink) = self.log.lock() {
+            sink.line(level, &message);
+        }
     }
 }
 

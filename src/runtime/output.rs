@@ -68,10 +68,10 @@ impl LogStream {
 
     /// Writes out a last line that had no newline.
     pub(super) fn finish(&self) {
-        if let Ok(mut partial) = self.inner.lock() {
-            if !partial.line.is_empty() {
-                partial.emit();
-            }
+        if let Ok(mut partial) = self.inner.lock()
+            && !partial.line.is_empty()
+        {
+            partial.emit();
         }
     }
 }

@@ -109,6 +109,12 @@ async fn bad_input_gets_a_reason_and_changes_nothing() {
         (case("POST", "/api/v1/jobs/1/versions").wasm(core_module), "422 wrong_kind"),
         (case("POST", "/api/v1/jobs/1/versions").wasm(big), "413 too_large"),
         (case("POST", "/api/v1/jobs/1/versions").wasm(sample_job("reader")), "422 disallowed_import"),
+        (case("POST", "/api/v1/jobs/1/versions").wasm(wat::parse_str("(component)").unwrap()), "422 missing_export"),
+        (
+            case("POST", "/api/v1/jobs/1/versions")
+                .wasm(wat::parse_str(r#"(component (import "evil:net/socket@1.0.0" (instance)))"#).unwrap()),
+            "422 disallowed_import",
+        ),
         (case("POST", "/api/v1/jobs/1/versions").json("{}"), "415 unsupported_media_type"),
         (case("POST", "/api/v1/jobs/999/versions").wasm(sample_job("hello")), "404 job_not_found"),
         (case("POST", "/api/v1/jobs/1/versions/7/activate"), "404 version_not_found"),

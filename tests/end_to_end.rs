@@ -157,3 +157,105 @@ async fn lost_runs_end_failed() {
     );
     app.stop().await;
 }
+
+/// `BEAN` jobs run a component the executor already has in its handlers dir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bean_jobs_run_local_handlers() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    std::fs::write(app.executor_dir().join("handlers").join("greeter.wasm"), sample_job("hello"))
+        .unwrap();
+    let job_id = app
+        .api
+        .create_job(json!({"name": "bean", "glue_type": "BEAN", "handler": "greeter"}))
+        .await;
+    let (_, triggered) =
+        app.api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({"param": "bean"})).await;
+    let run = app.api.finished_run(triggered["log_ids"][0].as_i64().unwrap()).await;
+    assert_eq!(run["handle_msg"], "hello, bean", "{run}");
+    let missing = app
+        .api
+        .create_job(json!({"name": "nobody", "glue_type": "BEAN", "handler": "absent"}))
+        .await;
+    let (_, triggered) = app.api.post(&format!("/api/v1/jobs/{missing}/trigger"), json!({})).await;
+    let run = app.api.finished_run(triggered["log_ids"][0].as_i64().unwrap()).await;
+    assert!(run["handle_msg"].as_str().unwrap().contains("BEAN handler `absent`"), "{run}");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fix_rate_jobs_fire() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let api = &app.api;
+    let job_id =
+        api.create_job(json!({"name": "rate", "schedule_type": "FIX_RATE", "schedule_conf": "1", "param": "rate"})).await;
+    api.upload(job_id, sample_job("hello")).await;
+    let (_, times) = api.get(&format!("/api/v1/jobs/{job_id}/next-fire-times?count=3")).await;
+    assert_eq!(times["times"].as_array().unwrap().len(), 3, "{times}");
+    api.post(&format!("/api/v1/jobs/{job_id}/start"), json!({})).await;
+    api.wait_until("two fixed-rate runs succeed", || async {
+        let (_, page) = api.get(&format!("/api/v1/logs?job_id={job_id}&status=success")).await;
+        (page["total"].as_i64() >= Some(2)).then_some(())
+    })
+    .await;
+    app.stop().await;
+}
+
+/// SHARDING_BROADCAST: one run per online executor, each with its shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broadcast_shards_over_every_executor() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let second_dir = tempfile::tempdir().unwrap();
+    let config = crate::support::app::executor_config(&app.api.base, second_dir.path().to_owned());
+    let second = wasmjob::executor::start(config).await.unwrap();
+    app.api.wait_for_executors(2).await;
+    let job_id =
+        app.api.create_job(json!({"name": "shards", "route_strategy": "SHARDING_BROADCAST"})).await;
+    app.api.upload(job_id, sample_job("hello")).await;
+    let (_, triggered) = app.api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({})).await;
+    let ids: Vec<i64> =
+        triggered["log_ids"].as_array().unwrap().iter().map(|id| id.as_i64().unwrap()).collect();
+    assert_eq!(ids.len(), 2, "{triggered}");
+    let mut shards = Vec::new();
+    for id in ids {
+        let run = app.api.finished_run(id).await;
+        assert_eq!(run["handle_code"], 200, "{run}");
+        shards.push((
+            run["shard_index"].as_i64().unwrap(),
+            run["shard_total"].as_i64().unwrap(),
+            run["executor_address"].clone(),
+        ));
+    }
+    shards.sort_by_key(|shard| shard.0);
+    assert_eq!((shards[0].0, shards[1].0, shards[0].1), (0, 1, 2));
+    assert_ne!(shards[0].2, shards[1].2);
+    second.stop().await;
+    app.stop().await;
+}
+
+/// FAILOVER probes `/beat` and skips a dead executor; FIRST sends to it and fails visibly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_skips_dead_executors() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let live = app.executor.as_ref().unwrap().address.clone();
+    let (status, group) = app
+        .api
+        .post("/api/v1/groups", json!({"app_name": "pinned", "address_type": "MANUAL", "addresses": ["http://127.0.0.1:9", live]}))
+        .await;
+    assert_eq!(status, 201, "{group}");
+    let group_id = group["id"].as_i64().unwrap();
+    for (strategy, code) in [("FAILOVER", 200), ("FIRST", 500)] {
+        let job_id = app
+            .api
+            .create_job(json!({"name": strategy, "group_id": group_id, "route_strategy": strategy}))
+            .await;
+        app.api.upload(job_id, sample_job("hello")).await;
+        let (_, triggered) =
+            app.api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({})).await;
+        let run = app.api.finished_run(triggered["log_ids"][0].as_i64().unwrap()).await;
+        assert_eq!(run["handle_code"].as_i64(), Some(code), "{strategy}: {run}");
+        if code == 500 {
+            assert!(run["handle_msg"].as_str().unwrap().starts_with("trigger failed: "), "{run}");
+        }
+    }
+    app.stop().await;
+}

@@ -197,13 +197,14 @@ pub fn admin_config(database_url: String) -> AdminConfig {
 }
 
 pub fn executor_config(admin_url: &str, data_dir: PathBuf) -> ExecutorConfig {
+    std::fs::create_dir_all(data_dir.join("handlers")).unwrap();
     ExecutorConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         address: None,
         admin_urls: vec![admin_url.to_owned()],
         app_name: "default".to_owned(),
+        handlers_dir: Some(data_dir.join("handlers")),
         data_dir,
-        handlers_dir: None,
         access_token: ACCESS_TOKEN.to_owned(),
         limits: RunDefaults {
             fuel: 1_000_000_000_000,

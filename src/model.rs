@@ -185,11 +185,9 @@ pub struct Group {
     pub addresses: Vec<String>,
 }
 
-/// A job: what to run, when, and how to route and run it.
+/// What an operator says about a job: what to run, when, and how to route and run it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Job {
-    /// The job's id.
-    pub id: i64,
+pub struct JobSpec {
     /// The group whose executors run it.
     pub group_id: i64,
     /// A human name.
@@ -224,6 +222,15 @@ pub struct Job {
     pub fuel_limit: Option<i64>,
     /// The memory cap of one run in MiB; `None` means the executor's default.
     pub memory_limit_mb: Option<i64>,
+}
+
+/// A job: its spec plus what the platform keeps about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    /// The job's id.
+    pub id: i64,
+    /// What the operator set.
+    pub spec: JobSpec,
     /// Whether the scheduler fires it.
     pub running: bool,
     /// The next fire time (ms since the epoch), 0 when none.

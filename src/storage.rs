@@ -20,7 +20,6 @@ use anyhow::Context;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
-pub use self::jobs::NewJob;
 pub use self::runs::{NewRun, RunFilter, RunPage};
 
 /// Which database is behind a [`Db`].

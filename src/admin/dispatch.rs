@@ -109,7 +109,7 @@ impl Dispatcher {
         addresses: Option<&[String]>,
     ) -> Result<Vec<NewRun>, TriggerError> {
         let db = &self.inner.db;
-        let version = match (job.glue_type, job.active_version) {
+        let version = match (job.spec.glue_type, job.active_version) {
             (GlueType::GlueWasm, Some(version)) => {
                 let found =
                     db.get_job_version(job.id, version).await.map_err(anyhow::Error::from)?;
@@ -120,7 +120,7 @@ impl Dispatcher {
         // A schedule fire without a version still creates its run, which then fails visibly;
         // an explicit trigger is refused at once.
         let scheduled = matches!(trigger.trigger_type, TriggerType::Cron | TriggerType::Misfire);
-        if job.glue_type == GlueType::GlueWasm && version.is_none() && !scheduled {
+        if job.spec.glue_type == GlueType::GlueWasm && version.is_none() && !scheduled {
             return Err(TriggerError::NoVersion(job.id));
         }
         let run = |executor_address: Option<String>, shard_index: i64, shard_total: i64| NewRun {
@@ -135,12 +135,12 @@ impl Dispatcher {
             attempt: 0,
             version: version.clone(),
         };
-        let broadcast = job.route_strategy == RouteStrategy::ShardingBroadcast;
+        let broadcast = job.spec.route_strategy == RouteStrategy::ShardingBroadcast;
         if addresses.is_none() && !broadcast {
             return Ok(vec![run(None, 0, 1)]);
         }
-        let group = db.get_group(job.group_id).await.map_err(anyhow::Error::from)?;
-        let group = group.ok_or(TriggerError::NoGroup(job.group_id))?;
+        let group = db.get_group(job.spec.group_id).await.map_err(anyhow::Error::from)?;
+        let group = group.ok_or(TriggerError::NoGroup(job.spec.group_id))?;
         let online = self.online_addresses(&group, trigger.at_ms.max(now_ms())).await?;
         let targets = match addresses {
             Some(given) => {
@@ -271,9 +271,9 @@ impl Dispatcher {
             Some(address) => address.clone(),
             None => {
                 let group =
-                    self.inner.db.get_group(job.group_id).await.map_err(|e| e.to_string())?;
+                    self.inner.db.get_group(job.spec.group_id).await.map_err(|e| e.to_string())?;
                 let group =
-                    group.ok_or_else(|| format!("group {} does not exist", job.group_id))?;
+                    group.ok_or_else(|| format!("group {} does not exist", job.spec.group_id))?;
                 let online =
                     self.online_addresses(&group, now_ms()).await.map_err(|e| format!("{e:#}"))?;
                 if online.is_empty() {
@@ -295,7 +295,7 @@ impl Dispatcher {
     async fn route(&self, job: &Job, addresses: &[String], now_ms: i64) -> Option<String> {
         let route = {
             let mut router = self.inner.router.lock().ok()?;
-            router.route(job.route_strategy, job.id, addresses, now_ms, &mut rand::rng())?
+            router.route(job.spec.route_strategy, job.id, addresses, now_ms, &mut rand::rng())?
         };
         match route {
             Route::One(address) => Some(address),
@@ -339,7 +339,7 @@ impl Dispatcher {
         };
         let Some(job) = db.get_job(run.job_id).await? else { return Ok(()) };
         if run.handle_code != code::SUCCESS {
-            if run.attempt < job.retry_count {
+            if run.attempt < job.spec.retry_count {
                 let retry = NewRun {
                     job_id: run.job_id,
                     trigger_type: TriggerType::Retry,
@@ -366,12 +366,12 @@ impl Dispatcher {
             }
             return Ok(());
         }
-        for child_id in &job.child_job_ids {
+        for child_id in &job.spec.child_job_ids {
             let Some(child) = db.get_job(*child_id).await? else {
                 tracing::warn!(job.id = job.id, "child job {child_id} does not exist");
                 continue;
             };
-            let trigger = PlannedTrigger::now(TriggerType::Parent, child.param.clone());
+            let trigger = PlannedTrigger::now(TriggerType::Parent, child.spec.param.clone());
             match self.trigger(&child, trigger, None).await {
                 Ok(ids) => tracing::info!(
                     job.id = job.id,
@@ -451,7 +451,7 @@ impl Dispatcher {
             }
             let job = db.get_job(run.job_id).await?;
             let group = match &job {
-                Some(job) => db.get_group(job.group_id).await?,
+                Some(job) => db.get_group(job.spec.group_id).await?,
                 None => None,
             };
             if group.is_some_and(|group| group.address_type == AddressType::Manual) {
@@ -499,7 +499,7 @@ pub async fn sweep(dispatcher: Dispatcher, shutdown: CancellationToken) {
 }
 
 fn trigger_param(job: &Job, run: &RunRecord) -> anyhow::Result<TriggerParam> {
-    let (glue_source, handler) = match job.glue_type {
+    let (glue_source, handler) = match job.spec.glue_type {
         GlueType::GlueWasm => {
             let sha256 = run
                 .sha256
@@ -507,17 +507,17 @@ fn trigger_param(job: &Job, run: &RunRecord) -> anyhow::Result<TriggerParam> {
                 .with_context(|| format!("job {} has no module version: upload one", job.id))?;
             (sha256, String::new())
         }
-        GlueType::Bean => (String::new(), job.handler.clone().unwrap_or_default()),
+        GlueType::Bean => (String::new(), job.spec.handler.clone().unwrap_or_default()),
     };
     Ok(TriggerParam {
         job_id: job.id,
         executor_handler: handler,
         executor_params: run.param.clone(),
-        executor_block_strategy: job.block_strategy.as_str().to_owned(),
-        executor_timeout: job.timeout_secs,
+        executor_block_strategy: job.spec.block_strategy.as_str().to_owned(),
+        executor_timeout: job.spec.timeout_secs,
         log_id: run.id,
         log_date_time: run.trigger_time_ms,
-        glue_type: if job.glue_type == GlueType::GlueWasm {
+        glue_type: if job.spec.glue_type == GlueType::GlueWasm {
             GLUE_WASM.to_owned()
         } else {
             "BEAN".to_owned()
@@ -527,7 +527,7 @@ fn trigger_param(job: &Job, run: &RunRecord) -> anyhow::Result<TriggerParam> {
         broadcast_index: run.shard_index,
         broadcast_total: run.shard_total,
         attempt: Some(run.attempt),
-        fuel_limit: job.fuel_limit,
-        memory_limit_mb: job.memory_limit_mb,
+        fuel_limit: job.spec.fuel_limit,
+        memory_limit_mb: job.spec.memory_limit_mb,
     })
 }

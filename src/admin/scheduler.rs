@@ -71,9 +71,9 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
 
 async fn fire(state: &AppState, job: &Job, now: i64) -> anyhow::Result<()> {
     let schedule = match Schedule::parse(
-        job.schedule_type,
-        &job.schedule_conf,
-        job.time_zone.as_deref(),
+        job.spec.schedule_type,
+        &job.spec.schedule_conf,
+        job.spec.time_zone.as_deref(),
     ) {
         Ok(schedule) => schedule,
         Err(error) => {
@@ -84,7 +84,7 @@ async fn fire(state: &AppState, job: &Job, now: i64) -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    let decision = decide(&schedule, job.misfire_strategy, job.next_fire_ms, now);
+    let decision = decide(&schedule, job.spec.misfire_strategy, job.next_fire_ms, now);
     let fire_at = decision.fire.map_or(now, |(at_ms, _)| at_ms);
     let runs = match decision.fire {
         Some((at_ms, trigger_type)) => {
@@ -92,7 +92,7 @@ async fn fire(state: &AppState, job: &Job, now: i64) -> anyhow::Result<()> {
                 trigger_type,
                 at_ms,
                 fire_time_ms: Some(at_ms),
-                param: job.param.clone(),
+                param: job.spec.param.clone(),
             };
             state.dispatcher.plan_runs(job, trigger, None).await?
         }

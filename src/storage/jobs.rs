@@ -5,7 +5,7 @@ use sqlx::any::AnyRow;
 
 use super::runs::{NewRun, insert_run};
 use super::{Db, Result, parse_column, split_list};
-use crate::model::{BlockStrategy, GlueType, Job, MisfireStrategy, RouteStrategy, ScheduleType};
+use crate::model::{Job, JobSpec};
 
 const COLUMNS: &str =
     "id, group_id, name, schedule_type, schedule_conf, time_zone, misfire_strategy,
@@ -13,48 +13,9 @@ const COLUMNS: &str =
     child_job_ids, alarm_email, fuel_limit, memory_limit_mb, running, next_fire_ms,
     active_version, created_at, updated_at";
 
-/// The fields of a job an operator sets, validated by the caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewJob {
-    /// See [`Job`].
-    pub group_id: i64,
-    /// See [`Job`].
-    pub name: String,
-    /// See [`Job`].
-    pub schedule_type: ScheduleType,
-    /// See [`Job`].
-    pub schedule_conf: String,
-    /// See [`Job`].
-    pub time_zone: Option<String>,
-    /// See [`Job`].
-    pub misfire_strategy: MisfireStrategy,
-    /// See [`Job`].
-    pub route_strategy: RouteStrategy,
-    /// See [`Job`].
-    pub block_strategy: BlockStrategy,
-    /// See [`Job`].
-    pub timeout_secs: i64,
-    /// See [`Job`].
-    pub retry_count: i64,
-    /// See [`Job`].
-    pub glue_type: GlueType,
-    /// See [`Job`].
-    pub handler: Option<String>,
-    /// See [`Job`].
-    pub param: String,
-    /// See [`Job`].
-    pub child_job_ids: Vec<i64>,
-    /// See [`Job`].
-    pub alarm_email: Option<String>,
-    /// See [`Job`].
-    pub fuel_limit: Option<i64>,
-    /// See [`Job`].
-    pub memory_limit_mb: Option<i64>,
-}
-
 impl Db {
     /// Creates a stopped job.
-    pub async fn create_job(&self, job: &NewJob, now_ms: i64) -> Result<Job> {
+    pub async fn create_job(&self, job: &JobSpec, now_ms: i64) -> Result<Job> {
         let sql = format!(
             "insert into jobs (group_id, name, schedule_type, schedule_conf, time_zone,
                 misfire_strategy, route_strategy, block_strategy, timeout_secs, retry_count,
@@ -72,7 +33,7 @@ impl Db {
     pub async fn update_job(
         &self,
         id: i64,
-        job: &NewJob,
+        job: &JobSpec,
         next_fire_ms: i64,
         now_ms: i64,
     ) -> Result<Option<Job>> {
@@ -210,7 +171,7 @@ impl Db {
 
 fn bind_job<'q>(
     query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
-    job: &'q NewJob,
+    job: &'q JobSpec,
 ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
     let child_job_ids: Vec<String> = job.child_job_ids.iter().map(i64::to_string).collect();
     query
@@ -242,23 +203,25 @@ fn job_from_row(row: &AnyRow) -> Result<Job> {
         .collect::<Result<Vec<i64>>>()?;
     Ok(Job {
         id: row.try_get("id")?,
-        group_id: row.try_get("group_id")?,
-        name: row.try_get("name")?,
-        schedule_type: parse_column(row, "schedule_type")?,
-        schedule_conf: row.try_get("schedule_conf")?,
-        time_zone: row.try_get("time_zone")?,
-        misfire_strategy: parse_column(row, "misfire_strategy")?,
-        route_strategy: parse_column(row, "route_strategy")?,
-        block_strategy: parse_column(row, "block_strategy")?,
-        timeout_secs: row.try_get("timeout_secs")?,
-        retry_count: row.try_get("retry_count")?,
-        glue_type: parse_column(row, "glue_type")?,
-        handler: row.try_get("handler")?,
-        param: row.try_get("param")?,
-        child_job_ids,
-        alarm_email: row.try_get("alarm_email")?,
-        fuel_limit: row.try_get("fuel_limit")?,
-        memory_limit_mb: row.try_get("memory_limit_mb")?,
+        spec: JobSpec {
+            group_id: row.try_get("group_id")?,
+            name: row.try_get("name")?,
+            schedule_type: parse_column(row, "schedule_type")?,
+            schedule_conf: row.try_get("schedule_conf")?,
+            time_zone: row.try_get("time_zone")?,
+            misfire_strategy: parse_column(row, "misfire_strategy")?,
+            route_strategy: parse_column(row, "route_strategy")?,
+            block_strategy: parse_column(row, "block_strategy")?,
+            timeout_secs: row.try_get("timeout_secs")?,
+            retry_count: row.try_get("retry_count")?,
+            glue_type: parse_column(row, "glue_type")?,
+            handler: row.try_get("handler")?,
+            param: row.try_get("param")?,
+            child_job_ids,
+            alarm_email: row.try_get("alarm_email")?,
+            fuel_limit: row.try_get("fuel_limit")?,
+            memory_limit_mb: row.try_get("memory_limit_mb")?,
+        },
         running: row.try_get::<i64, _>("running")? == 1,
         next_fire_ms: row.try_get("next_fire_ms")?,
         active_version: row.try_get("active_version")?,

@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::model::{
-    AddressType, BlockStrategy, GlueType, MisfireStrategy, RouteStrategy, ScheduleType, TriggerType,
+    AddressType, BlockStrategy, GlueType, JobSpec, MisfireStrategy, RouteStrategy, ScheduleType,
+    TriggerType,
 };
 
 /// Runs `test` against each available backend.
@@ -26,8 +27,8 @@ where
     super::testing::drop_postgres_database(&url).await.unwrap();
 }
 
-fn new_job(group_id: i64) -> NewJob {
-    NewJob {
+fn new_job(group_id: i64) -> JobSpec {
+    JobSpec {
         group_id,
         name: "nightly".to_owned(),
         schedule_type: ScheduleType::Cron,
@@ -110,7 +111,7 @@ async fn jobs_fire_once() {
         let group = db.ensure_group("default", "Default", 0).await.unwrap();
         let job = db.create_job(&new_job(group.id), 10).await.unwrap();
         assert_eq!(
-            (job.running, job.child_job_ids.clone(), job.fuel_limit),
+            (job.running, job.spec.child_job_ids.clone(), job.spec.fuel_limit),
             (false, vec![7, 8], Some(1000))
         );
         assert!(db.due_jobs(i64::MAX, 10).await.unwrap().is_empty());
@@ -141,7 +142,7 @@ async fn jobs_fire_once() {
         let mut changed = new_job(group.id);
         changed.name = "renamed".to_owned();
         let updated = db.update_job(job.id, &changed, 5_000, 16).await.unwrap().unwrap();
-        assert_eq!((updated.name.as_str(), updated.next_fire_ms), ("renamed", 0));
+        assert_eq!((updated.spec.name.as_str(), updated.next_fire_ms), ("renamed", 0));
         assert!(db.update_job(999, &changed, 0, 16).await.unwrap().is_none());
         assert_eq!(db.list_jobs(Some(group.id)).await.unwrap().len(), 1);
         assert_eq!(db.list_jobs(Some(group.id + 1)).await.unwrap().len(), 0);

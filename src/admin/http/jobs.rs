@@ -12,9 +12,9 @@ use super::extract::{Json, Path, Query};
 use super::rfc3339;
 use crate::admin::dispatch::{PlannedTrigger, TriggerError};
 use crate::admin::{AppState, now_ms};
+use crate::model::JobSpec;
 use crate::model::{GlueType, Job, ScheduleType, TriggerType};
 use crate::schedule::Schedule;
-use crate::storage::NewJob;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -85,23 +85,23 @@ impl From<Job> for JobResponse {
     fn from(job: Job) -> JobResponse {
         JobResponse {
             id: job.id,
-            group_id: job.group_id,
-            name: job.name,
-            schedule_type: job.schedule_type.as_str(),
-            schedule_conf: job.schedule_conf,
-            time_zone: job.time_zone,
-            misfire_strategy: job.misfire_strategy.as_str(),
-            route_strategy: job.route_strategy.as_str(),
-            block_strategy: job.block_strategy.as_str(),
-            timeout_secs: job.timeout_secs,
-            retry_count: job.retry_count,
-            glue_type: job.glue_type.as_str(),
-            handler: job.handler,
-            param: job.param,
-            child_job_ids: job.child_job_ids,
-            alarm_email: job.alarm_email,
-            fuel_limit: job.fuel_limit,
-            memory_limit_mb: job.memory_limit_mb,
+            group_id: job.spec.group_id,
+            name: job.spec.name,
+            schedule_type: job.spec.schedule_type.as_str(),
+            schedule_conf: job.spec.schedule_conf,
+            time_zone: job.spec.time_zone,
+            misfire_strategy: job.spec.misfire_strategy.as_str(),
+            route_strategy: job.spec.route_strategy.as_str(),
+            block_strategy: job.spec.block_strategy.as_str(),
+            timeout_secs: job.spec.timeout_secs,
+            retry_count: job.spec.retry_count,
+            glue_type: job.spec.glue_type.as_str(),
+            handler: job.spec.handler,
+            param: job.spec.param,
+            child_job_ids: job.spec.child_job_ids,
+            alarm_email: job.spec.alarm_email,
+            fuel_limit: job.spec.fuel_limit,
+            memory_limit_mb: job.spec.memory_limit_mb,
             running: job.running,
             next_fire_time: rfc3339(job.next_fire_ms),
             active_version: job.active_version,
@@ -121,7 +121,7 @@ async fn create_job(
         .create_job(&job, now_ms())
         .await
         .on_constraint(|| "the job conflicts with existing data".to_owned())?;
-    tracing::info!(job.id = created.id, "created job {} `{}`", created.id, created.name);
+    tracing::info!(job.id = created.id, "created job {} `{}`", created.id, created.spec.name);
     Ok((StatusCode::CREATED, axum::Json(created.into())))
 }
 
@@ -174,8 +174,12 @@ async fn start_job(
     Path(id): Path<i64>,
 ) -> Result<axum::Json<JobResponse>, ApiError> {
     let job = load(&state, id).await?;
-    let schedule = parse_schedule(job.schedule_type, &job.schedule_conf, job.time_zone.as_deref())?;
-    if job.schedule_type == ScheduleType::None {
+    let schedule = parse_schedule(
+        job.spec.schedule_type,
+        &job.spec.schedule_conf,
+        job.spec.time_zone.as_deref(),
+    )?;
+    if job.spec.schedule_type == ScheduleType::None {
         return Err(ApiError::bad_request(
             "not_schedulable",
             "a job with schedule_type NONE runs only when triggered",
@@ -226,7 +230,7 @@ async fn trigger_job(
         })?
     };
     let job = load(&state, id).await?;
-    let param = body.param.unwrap_or_else(|| job.param.clone());
+    let param = body.param.unwrap_or_else(|| job.spec.param.clone());
     let trigger = PlannedTrigger::now(TriggerType::Manual, param);
     let addresses = body
         .addresses
@@ -259,7 +263,11 @@ async fn next_fire_times(
     if !(1..=100).contains(&count) {
         return Err(ApiError::bad_request("invalid_query", "count must be between 1 and 100"));
     }
-    let schedule = parse_schedule(job.schedule_type, &job.schedule_conf, job.time_zone.as_deref())?;
+    let schedule = parse_schedule(
+        job.spec.schedule_type,
+        &job.spec.schedule_conf,
+        job.spec.time_zone.as_deref(),
+    )?;
     let times = schedule.next_n(now_ms(), count).into_iter().filter_map(rfc3339).collect();
     Ok(axum::Json(FireTimes { times }))
 }
@@ -282,7 +290,7 @@ fn parse_schedule(
 }
 
 /// Checks every field of a job body; the parsed schedule comes along.
-async fn validate(state: &AppState, body: JobBody) -> Result<(NewJob, Schedule), ApiError> {
+async fn validate(state: &AppState, body: JobBody) -> Result<(JobSpec, Schedule), ApiError> {
     fn field<T: std::str::FromStr>(
         name: &str,
         value: Option<String>,
@@ -341,7 +349,7 @@ async fn validate(state: &AppState, body: JobBody) -> Result<(NewJob, Schedule),
             ));
         }
     }
-    let job = NewJob {
+    let job = JobSpec {
         group_id: body.group_id,
         name,
         schedule_type,

@@ -94,7 +94,7 @@ async fn upload_version(
         .get_job(id)
         .await?
         .ok_or_else(|| ApiError::not_found("job_not_found", format!("job {id}")))?;
-    if job.glue_type != GlueType::GlueWasm {
+    if job.spec.glue_type != GlueType::GlueWasm {
         return Err(ApiError::bad_request(
             "wrong_glue_type",
             "only GLUE_WASM jobs have uploaded versions",

@@ -42,11 +42,19 @@ fn spawn_standalone(data_dir: &std::path::Path) -> (Child, String) {
     (child, url)
 }
 
+/// SIGTERM: a graceful stop that deregisters the executor and exits 0.
+fn stop_gracefully(mut child: Child) {
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "standalone exited with {status}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_runs_uploaded_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
-    let (mut child, base) = spawn_standalone(&data_dir);
+    let (child, base) = spawn_standalone(&data_dir);
 
     // Tokens are generated on first start and kept private in the data dir.
     let token = std::fs::read_to_string(data_dir.join("admin-token")).unwrap();
@@ -62,11 +70,7 @@ async fn standalone_runs_uploaded_jobs() {
     api.wait_for_executors(1).await;
     cron_then_manual(&api).await;
 
-    // SIGTERM: a graceful stop that deregisters the executor and exits 0.
-    let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-    let status = child.wait().unwrap();
-    assert!(status.success(), "standalone exited with {status}");
+    stop_gracefully(child);
 }
 
 /// Resident memory of process `pid`, in KiB.
@@ -82,7 +86,7 @@ fn rss_kib(pid: u32) -> u64 {
 async fn memory_stays_bounded_under_hostile_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
-    let (mut child, base) = spawn_standalone(&data_dir);
+    let (child, base) = spawn_standalone(&data_dir);
     let token = std::fs::read_to_string(data_dir.join("admin-token")).unwrap();
     let api = Api { http: reqwest::Client::new(), base, token };
     api.wait_for_executors(1).await;
@@ -114,9 +118,7 @@ async fn memory_stays_bounded_under_hostile_jobs() {
     // The first round compiles and warms up; after it, memory must not keep growing.
     let growth = rss[3].saturating_sub(rss[1]);
     assert!(growth < 16 * 1024, "RSS grew by {growth} KiB between rounds 2 and 4: {rss:?}");
-    let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-    assert!(child.wait().unwrap().success());
+    stop_gracefully(child);
 }
 
 #[test]

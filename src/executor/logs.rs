@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
@@ -117,11 +117,6 @@ impl LogStore {
             .format("%Y-%m-%d")
             .to_string();
         self.root.join(day).join(format!("{log_id}.log"))
-    }
-
-    /// The directory holding the logs.
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 }
 

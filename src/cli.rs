@@ -15,6 +15,9 @@ pub struct Cli {
     /// What to run.
     #[command(subcommand)]
     pub command: Command,
+    /// Fault testing: abort the process at named lifecycle points (`NAME=abort[@N],…`).
+    #[arg(long, env = "WASMJOB_FAILPOINTS", global = true, hide = true, default_value = "")]
+    pub failpoints: String,
 }
 
 /// The subcommands.
@@ -68,6 +71,9 @@ pub struct AdminArgs {
     /// The admin⇄executor token (`XXL-JOB-ACCESS-TOKEN`); at least 16 characters.
     #[arg(long, env = "WASMJOB_ACCESS_TOKEN", hide_env_values = true)]
     pub access_token: Option<String>,
+    /// Seconds between executor heartbeats; an executor is offline after three missed beats.
+    #[arg(long, env = "WASMJOB_HEARTBEAT_SECS", default_value_t = 30)]
+    pub heartbeat_secs: u64,
 }
 
 /// `wasmjob executor`.
@@ -94,6 +100,9 @@ pub struct ExecutorArgs {
     /// The admin⇄executor token (`XXL-JOB-ACCESS-TOKEN`); at least 16 characters.
     #[arg(long, env = "WASMJOB_ACCESS_TOKEN", hide_env_values = true)]
     pub access_token: Option<String>,
+    /// Seconds between heartbeats (XXL-JOB's 30); the admin's `--heartbeat-secs` must match.
+    #[arg(long, env = "WASMJOB_HEARTBEAT_SECS", default_value_t = 30)]
+    pub heartbeat_secs: u64,
     #[command(flatten)]
     pub limits: LimitArgs,
 }

@@ -105,7 +105,7 @@ impl AdminConfig {
             database_url: args.database_url,
             admin_token: check_token("--admin-token / WASMJOB_ADMIN_TOKEN", args.admin_token)?,
             access_token: check_token("--access-token / WASMJOB_ACCESS_TOKEN", args.access_token)?,
-            heartbeat_interval: Duration::from_secs(30),
+            heartbeat_interval: heartbeat(args.heartbeat_secs)?,
             max_module_bytes: 32 * 1024 * 1024,
         })
     }
@@ -137,7 +137,7 @@ impl ExecutorConfig {
             handlers_dir: args.handlers_dir,
             access_token,
             limits: RunDefaults::from_args(&args.limits)?,
-            heartbeat_interval: Duration::from_secs(30),
+            heartbeat_interval: heartbeat(args.heartbeat_secs)?,
         })
     }
 }
@@ -266,6 +266,13 @@ fn check_http_url(url: &str) -> anyhow::Result<()> {
         anyhow::bail!("`{url}` is not an http:// URL");
     }
     Ok(())
+}
+
+fn heartbeat(secs: u64) -> anyhow::Result<Duration> {
+    if !(1..=300).contains(&secs) {
+        anyhow::bail!("--heartbeat-secs must be between 1 and 300");
+    }
+    Ok(Duration::from_secs(secs))
 }
 
 fn check_app_name(app_name: &str) -> anyhow::Result<()> {

@@ -7,6 +7,7 @@
 //! - `runtime`: wasmtime; compiles components and runs one job in a sandbox.
 //! - `admin`: REST API, scheduler and dispatch. `executor`: runs triggers, reports results.
 //! - `cli`, `config`, `telemetry`: flags, validated configuration, logging.
+//! - `failpoint`: named crash points for the fault tests.
 //!
 //! `admin` and `executor` never import each other; `main` wires both for `standalone`.
 
@@ -14,6 +15,7 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod executor;
+pub mod failpoint;
 pub mod model;
 pub mod protocol;
 pub mod routing;

@@ -10,6 +10,10 @@ use wasmjob::{admin, executor, telemetry};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init();
+    if let Err(error) = wasmjob::failpoint::configure(&cli.failpoints) {
+        tracing::error!("{error}");
+        return ExitCode::FAILURE;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {

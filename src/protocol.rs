@@ -154,6 +154,30 @@ pub struct RegistryParam {
     pub registry_key: String,
     /// The executor's address.
     pub registry_value: String,
+    /// wasmjob, `/api/registry` only: every run id this executor holds when it sends the beat
+    /// (queued, running, or ended with a result not yet acknowledged by an admin). An admin
+    /// ends the runs it believes are on this executor and that are not listed as `lost`
+    /// (reconciliation). XXL-JOB executors do not send it, and are never reconciled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_runs: Option<Vec<i64>>,
+}
+
+/// What a wasmjob executor answers in `content` to `/run` (an XXL-JOB executor sends nothing).
+///
+/// A trigger is accepted at most once per `logId`, durably across executor restarts, so an
+/// admin that sends a run again (it crashed before recording the first send) learns where the
+/// run is instead of running it twice.
+pub mod run_reply {
+    /// The trigger was accepted now.
+    pub const ACCEPTED: &str = "accepted";
+    /// Accepted before; waiting in its job's queue.
+    pub const QUEUED: &str = "queued";
+    /// Accepted before; running now.
+    pub const RUNNING: &str = "running";
+    /// Accepted before; it ended and its result is in (or went through) the outbox.
+    pub const REPORTED: &str = "reported";
+    /// Accepted before a restart of the executor, and never finished: it will not run here.
+    pub const LOST: &str = "lost";
 }
 
 /// One result in `/api/callback`.

@@ -48,6 +48,7 @@ pub fn param(app_name: &str, address: &str) -> RegistryParam {
         registry_group: REGISTRY_GROUP_EXECUTOR.to_owned(),
         registry_key: app_name.to_owned(),
         registry_value: address.to_owned(),
+        held_runs: None,
     }
 }
 

@@ -50,7 +50,12 @@ impl AppState {
         let online_window_ms =
             3 * i64::try_from(config.heartbeat_interval.as_millis()).unwrap_or(30_000);
         Ok(AppState {
-            dispatcher: Dispatcher::new(db.clone(), client, online_window_ms),
+            dispatcher: Dispatcher::new(
+                db.clone(),
+                client,
+                online_window_ms,
+                config.run_retention_days,
+            ),
             db,
             config: Arc::new(config),
             validator: Arc::new(Runtime::new(RuntimeConfig::default())?),

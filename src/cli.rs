@@ -74,6 +74,9 @@ pub struct AdminArgs {
     /// Seconds between executor heartbeats; an executor is offline after three missed beats.
     #[arg(long, env = "WASMJOB_HEARTBEAT_SECS", default_value_t = 30)]
     pub heartbeat_secs: u64,
+    /// Days ended run records are kept (XXL-JOB's log retention); 0 keeps them for ever.
+    #[arg(long, env = "WASMJOB_RUN_RETENTION_DAYS", default_value_t = 30)]
+    pub run_retention_days: u32,
 }
 
 /// `wasmjob executor`.

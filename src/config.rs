@@ -46,6 +46,8 @@ pub struct AdminConfig {
     pub heartbeat_interval: Duration,
     /// The largest module accepted at upload, in bytes.
     pub max_module_bytes: usize,
+    /// Days ended runs are kept; `None` keeps them.
+    pub run_retention_days: Option<u32>,
 }
 
 /// How an executor runs.
@@ -107,6 +109,7 @@ impl AdminConfig {
             access_token: check_token("--access-token / WASMJOB_ACCESS_TOKEN", args.access_token)?,
             heartbeat_interval: heartbeat(args.heartbeat_secs)?,
             max_module_bytes: 32 * 1024 * 1024,
+            run_retention_days: (args.run_retention_days > 0).then_some(args.run_retention_days),
         })
     }
 }
@@ -190,6 +193,7 @@ impl StandaloneConfig {
             access_token: access_token.clone(),
             heartbeat_interval: Duration::from_secs(30),
             max_module_bytes: 32 * 1024 * 1024,
+            run_retention_days: Some(30),
         };
         let executor = ExecutorConfig {
             listen: args.executor_listen,

@@ -1,7 +1,8 @@
 //! wasmjob: a distributed job scheduler whose job handlers are WebAssembly components.
 //!
 //! Code map, in reading order:
-//! - `model`, `schedule`, `routing`: data, fire times and executor choice; pure, no IO.
+//! - `model`, `lifecycle`, `schedule`, `routing`: data, a run's state machine, fire times and
+//!   executor choice; pure, no IO.
 //! - `protocol`: the admin⇄executor wire format (XXL-JOB compatible) and its HTTP client.
 //! - `storage`: every SQL query, for SQLite and PostgreSQL.
 //! - `runtime`: wasmtime; compiles components and runs one job in a sandbox.
@@ -16,6 +17,7 @@ pub mod cli;
 pub mod config;
 pub mod executor;
 pub mod failpoint;
+pub mod lifecycle;
 pub mod model;
 pub mod protocol;
 pub mod routing;

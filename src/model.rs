@@ -158,6 +158,37 @@ spelled_enum! {
     }
 }
 
+spelled_enum! {
+    /// Where a run is in its life (see `lifecycle` for the transitions).
+    pub enum RunState {
+        /// Created, waiting for its instant and a dispatcher.
+        Pending => "pending",
+        /// A dispatcher holds a lease on it and is routing or sending it.
+        Dispatching => "dispatching",
+        /// An executor accepted it; its result is awaited.
+        Running => "running",
+        /// The handler succeeded.
+        Success => "success",
+        /// The handler failed, or no executor took the run.
+        Failed => "failed",
+        /// The handler ran out of time (on the executor, or past the admin's deadline).
+        TimedOut => "timed_out",
+        /// An operator killed it.
+        Killed => "killed",
+        /// Its executor no longer holds it (restarted, gone, or never confirmed it).
+        Lost => "lost",
+        /// Never sent on purpose: its job was stopped before the fire went out.
+        Skipped => "skipped",
+    }
+}
+
+impl RunState {
+    /// Whether the run has ended: no event changes a terminal state.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, RunState::Pending | RunState::Dispatching | RunState::Running)
+    }
+}
+
 /// XXL-JOB's result codes, used for `trigger_code` and `handle_code`.
 pub mod code {
     /// Not known yet: the trigger is pending or the handler is running.
@@ -297,6 +328,49 @@ pub struct RunRecord {
     pub sha256: Option<String>,
     /// Fuel a successful run consumed, when its executor reported it.
     pub fuel_used: Option<i64>,
+    /// Where it is in its life.
+    pub state: RunState,
+    /// The run this one follows: the failed run it retries, or the parent job's run.
+    pub parent_run_id: Option<i64>,
+    /// An operator asked to kill it while it was being sent or running.
+    pub kill_requested: bool,
+    /// When an executor accepted it (ms), 0 before that.
+    pub dispatched_at_ms: i64,
+    /// When it was first claimed for sending (ms), 0 if never.
+    pub first_claimed_at_ms: i64,
+}
+
+/// Finds a cycle that giving job `job_id` (`None` for a new job) the children `children` would
+/// close in the child-job graph `edges` (each job with its children). Returns the cycle as job
+/// ids from `job_id` back to it, or `None` when the graph stays acyclic.
+pub fn child_job_cycle(
+    job_id: Option<i64>,
+    children: &[i64],
+    edges: &std::collections::HashMap<i64, Vec<i64>>,
+) -> Option<Vec<i64>> {
+    // A new job has no id yet, so nothing can lead back to it; only a self-reference by a
+    // not-yet-created id is impossible too.
+    let start = job_id?;
+    // Depth-first search from each child for a path back to `start`, over the graph where
+    // `start`'s edges are replaced by `children`.
+    let mut stack: Vec<(i64, Vec<i64>)> = children.iter().map(|c| (*c, vec![start, *c])).collect();
+    let mut seen = std::collections::HashSet::new();
+    while let Some((node, path)) = stack.pop() {
+        if node == start {
+            return Some(path);
+        }
+        if !seen.insert(node) {
+            continue;
+        }
+        for next in edges.get(&node).map(Vec::as_slice).unwrap_or_default() {
+            if *next == start || !seen.contains(next) {
+                let mut longer = path.clone();
+                longer.push(*next);
+                stack.push((*next, longer));
+            }
+        }
+    }
+    None
 }
 
 /// A registry row: one executor's last heartbeat.
@@ -312,7 +386,23 @@ pub struct Registration {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
+
+    #[test]
+    fn child_job_cycles_are_found() {
+        // 1 → 2 → 3, and 4 alone.
+        let edges: HashMap<i64, Vec<i64>> =
+            [(1, vec![2]), (2, vec![3]), (3, vec![]), (4, vec![])].into_iter().collect();
+        let check = |job: Option<i64>, children: &[i64]| child_job_cycle(job, children, &edges);
+        assert_eq!(check(Some(3), &[1]), Some(vec![3, 1, 2, 3]));
+        assert_eq!(check(Some(4), &[4]), Some(vec![4, 4]));
+        assert_eq!(check(Some(2), &[3, 1]), Some(vec![2, 1, 2]));
+        assert_eq!(check(Some(4), &[1, 2]), None);
+        assert_eq!(check(Some(1), &[2, 3]), None);
+        assert_eq!(check(None, &[1, 2]), None);
+    }
 
     #[test]
     fn spellings_round_trip() {

@@ -20,7 +20,7 @@ use anyhow::Context;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
-pub use self::runs::{NewRun, RunFilter, RunPage};
+pub use self::runs::{Claim, NewRun, RunFilter, RunPage};
 
 /// Which database is behind a [`Db`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

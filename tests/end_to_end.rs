@@ -128,7 +128,7 @@ async fn child_jobs_follow_success() {
     app.stop().await;
 }
 
-/// A run whose executor vanished without a result ends failed instead of running forever.
+/// A run whose executor vanished without a result ends lost instead of running forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_runs_end_failed() {
     let app = TestApp::start(Backend::Sqlite).await;
@@ -146,11 +146,31 @@ async fn lost_runs_end_failed() {
         shard_total: 1,
         attempt: 0,
         version: None,
+        parent_run_id: None,
     };
     let id = db.create_run(&run, long_ago).await.unwrap().unwrap();
-    db.set_trigger_result(id, Some("http://127.0.0.1:9"), 200, "sent").await.unwrap();
+    // Recorded as sent, two minutes ago, to an executor that never registered.
+    let claim = db.claim_run(id, "test", long_ago, long_ago).await.unwrap().unwrap();
+    let facts = wasmjob::lifecycle::RunFacts {
+        state: claim.run.state,
+        attempt: 0,
+        kill_requested: false,
+        trigger_type: claim.run.trigger_type,
+    };
+    let event = wasmjob::lifecycle::Event::Sent {
+        address: "http://127.0.0.1:9".to_owned(),
+        at_ms: long_ago,
+        timeout_secs: 0,
+        grace_ms: 0,
+    };
+    let sent = wasmjob::lifecycle::transition(&facts, None, &event).unwrap();
+    let lease = Some(("test", claim.fence));
+    db.apply_transition(id, &sent, lease, None, &[], long_ago).await.unwrap().unwrap();
     let finished = app.api.finished_run(id).await;
-    assert_eq!(finished["handle_code"], 500);
+    assert_eq!(
+        (finished["handle_code"].as_i64(), finished["state"].as_str()),
+        (Some(500), Some("lost"))
+    );
     assert!(
         finished["handle_msg"].as_str().unwrap().starts_with("lost: executor http://127.0.0.1:9"),
         "{finished}"

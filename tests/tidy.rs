@@ -44,7 +44,14 @@ fn no_debugging_leftovers() {
 
 #[test]
 fn layering_holds() {
-    let pure = ["src/model.rs", "src/schedule.rs", "src/routing.rs", "src/routing/"];
+    let pure = [
+        "src/model.rs",
+        "src/lifecycle.rs",
+        "src/lifecycle/",
+        "src/schedule.rs",
+        "src/routing.rs",
+        "src/routing/",
+    ];
     let io_crates =
         ["tokio", "sqlx", "axum", "wasmtime", "reqwest", "crate::storage", "crate::runtime"];
     for (path, text) in source("src") {

@@ -1,10 +1,21 @@
-//! Dispatch: turning a job trigger into runs, sending each run to an executor at its instant,
-//! and applying the executor's result (retries and child jobs follow a result exactly once).
+//! Dispatch: turning a job trigger into runs, sending each run to an executor under a lease,
+//! and moving runs through their lifecycle (`crate::lifecycle`) as events arrive.
 //!
 //! A run is sent by whoever claims it (`Db::claim_run`): the timer set when it was created, or
-//! the sweep that picks up runs left pending by a crash or a restart. Routing happens at send
-//! time among the group's online executors, except for broadcast shards and runs aimed at an
-//! address by the operator, which carry their executor from creation.
+//! the sweep that picks up runs left pending by a crash or a restart, or whose dispatcher's
+//! lease ran out. The holder renews its lease while it routes and sends, so a slow send (probing
+//! hung executors under `FAILOVER`) is never taken over while its holder lives, and every record
+//! it makes is fenced: once its lease moved on, it can record nothing. The executor is chosen
+//! and recorded before `/run` is posted, so a dispatcher that takes over after a crash sends the
+//! run to the same executor, which answers a re-send with the run's state instead of running it
+//! twice. Routing happens at send time among the group's online executors, except for broadcast
+//! shards and runs aimed at an address by the operator, which carry their executor from creation.
+//!
+//! `events.rs` applies lifecycle events with their consequences (retries, child jobs, kills);
+//! `sweep.rs` is the periodic pass that finds work whose owner died or whose executor went away.
+
+mod events;
+mod sweep;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,19 +25,26 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::now_ms;
-use crate::model::{
-    AddressType, GlueType, Group, Job, RouteStrategy, RunRecord, TriggerType, code,
+use crate::failpoint;
+use crate::lifecycle::Event;
+use crate::model::{AddressType, GlueType, Group, Job, RouteStrategy, RunRecord, TriggerType};
+use crate::protocol::{
+    self, GLUE_WASM, JobIdParam, ProtocolError, REGISTRY_GROUP_EXECUTOR, TriggerParam, run_reply,
 };
-use crate::protocol::{self, GLUE_WASM, JobIdParam, REGISTRY_GROUP_EXECUTOR, TriggerParam};
 use crate::routing::{Probe, Route, RouterState};
-use crate::storage::{Db, NewRun};
+use crate::storage::{Claim, Db, NewRun};
 
-/// A claim older than this is considered abandoned (its admin died mid-send).
-const CLAIM_TTL_MS: i64 = 30_000;
-/// A run is judged lost only once it was sent this long ago and its executor is offline.
-const LOST_AFTER_MS: i64 = 60_000;
-/// How often the sweep looks for abandoned pending runs.
-const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+pub use self::sweep::sweep;
+
+/// How long a dispatcher's claim on a run lasts without renewal.
+const LEASE_MS: i64 = 15_000;
+/// How often a dispatcher renews the lease of a run it is sending.
+const LEASE_RENEWAL: Duration = Duration::from_millis(5_000);
+/// A run that no executor confirmed within this long after its first claim is not sent again:
+/// executors remember the runs they accepted for (at least) this long.
+const RESEND_WINDOW_MS: i64 = 3_600_000;
+/// How long past a job's timeout the admin waits for a run's result before it ends the run.
+pub const RESULT_GRACE_MS: i64 = 60_000;
 
 /// Why a trigger was refused before any run was created.
 #[derive(Debug, thiserror::Error)]
@@ -56,20 +74,36 @@ struct Inner {
     client: protocol::Client,
     router: Mutex<RouterState>,
     online_window_ms: i64,
+    run_retention_ms: Option<i64>,
+    /// This admin process's id: the owner of the leases it takes.
+    owner: String,
     timers: CancellationToken,
 }
 
 impl Dispatcher {
-    /// A dispatcher over `db`; an executor is online if it beat within `online_window_ms`.
-    pub fn new(db: Db, client: protocol::Client, online_window_ms: i64) -> Dispatcher {
+    /// A dispatcher over `db`; an executor is online if it beat within `online_window_ms`;
+    /// ended runs are deleted after `run_retention_days` (`None`: kept).
+    pub fn new(
+        db: Db,
+        client: protocol::Client,
+        online_window_ms: i64,
+        run_retention_days: Option<u32>,
+    ) -> Dispatcher {
         let inner = Inner {
             db,
             client,
             router: Mutex::new(RouterState::new()),
             online_window_ms,
+            run_retention_ms: run_retention_days.map(|days| i64::from(days) * 86_400_000),
+            owner: hex::encode(rand::random::<[u8; 8]>()),
             timers: CancellationToken::new(),
         };
         Dispatcher { inner: Arc::new(inner) }
+    }
+
+    /// This admin's lease owner id.
+    pub fn owner(&self) -> &str {
+        &self.inner.owner
     }
 
     /// The protocol client (reading executor logs goes through it too).
@@ -134,6 +168,7 @@ impl Dispatcher {
             shard_total,
             attempt: 0,
             version: version.clone(),
+            parent_run_id: None,
         };
         let broadcast = job.spec.route_strategy == RouteStrategy::ShardingBroadcast;
         if addresses.is_none() && !broadcast {
@@ -213,82 +248,135 @@ impl Dispatcher {
         );
     }
 
-    /// Claims run `run_id` and sends it to an executor, recording the outcome of the trigger.
+    /// Claims run `run_id` and sends it to an executor, recording what came of it.
     pub async fn send(&self, run_id: i64) -> anyhow::Result<()> {
         let db = &self.inner.db;
         let now = now_ms();
-        let Some(run) = db.claim_run(run_id, now, now - CLAIM_TTL_MS).await? else {
+        let owner = self.inner.owner.as_str();
+        let Some(Claim { run, fence }) = db.claim_run(run_id, owner, now, now + LEASE_MS).await?
+        else {
             return Ok(());
         };
+        let lease = (owner, fence);
         let job = db.get_job(run.job_id).await?;
         let scheduled = matches!(run.trigger_type, TriggerType::Cron | TriggerType::Misfire);
-        if scheduled && job.as_ref().is_some_and(|job| !job.running) {
+        let event = match job {
             // The fire was committed just before the job was stopped: an operator who stopped
-            // a job expects no further scheduled run, so it ends here, without a retry.
-            let reason = "skipped: the job was stopped before this fire was sent";
-            db.set_trigger_result(run.id, None, code::FAILURE, reason).await?;
-            db.finish_run(run.id, code::FAILURE, reason, None, now).await?;
-            return Ok(());
-        }
-        let sent = match job {
-            Some(job) => self.send_to_executor(&job, &run).await,
-            None => Err(format!("job {} no longer exists", run.job_id)),
+            // a job expects no further scheduled run.
+            Some(job) if scheduled && !job.running => Event::Skip {
+                reason: "skipped: the job was stopped before this fire was sent".to_owned(),
+            },
+            None => Event::NotSent { reason: format!("job {} no longer exists", run.job_id) },
+            // An earlier holder's lease ran out long ago: whatever it did, no executor has
+            // confirmed the run, and executors forget accepted runs after the window.
+            Some(_) if fence > 1 && now - run.first_claimed_at_ms > RESEND_WINDOW_MS => {
+                Event::Lost { reason: "lost: no executor confirmed it within an hour".to_owned() }
+            }
+            Some(job) => {
+                let sent = tokio::select! {
+                    sent = self.send_to_executor(&job, &run, lease) => sent,
+                    () = self.keep_lease(run.id, lease) => {
+                        tracing::warn!(job.id = run.job_id, "run {}: lease lost while sending", run.id);
+                        return Ok(());
+                    }
+                };
+                match sent {
+                    Sent::Accepted { address, reply }
+                        if reply.as_deref() == Some(run_reply::LOST) =>
+                    {
+                        Event::Lost {
+                            reason: format!("lost: {address} accepted it before a restart"),
+                        }
+                    }
+                    Sent::Accepted { address, .. } => {
+                        tracing::info!(job.id = run.job_id, executor.address = %address, "run {} sent to {address}", run.id);
+                        Event::Sent {
+                            address,
+                            at_ms: now_ms(),
+                            timeout_secs: job.spec.timeout_secs,
+                            grace_ms: RESULT_GRACE_MS,
+                        }
+                    }
+                    Sent::Refused(reason) => {
+                        tracing::warn!(job.id = run.job_id, "run {} not sent: {reason}", run.id);
+                        Event::NotSent { reason }
+                    }
+                    Sent::Unconfirmed(reason) => {
+                        tracing::warn!(job.id = run.job_id, "run {} unconfirmed: {reason}", run.id);
+                        Event::Lost { reason: format!("lost: {reason}") }
+                    }
+                    Sent::LeaseLost => return Ok(()),
+                }
+            }
         };
-        match sent {
-            Ok(address) => {
-                db.set_trigger_result(
-                    run.id,
-                    Some(&address),
-                    code::SUCCESS,
-                    &format!("sent to {address}"),
-                )
-                .await?;
-                tracing::info!(job.id = run.job_id, executor.address = %address, "run {} sent to {address}", run.id);
-            }
-            Err(reason) => {
-                tracing::warn!(job.id = run.job_id, "run {} not sent: {reason}", run.id);
-                db.set_trigger_result(
-                    run.id,
-                    run.executor_address.as_deref(),
-                    code::FAILURE,
-                    &reason,
-                )
-                .await?;
-                self.apply_result(
-                    run.id,
-                    code::FAILURE,
-                    &format!("trigger failed: {reason}"),
-                    None,
-                )
-                .await?;
-            }
-        }
+        self.apply(run.id, event, Some(lease), None).await?;
         Ok(())
     }
 
-    async fn send_to_executor(&self, job: &Job, run: &RunRecord) -> Result<String, String> {
+    /// Renews the lease on run `run_id` until it cannot (the lease moved on, or the run left
+    /// `dispatching`); a database error is logged and retried at the next renewal.
+    async fn keep_lease(&self, run_id: i64, (owner, fence): (&str, i64)) {
+        loop {
+            tokio::time::sleep(LEASE_RENEWAL).await;
+            match self.inner.db.renew_lease(run_id, owner, fence, now_ms() + LEASE_MS).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(error) => tracing::warn!(%error, "renewing the lease of run {run_id} failed"),
+            }
+        }
+    }
+
+    /// Routes run `run` (unless it carries its executor), records the choice under the lease,
+    /// and posts `/run`.
+    async fn send_to_executor(&self, job: &Job, run: &RunRecord, lease: (&str, i64)) -> Sent {
+        let resent = lease.1 > 1;
         let address = match &run.executor_address {
             Some(address) => address.clone(),
             None => {
-                let group =
-                    self.inner.db.get_group(job.spec.group_id).await.map_err(|e| e.to_string())?;
-                let group =
-                    group.ok_or_else(|| format!("group {} does not exist", job.spec.group_id))?;
-                let online =
-                    self.online_addresses(&group, now_ms()).await.map_err(|e| format!("{e:#}"))?;
-                if online.is_empty() {
-                    return Err(format!("no executor online in group `{}`", group.app_name));
+                let routed = match self.route_run(job).await {
+                    Ok(address) => address,
+                    Err(reason) => return Sent::Refused(reason),
+                };
+                match self.inner.db.set_run_target(run.id, lease.0, lease.1, &routed).await {
+                    Ok(true) => routed,
+                    Ok(false) => return Sent::LeaseLost,
+                    Err(error) => return Sent::Refused(format!("recording the executor: {error}")),
                 }
-                self.route(job, &online, now_ms())
-                    .await
-                    .ok_or_else(|| "no executor passed the route's probe".to_owned())?
             }
         };
-        let param = trigger_param(job, run).map_err(|e| format!("{e:#}"))?;
+        let param = match trigger_param(job, run) {
+            Ok(param) => param,
+            Err(error) => return Sent::Refused(format!("{error:#}")),
+        };
+        failpoint::hit("dispatch.before_send");
         match self.inner.client.call::<_, String>(&address, "run", &param).await {
-            Ok(_) => Ok(address),
-            Err(error) => Err(error.to_string()),
+            Ok(reply) => {
+                failpoint::hit("dispatch.after_send");
+                Sent::Accepted { address, reply }
+            }
+            // The executor answered and did not take it.
+            Err(error @ (ProtocolError::Refused { .. } | ProtocolError::BadReply { .. })) => {
+                Sent::Refused(error.to_string())
+            }
+            // Nothing reached the executor, and no earlier holder may have sent it either.
+            Err(ProtocolError::Transport { source, .. }) if source.is_connect() && !resent => {
+                Sent::Refused(format!("{address} is unreachable: {source}"))
+            }
+            Err(error) => Sent::Unconfirmed(format!("no answer from {address} to /run: {error}")),
         }
+    }
+
+    /// Picks the executor of a run routed at send time.
+    async fn route_run(&self, job: &Job) -> Result<String, String> {
+        let group = self.inner.db.get_group(job.spec.group_id).await.map_err(|e| e.to_string())?;
+        let group = group.ok_or_else(|| format!("group {} does not exist", job.spec.group_id))?;
+        let online = self.online_addresses(&group, now_ms()).await.map_err(|e| format!("{e:#}"))?;
+        if online.is_empty() {
+            return Err(format!("no executor online in group `{}`", group.app_name));
+        }
+        self.route(job, &online, now_ms())
+            .await
+            .ok_or_else(|| "no executor passed the route's probe".to_owned())
     }
 
     /// Picks one executor among `addresses` with the job's strategy, probing if it asks for it.
@@ -322,147 +410,19 @@ impl Dispatcher {
             }
         }
     }
+}
 
-    /// Applies a run's result unless it has one; then retries a failure or triggers the children
-    /// of a success. A result for a finished or unknown run is ignored.
-    pub async fn apply_result(
-        &self,
-        run_id: i64,
-        handle_code: i32,
-        handle_msg: &str,
-        fuel_used: Option<i64>,
-    ) -> anyhow::Result<()> {
-        let db = &self.inner.db;
-        let finished = db.finish_run(run_id, handle_code, handle_msg, fuel_used, now_ms()).await?;
-        let Some(run) = finished else {
-            return Ok(());
-        };
-        let Some(job) = db.get_job(run.job_id).await? else { return Ok(()) };
-        if run.handle_code != code::SUCCESS {
-            if run.attempt < job.spec.retry_count {
-                let retry = NewRun {
-                    job_id: run.job_id,
-                    trigger_type: TriggerType::Retry,
-                    trigger_time_ms: now_ms(),
-                    fire_time_ms: None,
-                    param: run.param.clone(),
-                    executor_address: (run.shard_total > 1)
-                        .then(|| run.executor_address.clone())
-                        .flatten(),
-                    shard_index: run.shard_index,
-                    shard_total: run.shard_total,
-                    attempt: run.attempt + 1,
-                    version: run.version.zip(run.sha256.clone()),
-                };
-                if let Some(id) = db.create_run(&retry, now_ms()).await? {
-                    tracing::info!(
-                        job.id = job.id,
-                        "run {} failed: retry {} as run {id}",
-                        run.id,
-                        retry.attempt
-                    );
-                    self.send_at(id, retry.trigger_time_ms);
-                }
-            }
-            return Ok(());
-        }
-        for child_id in &job.spec.child_job_ids {
-            let Some(child) = db.get_job(*child_id).await? else {
-                tracing::warn!(job.id = job.id, "child job {child_id} does not exist");
-                continue;
-            };
-            let trigger = PlannedTrigger::now(TriggerType::Parent, child.spec.param.clone());
-            match self.trigger(&child, trigger, None).await {
-                Ok(ids) => tracing::info!(
-                    job.id = job.id,
-                    "run {} triggered child job {child_id}: runs {ids:?}",
-                    run.id
-                ),
-                Err(error) => {
-                    tracing::warn!(job.id = job.id, "child job {child_id} not triggered: {error}")
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Asks the executor of run `run_id` to stop it; a run not sent yet ends here.
-    pub async fn kill(&self, run: &RunRecord) -> anyhow::Result<String> {
-        if run.handle_code != code::PENDING {
-            return Ok("the run has ended already".to_owned());
-        }
-        match (&run.executor_address, run.trigger_code) {
-            (Some(address), code::SUCCESS) => {
-                let param = JobIdParam { job_id: run.job_id, log_id: Some(run.id) };
-                self.inner
-                    .client
-                    .call::<_, String>(address, "kill", &param)
-                    .await
-                    .context("asking the executor")?;
-                Ok(format!("kill sent to {address}"))
-            }
-            _ => {
-                self.inner
-                    .db
-                    .finish_run(run.id, code::FAILURE, "killed before it was sent", None, now_ms())
-                    .await?;
-                Ok("killed before it was sent".to_owned())
-            }
-        }
-    }
-
-    /// Sends pending runs whose timer was lost (a restart, a crash, another admin's death).
-    async fn sweep_once(&self) -> anyhow::Result<()> {
-        let now = now_ms();
-        // Executors silent for ten heartbeat windows are forgotten (they are long offline).
-        let stale_before = now - 10 * self.inner.online_window_ms;
-        let removed = self.inner.db.remove_stale_registrations(stale_before).await?;
-        if removed > 0 {
-            tracing::info!("forgot {removed} executors not heard from in a long while");
-        }
-        let ids = self.inner.db.pending_runs(now, now - CLAIM_TTL_MS, 100).await?;
-        for id in ids {
-            self.send(id).await?;
-        }
-        self.fail_lost_runs(now).await
-    }
-
-    /// Fails runs whose executor went offline while they ran (XXL-JOB's lost-result monitor):
-    /// without it they would show as running forever. Only executors that heartbeat can be
-    /// judged gone; runs on a `MANUAL` group's addresses are left alone.
-    async fn fail_lost_runs(&self, now: i64) -> anyhow::Result<()> {
-        let db = &self.inner.db;
-        let candidates = db.unfinished_runs(now - LOST_AFTER_MS, 100).await?;
-        if candidates.is_empty() {
-            return Ok(());
-        }
-        let since = now - self.inner.online_window_ms;
-        let online: Vec<String> = db
-            .list_registrations(REGISTRY_GROUP_EXECUTOR)
-            .await?
-            .into_iter()
-            .filter(|row| row.updated_at_ms >= since)
-            .map(|row| row.address)
-            .collect();
-        for run in candidates {
-            let Some(address) = &run.executor_address else { continue };
-            if online.contains(address) {
-                continue;
-            }
-            let job = db.get_job(run.job_id).await?;
-            let group = match &job {
-                Some(job) => db.get_group(job.spec.group_id).await?,
-                None => None,
-            };
-            if group.is_some_and(|group| group.address_type == AddressType::Manual) {
-                continue;
-            }
-            let reason = format!("lost: executor {address} went offline before reporting a result");
-            tracing::warn!(job.id = run.job_id, "run {}: {reason}", run.id);
-            self.apply_result(run.id, code::FAILURE, &reason, None).await?;
-        }
-        Ok(())
-    }
+/// What came of posting `/run`.
+enum Sent {
+    /// The executor took it (now, or before: `reply` says which, for wasmjob executors).
+    Accepted { address: String, reply: Option<String> },
+    /// No executor took it.
+    Refused(String),
+    /// The request may have reached the executor, but no answer came: nobody knows whether it
+    /// runs, so it must not be sent anywhere else.
+    Unconfirmed(String),
+    /// Another dispatcher holds the run now.
+    LeaseLost,
 }
 
 /// When and why runs are created.
@@ -482,19 +442,6 @@ impl PlannedTrigger {
     /// A trigger for now.
     pub fn now(trigger_type: TriggerType, param: String) -> PlannedTrigger {
         PlannedTrigger { trigger_type, at_ms: now_ms(), fire_time_ms: None, param }
-    }
-}
-
-/// Sweeps until `shutdown`.
-pub async fn sweep(dispatcher: Dispatcher, shutdown: CancellationToken) {
-    loop {
-        if let Err(error) = dispatcher.sweep_once().await {
-            tracing::error!(error = format!("{error:#}"), "sweeping pending runs failed");
-        }
-        tokio::select! {
-            () = tokio::time::sleep(SWEEP_INTERVAL) => {}
-            () = shutdown.cancelled() => return,
-        }
     }
 }
 

@@ -107,6 +107,7 @@ async fn fire(state: &AppState, job: &Job, now: i64) -> anyhow::Result<()> {
         }
     };
     let ids = state.db.fire_job(job.id, job.next_fire_ms, decision.next_ms, &runs, now).await?;
+    crate::failpoint::hit("scheduler.after_fire_commit");
     for id in ids {
         state.dispatcher.send_at(id, fire_at);
     }

@@ -1,19 +1,25 @@
-//! Run records (XXL-JOB's `xxl_job_log`): created pending, claimed for dispatch, finished once.
+//! Run records (XXL-JOB's `xxl_job_log`) and their lifecycle as stored state.
 //!
-//! A run's life: created with `trigger_code` 0 (by a fire, a manual trigger, a retry or a parent);
-//! claimed by one dispatcher (`claim_run`, a compare-and-set on `claimed_at`, so two admins never
-//! send the same run at once, and a crashed admin's claim expires); sent (`set_trigger_result`);
-//! finished by the executor's callback (`finish_run`, which applies a result at most once).
+//! A run is created `pending` (by a fire, a manual trigger, a retry or a parent), claimed by one
+//! dispatcher under a lease (`claim_run`: owner, expiry, and a fencing counter that every claim
+//! bumps), and then moved by `apply_transition`: one compare-and-set on the run's state (and, for
+//! a dispatcher's events, on its lease owner and fence) in the same transaction as the runs the
+//! transition implies. A retry or a child run therefore exists exactly when its cause committed,
+//! and an old lease holder can record nothing once its lease moved on.
 
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
 use super::{Db, Result, parse_column};
-use crate::model::{RunRecord, TriggerType, code};
+use crate::lifecycle::Transition;
+use crate::model::{RunRecord, RunState, TriggerType};
 
 const COLUMNS: &str = "id, job_id, executor_address, trigger_type, trigger_time, param, trigger_code,
     trigger_msg, handle_time, handle_code, handle_msg, shard_index, shard_total, attempt, version, sha256,
-    fuel_used";
+    fuel_used, state, parent_run_id, kill_requested, dispatched_at, claimed_at";
+
+/// SQL for "the run has ended".
+const TERMINAL: &str = "state in ('success', 'failed', 'timed_out', 'killed', 'lost', 'skipped')";
 
 /// A run to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +44,18 @@ pub struct NewRun {
     pub attempt: i64,
     /// The module version pinned for this run, and its digest.
     pub version: Option<(i64, String)>,
+    /// The run this one follows (the failed run it retries, or the parent job's run).
+    pub parent_run_id: Option<i64>,
+}
+
+/// A run a dispatcher now holds the lease on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The run, as claimed.
+    pub run: RunRecord,
+    /// The fencing counter of this claim: 1 for the first claim, more when an earlier holder's
+    /// lease ran out (that holder may have sent the run before it died).
+    pub fence: i64,
 }
 
 /// Which runs to list.
@@ -45,8 +63,8 @@ pub struct NewRun {
 pub struct RunFilter {
     /// Only this job's.
     pub job_id: Option<i64>,
-    /// Only runs with this handle code (0 running, 200, 500, 502).
-    pub handle_code: Option<i32>,
+    /// Only runs in this state.
+    pub state: Option<RunState>,
     /// Page size.
     pub limit: i64,
     /// Rows to skip.
@@ -83,9 +101,9 @@ impl Db {
 
     /// Runs matching `filter`, newest first.
     pub async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
-        let condition = "($1 = 0 or job_id = $1) and ($2 < 0 or handle_code = $2)";
+        let condition = "($1 = 0 or job_id = $1) and ($2 = '' or state = $2)";
         let job_id = filter.job_id.unwrap_or(0);
-        let handle_code = filter.handle_code.map_or(-1, i64::from);
+        let handle_code = filter.state.map_or("", RunState::as_str);
         let total: i64 = sqlx::query(&format!("select count(*) as n from runs where {condition}"))
             .bind(job_id)
             .bind(handle_code)
@@ -105,105 +123,232 @@ impl Db {
         Ok(RunPage { total, items })
     }
 
-    /// Ids of pending runs due at or before `due_ms` that nobody holds a fresh claim on.
-    pub async fn pending_runs(
+    /// Ids of runs a dispatcher may claim now: pending runs due at or before `due_ms`, and runs
+    /// whose dispatcher's lease ran out before `now_ms`; the oldest first, at most `limit`.
+    pub async fn dispatchable_runs(
         &self,
         due_ms: i64,
-        claimed_before_ms: i64,
+        now_ms: i64,
         limit: i64,
     ) -> Result<Vec<i64>> {
-        let rows = sqlx::query(
-            "select id from runs
-             where trigger_code = 0 and handle_code = 0 and claimed_at < $1 and trigger_time <= $2
-             order by id limit $3",
-        )
-        .bind(claimed_before_ms)
-        .bind(due_ms)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
+        let mut ids = Vec::new();
+        for (sql, bound) in [
+            (
+                "select id from runs where state = 'pending' and trigger_time <= $1
+                 order by trigger_time limit $2",
+                due_ms,
+            ),
+            (
+                "select id from runs where state = 'dispatching' and lease_until < $1
+                 order by lease_until limit $2",
+                now_ms,
+            ),
+        ] {
+            let rows = sqlx::query(sql).bind(bound).bind(limit).fetch_all(&self.pool).await?;
+            for row in rows {
+                ids.push(row.try_get("id")?);
+            }
+        }
+        Ok(ids)
     }
 
-    /// Runs sent before `sent_before_ms` that have no result yet: candidates for the lost-run
-    /// monitor, which fails those whose executor is gone.
-    pub async fn unfinished_runs(&self, sent_before_ms: i64, limit: i64) -> Result<Vec<RunRecord>> {
-        let rows = sqlx::query(&format!(
-            "select {COLUMNS} from runs
-             where trigger_code = 200 and handle_code = 0 and trigger_time < $1
-             order by id limit $2"
+    /// Takes the lease on run `id` for `owner` until `lease_until_ms`, if the run is pending or
+    /// its lease ran out before `now_ms`. Every claim bumps the run's fence.
+    pub async fn claim_run(
+        &self,
+        id: i64,
+        owner: &str,
+        now_ms: i64,
+        lease_until_ms: i64,
+    ) -> Result<Option<Claim>> {
+        let row = sqlx::query(&format!(
+            "update runs set state = 'dispatching', lease_owner = $1, lease_until = $2,
+                fence = fence + 1, claimed_at = case when claimed_at = 0 then $3 else claimed_at end
+             where id = $4 and (state = 'pending' or (state = 'dispatching' and lease_until < $3))
+             returning {COLUMNS}, fence"
         ))
-        .bind(sent_before_ms)
+        .bind(owner)
+        .bind(lease_until_ms)
+        .bind(now_ms)
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some(Claim { run: run_from_row(&row)?, fence: row.try_get("fence")? }))
+    }
+
+    /// Extends `owner`'s lease on run `id` to `lease_until_ms`. False when the lease moved on
+    /// (another dispatcher claimed the run) or the run left `dispatching`.
+    pub async fn renew_lease(
+        &self,
+        id: i64,
+        owner: &str,
+        fence: i64,
+        lease_until_ms: i64,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "update runs set lease_until = $1
+             where id = $2 and state = 'dispatching' and lease_owner = $3 and fence = $4",
+        )
+        .bind(lease_until_ms)
+        .bind(id)
+        .bind(owner)
+        .bind(fence)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Records the executor `owner` is about to send run `id` to, before it sends, so that a
+    /// dispatcher taking over after a crash sends it to the same executor. False when the lease
+    /// moved on.
+    pub async fn set_run_target(
+        &self,
+        id: i64,
+        owner: &str,
+        fence: i64,
+        address: &str,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "update runs set executor_address = $1
+             where id = $2 and state = 'dispatching' and lease_owner = $3 and fence = $4",
+        )
+        .bind(address)
+        .bind(id)
+        .bind(owner)
+        .bind(fence)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Applies `transition` to run `id` and creates `follow_ups` (its retry or child runs), in
+    /// one transaction. The run must still be in `transition.from` and, with `lease`, still be
+    /// held by that owner and fence. Returns the updated run and the new runs' ids, or `None`
+    /// (and changes nothing) when the compare failed.
+    pub async fn apply_transition(
+        &self,
+        id: i64,
+        transition: &Transition,
+        lease: Option<(&str, i64)>,
+        fuel_used: Option<i64>,
+        follow_ups: &[NewRun],
+        now_ms: i64,
+    ) -> Result<Option<(RunRecord, Vec<i64>)>> {
+        let mut tx = self.pool.begin().await?;
+        let (handle_code, handle_msg) = match &transition.handle {
+            Some((code, msg)) => (Some(i64::from(*code)), Some(msg.as_str())),
+            None => (None, None),
+        };
+        let (dispatched_at, deadline) = transition.dispatched.unzip();
+        let (owner, fence) = lease.unzip();
+        let row = sqlx::query(&format!(
+            "update runs set state = $1,
+                trigger_code = coalesce($2, trigger_code),
+                trigger_msg = coalesce($3, trigger_msg),
+                executor_address = coalesce($4, executor_address),
+                dispatched_at = coalesce($5, dispatched_at),
+                deadline = coalesce($6, deadline),
+                handle_code = coalesce($7, handle_code),
+                handle_msg = coalesce($8, handle_msg),
+                handle_time = case when $7 is null then handle_time else $9 end,
+                fuel_used = coalesce($10, fuel_used),
+                kill_requested = case when $11 = 1 then 1 else kill_requested end,
+                lease_owner = case when $1 = 'dispatching' then lease_owner else null end
+             where id = $12 and state = $13
+                and ($14 = '' or (lease_owner = $14 and fence = $15))
+             returning {COLUMNS}"
+        ))
+        .bind(transition.to.as_str())
+        .bind(transition.trigger_code.map(i64::from))
+        .bind(transition.trigger_msg.as_deref())
+        .bind(transition.executor_address.as_deref())
+        .bind(dispatched_at)
+        .bind(deadline)
+        .bind(handle_code)
+        .bind(handle_msg)
+        .bind(now_ms)
+        .bind(fuel_used)
+        .bind(i64::from(transition.request_kill))
+        .bind(id)
+        .bind(transition.from.as_str())
+        .bind(owner.unwrap_or(""))
+        .bind(fence.unwrap_or(0))
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let run = run_from_row(&row)?;
+        let mut ids = Vec::with_capacity(follow_ups.len());
+        for follow_up in follow_ups {
+            if let Some(id) = insert_run(&mut tx, follow_up, now_ms).await? {
+                ids.push(id);
+            }
+        }
+        tx.commit().await?;
+        Ok(Some((run, ids)))
+    }
+
+    /// Running runs whose admin deadline passed before `now_ms`, at most `limit`.
+    pub async fn runs_past_deadline(&self, now_ms: i64, limit: i64) -> Result<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "select {COLUMNS} from runs where state = 'running' and deadline > 0 and deadline < $1
+             order by deadline limit $2"
+        ))
+        .bind(now_ms)
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(run_from_row).collect()
     }
 
-    /// Claims pending run `id` for dispatch unless someone claimed it after `claimed_before_ms`.
-    /// Returns the run when this caller now holds it.
-    pub async fn claim_run(
-        &self,
-        id: i64,
-        now_ms: i64,
-        claimed_before_ms: i64,
-    ) -> Result<Option<RunRecord>> {
-        let row = sqlx::query(&format!(
-            "update runs set claimed_at = $1
-             where id = $2 and trigger_code = 0 and handle_code = 0 and claimed_at < $3
-             returning {COLUMNS}"
-        ))
-        .bind(now_ms)
-        .bind(id)
-        .bind(claimed_before_ms)
-        .fetch_optional(&self.pool)
+    /// The executors that have running runs.
+    pub async fn executors_with_running_runs(&self) -> Result<Vec<String>> {
+        let rows = sqlx::query(
+            "select distinct executor_address from runs
+             where state = 'running' and executor_address is not null",
+        )
+        .fetch_all(&self.pool)
         .await?;
-        row.as_ref().map(run_from_row).transpose()
+        rows.iter().map(|row| Ok(row.try_get("executor_address")?)).collect()
     }
 
-    /// Records where run `id` was sent and whether the executor took it.
-    pub async fn set_trigger_result(
+    /// Runs running on `address` that an executor accepted before `dispatched_before_ms`,
+    /// oldest first, at most `limit`.
+    pub async fn running_runs_on(
         &self,
-        id: i64,
-        executor_address: Option<&str>,
-        trigger_code: i32,
-        trigger_msg: &str,
-    ) -> Result<()> {
-        sqlx::query(
-            "update runs set executor_address = $1, trigger_code = $2, trigger_msg = $3 where id = $4",
-        )
-        .bind(executor_address)
-        .bind(i64::from(trigger_code))
-        .bind(trigger_msg)
-        .bind(id)
+        address: &str,
+        dispatched_before_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "select {COLUMNS} from runs
+             where state = 'running' and executor_address = $1 and dispatched_at < $2
+             order by dispatched_at limit $3"
+        ))
+        .bind(address)
+        .bind(dispatched_before_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    /// Deletes at most `limit` ended runs created before `created_before_ms` (log retention);
+    /// returns how many.
+    pub async fn delete_ended_runs(&self, created_before_ms: i64, limit: i64) -> Result<u64> {
+        let done = sqlx::query(&format!(
+            "delete from runs where id in (
+                select id from runs where created_at < $1 and {TERMINAL}
+                order by created_at limit $2)"
+        ))
+        .bind(created_before_ms)
+        .bind(limit)
         .execute(&self.pool)
         .await?;
-        Ok(())
-    }
-
-    /// Applies the result of run `id` unless it has one already. Returns the finished run when
-    /// this call applied it, so retries and child jobs follow a result exactly once.
-    pub async fn finish_run(
-        &self,
-        id: i64,
-        handle_code: i32,
-        handle_msg: &str,
-        fuel_used: Option<i64>,
-        now_ms: i64,
-    ) -> Result<Option<RunRecord>> {
-        let handle_code = if handle_code == code::PENDING { code::FAILURE } else { handle_code };
-        let row = sqlx::query(&format!(
-            "update runs set handle_code = $1, handle_msg = $2, handle_time = $3, fuel_used = $4
-             where id = $5 and handle_code = 0 returning {COLUMNS}"
-        ))
-        .bind(i64::from(handle_code))
-        .bind(handle_msg)
-        .bind(now_ms)
-        .bind(fuel_used)
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(run_from_row).transpose()
+        Ok(done.rows_affected())
     }
 }
 
@@ -219,8 +364,8 @@ pub(super) async fn insert_run(
     };
     let row = sqlx::query(
         "insert into runs (job_id, executor_address, trigger_type, trigger_time, fire_time, param,
-            shard_index, shard_total, attempt, version, sha256, created_at)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+            shard_index, shard_total, attempt, version, sha256, parent_run_id, created_at)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
          on conflict (job_id, fire_time, shard_index, attempt) do nothing
          returning id",
     )
@@ -235,6 +380,7 @@ pub(super) async fn insert_run(
     .bind(run.attempt)
     .bind(version)
     .bind(sha256)
+    .bind(run.parent_run_id)
     .bind(now_ms)
     .fetch_optional(&mut **tx)
     .await?;
@@ -264,5 +410,10 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord> {
         version: row.try_get("version")?,
         sha256: row.try_get("sha256")?,
         fuel_used: row.try_get("fuel_used")?,
+        state: parse_column(row, "state")?,
+        parent_run_id: row.try_get("parent_run_id")?,
+        kill_requested: row.try_get::<i64, _>("kill_requested")? != 0,
+        dispatched_at_ms: row.try_get("dispatched_at")?,
+        first_claimed_at_ms: row.try_get("claimed_at")?,
     })
 }

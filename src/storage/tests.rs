@@ -2,9 +2,10 @@
 //! is set (each test gets its own fresh database there).
 
 use super::*;
+use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
 use crate::model::{
-    AddressType, BlockStrategy, GlueType, JobSpec, MisfireStrategy, RouteStrategy, ScheduleType,
-    TriggerType,
+    AddressType, BlockStrategy, GlueType, JobSpec, MisfireStrategy, RouteStrategy, RunState,
+    ScheduleType, TriggerType,
 };
 
 /// Runs `test` against each available backend.
@@ -61,6 +62,7 @@ fn fire(job_id: i64, at: i64, shard_index: i64) -> NewRun {
         shard_total: 1,
         attempt: 0,
         version: None,
+        parent_run_id: None,
     }
 }
 
@@ -176,8 +178,27 @@ async fn versions_share_blobs() {
     .await;
 }
 
+fn sent(address: &str, at_ms: i64, timeout_secs: i64) -> Transition {
+    let facts = RunFacts {
+        state: RunState::Dispatching,
+        attempt: 0,
+        kill_requested: false,
+        trigger_type: TriggerType::Manual,
+    };
+    let event = Event::Sent { address: address.to_owned(), at_ms, timeout_secs, grace_ms: 10 };
+    lifecycle::transition(&facts, None, &event).unwrap()
+}
+
+fn failed(state: RunState) -> Transition {
+    let facts =
+        RunFacts { state, attempt: 0, kill_requested: false, trigger_type: TriggerType::Manual };
+    let job = JobFacts { retry_count: 1, has_children: false };
+    let event = Event::Result { handle_code: 500, message: "boom\0".to_owned() };
+    lifecycle::transition(&facts, Some(&job), &event).unwrap()
+}
+
 #[tokio::test]
-async fn runs_are_claimed_and_finished_once() {
+async fn runs_move_through_their_lifecycle_once() {
     each_backend("runs", |db| async move {
         let mut manual = fire(1, 500, 0);
         manual.trigger_type = TriggerType::Manual;
@@ -188,45 +209,97 @@ async fn runs_are_claimed_and_finished_once() {
         assert!(db.create_run(&fire(1, 600, 0), 1).await.unwrap().is_some());
         assert!(db.create_run(&fire(1, 600, 0), 1).await.unwrap().is_none());
         assert!(db.create_run(&fire(1, 600, 1), 1).await.unwrap().is_some());
+        assert_eq!(db.dispatchable_runs(550, 100, 10).await.unwrap(), [a, b]);
 
-        assert_eq!(db.pending_runs(550, 100, 10).await.unwrap(), [a, b]);
-        let claimed = db.claim_run(a, 100, 50).await.unwrap().unwrap();
-        assert_eq!((claimed.id, claimed.trigger_type), (a, TriggerType::Manual));
-        assert!(db.claim_run(a, 101, 50).await.unwrap().is_none(), "claimed already");
-        assert!(db.claim_run(a, 200, 150).await.unwrap().is_some(), "a stale claim expires");
-        db.set_trigger_result(a, Some("http://a:9999"), 200, "sent").await.unwrap();
-        assert!(db.claim_run(a, 300, 300).await.unwrap().is_none(), "sent runs are not pending");
-        db.finish_run(b, 500, "killed before it was sent", None, 300).await.unwrap();
+        // A claim is a lease with an owner; every claim bumps the fence.
+        let claim = db.claim_run(a, "admin-1", 100, 200).await.unwrap().unwrap();
+        assert_eq!((claim.run.id, claim.run.state, claim.fence), (a, RunState::Dispatching, 1));
+        assert_eq!(claim.run.first_claimed_at_ms, 100);
+        assert!(db.claim_run(a, "admin-2", 150, 250).await.unwrap().is_none(), "lease held");
+        assert!(db.renew_lease(a, "admin-1", 1, 300).await.unwrap());
+        assert!(db.claim_run(a, "admin-2", 250, 350).await.unwrap().is_none(), "renewed");
+        assert_eq!(db.dispatchable_runs(550, 301, 10).await.unwrap(), [b, a], "lease ran out");
+        let taken = db.claim_run(a, "admin-2", 301, 400).await.unwrap().unwrap();
+        assert_eq!((taken.fence, taken.run.first_claimed_at_ms), (2, 100));
+        // The old holder can no longer renew, target or record anything.
+        assert!(!db.renew_lease(a, "admin-1", 1, 500).await.unwrap());
+        assert!(!db.set_run_target(a, "admin-1", 1, "http://old:9999").await.unwrap());
+        let stale = sent("http://old:9999", 302, 5);
         assert!(
-            db.claim_run(b, 300, 300).await.unwrap().is_none(),
-            "finished runs are not pending"
+            db.apply_transition(a, &stale, Some(("admin-1", 1)), None, &[], 302)
+                .await
+                .unwrap()
+                .is_none()
         );
-        assert_eq!(db.pending_runs(550, 301, 10).await.unwrap(), Vec::<i64>::new());
+        assert!(db.set_run_target(a, "admin-2", 2, "http://e:9999").await.unwrap());
+        let (running, _) = db
+            .apply_transition(
+                a,
+                &sent("http://e:9999", 303, 5),
+                Some(("admin-2", 2)),
+                None,
+                &[],
+                303,
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (running.state, running.trigger_code, running.dispatched_at_ms),
+            (RunState::Running, 200, 303)
+        );
+        assert!(db.claim_run(a, "admin-3", 10_000, 20_000).await.unwrap().is_none(), "sent");
 
+        // The admin's deadline: timeout 5 s plus grace 10 ms.
+        assert!(db.runs_past_deadline(5_313, 10).await.unwrap().is_empty());
+        let overdue = db.runs_past_deadline(5_314, 10).await.unwrap();
+        assert_eq!(overdue.iter().map(|r| r.id).collect::<Vec<_>>(), [a]);
+        assert_eq!(db.executors_with_running_runs().await.unwrap(), ["http://e:9999"]);
+        let on = |before| db.running_runs_on("http://e:9999", before, 10);
+        assert!(on(303).await.unwrap().is_empty());
+        assert_eq!(on(304).await.unwrap().len(), 1);
+
+        // A result applies once, with its retry in the same transaction; NUL is cleaned away.
+        let mut retry = manual.clone();
+        retry.trigger_type = TriggerType::Retry;
+        retry.attempt = 1;
+        retry.parent_run_id = Some(a);
+        let (done, ids) = db
+            .apply_transition(a, &failed(RunState::Running), None, Some(6), &[retry.clone()], 400)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
-            db.unfinished_runs(501, 10).await.unwrap().iter().map(|r| r.id).collect::<Vec<_>>(),
-            [a]
+            (done.state, done.handle_code, done.handle_msg.as_str(), done.handle_time_ms),
+            (RunState::Failed, 500, "boom\u{fffd}", 400)
         );
-        assert!(db.unfinished_runs(500, 10).await.unwrap().is_empty());
-        let done = db.finish_run(a, 200, "ok", Some(6000), 400).await.unwrap().unwrap();
-        assert_eq!(done.fuel_used, Some(6000));
-        assert_eq!(
-            (done.handle_code, done.handle_msg.as_str(), done.handle_time_ms),
-            (200, "ok", 400)
-        );
-        assert!(db.finish_run(a, 500, "late duplicate", None, 401).await.unwrap().is_none());
-        assert_eq!(db.get_run(a).await.unwrap().unwrap().handle_msg, "ok");
+        assert_eq!(ids.len(), 1);
+        let again = failed(RunState::Running);
+        let again = db.apply_transition(a, &again, None, None, &[retry], 401).await.unwrap();
+        assert!(again.is_none(), "a result applies once");
+        let follow_up = db.get_run(ids[0]).await.unwrap().unwrap();
+        assert_eq!((follow_up.parent_run_id, follow_up.attempt), (Some(a), 1));
 
         let all = db
-            .list_runs(&RunFilter { job_id: Some(1), handle_code: None, limit: 2, offset: 0 })
+            .list_runs(&RunFilter { job_id: Some(1), state: None, limit: 2, offset: 0 })
             .await
             .unwrap();
-        assert_eq!((all.total, all.items.len()), (4, 2));
-        let ok = db
-            .list_runs(&RunFilter { job_id: Some(1), handle_code: Some(200), limit: 10, offset: 0 })
+        assert_eq!((all.total, all.items.len()), (5, 2));
+        let failed_runs = db
+            .list_runs(&RunFilter {
+                job_id: Some(1),
+                state: Some(RunState::Failed),
+                limit: 10,
+                offset: 0,
+            })
             .await
             .unwrap();
-        assert_eq!(ok.items.iter().map(|r| r.id).collect::<Vec<_>>(), [a]);
+        assert_eq!(failed_runs.items.iter().map(|r| r.id).collect::<Vec<_>>(), [a]);
+
+        // Retention deletes ended runs only, in bounded batches.
+        assert_eq!(db.delete_ended_runs(2, 10).await.unwrap(), 1);
+        assert!(db.get_run(a).await.unwrap().is_none());
+        assert!(db.get_run(b).await.unwrap().is_some(), "pending runs are kept");
     })
     .await;
 }

@@ -193,6 +193,7 @@ pub fn admin_config(database_url: String) -> AdminConfig {
         access_token: ACCESS_TOKEN.to_owned(),
         heartbeat_interval: Duration::from_secs(30),
         max_module_bytes: 4 * 1024 * 1024,
+        run_retention_days: Some(30),
     }
 }
 

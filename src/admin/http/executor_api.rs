@@ -18,8 +18,8 @@ use super::error::ApiError;
 use super::extract::Path;
 use crate::admin::{AppState, now_ms};
 use crate::protocol::{
-    ACCESS_TOKEN_HEADER, CallbackBody, REGISTRY_GROUP_EXECUTOR, RegistryParam, ReturnT,
-    constant_time_eq,
+    ACCESS_TOKEN_HEADER, REGISTRY_GROUP_EXECUTOR, RegistryParam, ReturnT, constant_time_eq,
+    parse_callbacks,
 };
 
 pub fn router(state: &AppState) -> Router<AppState> {
@@ -77,17 +77,26 @@ async fn registry(State(state): State<AppState>, body: Bytes) -> axum::Json<Retu
         return axum::Json(ReturnT::fail(reason));
     }
     let address = param.registry_value.trim_end_matches('/');
-    match state
+    if let Err(error) = state
         .db
         .upsert_registration(REGISTRY_GROUP_EXECUTOR, &param.registry_key, address, now_ms())
         .await
     {
-        Ok(()) => axum::Json(ReturnT::success()),
-        Err(error) => {
-            tracing::error!(%error, "registry failed");
-            axum::Json(ReturnT::fail("registry failed: internal error"))
+        tracing::error!(%error, "registry failed");
+        return axum::Json(ReturnT::fail("registry failed: internal error"));
+    }
+    if let Some(held) = &param.held_runs {
+        match state.dispatcher.reconcile(address, held).await {
+            Ok(0) => {}
+            Ok(lost) => {
+                tracing::warn!("executor {address} no longer holds {lost} of its runs: lost")
+            }
+            Err(error) => {
+                tracing::error!(error = format!("{error:#}"), "reconciling {address} failed")
+            }
         }
     }
+    axum::Json(ReturnT::success())
 }
 
 async fn registry_remove(
@@ -116,27 +125,24 @@ async fn registry_remove(
 }
 
 async fn callback(State(state): State<AppState>, body: Bytes) -> axum::Json<ReturnT<String>> {
-    let results = match parse::<CallbackBody>(&body) {
-        Ok(body) => body.into_list(),
-        Err(reply) => return reply,
+    let callbacks = match parse_callbacks(&body) {
+        Ok(callbacks) => callbacks,
+        Err(reason) => return axum::Json(ReturnT::fail(reason)),
     };
-    for result in results {
-        let (handle_code, message) = result.code_and_msg();
-        if let Err(error) = state
-            .dispatcher
-            .apply_result(result.log_id, handle_code, &message, result.fuel_used)
-            .await
-        {
-            // Not acknowledged: the executor keeps the results and sends them again.
-            tracing::error!(
-                error = format!("{error:#}"),
-                "applying the result of run {} failed",
-                result.log_id
-            );
-            return axum::Json(ReturnT::fail("callback failed: internal error"));
-        }
+    for refused in &callbacks.refused {
+        tracing::warn!("callback entry refused: {refused}");
     }
-    axum::Json(ReturnT::success())
+    let applied = state.dispatcher.apply_results(&callbacks.results).await;
+    match (applied, callbacks.refused.is_empty()) {
+        (true, true) => axum::Json(ReturnT::success()),
+        // Not acknowledged: the executor keeps the results and sends them again, one by one,
+        // so the entries that were applied are ignored the second time (a result applies once).
+        (false, _) => axum::Json(ReturnT::fail("callback failed: internal error")),
+        (true, false) => axum::Json(ReturnT::fail(format!(
+            "callback entries refused: {}",
+            callbacks.refused.join("; ")
+        ))),
+    }
 }
 
 async fn get_module(

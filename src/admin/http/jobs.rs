@@ -12,8 +12,8 @@ use super::extract::{Json, Path, Query};
 use super::rfc3339;
 use crate::admin::dispatch::{PlannedTrigger, TriggerError};
 use crate::admin::{AppState, now_ms};
-use crate::model::JobSpec;
 use crate::model::{GlueType, Job, ScheduleType, TriggerType};
+use crate::model::{JobSpec, child_job_cycle};
 use crate::schedule::Schedule;
 
 pub fn router() -> Router<AppState> {
@@ -131,6 +131,7 @@ async fn update_job(
     Json(body): Json<JobBody>,
 ) -> Result<axum::Json<JobResponse>, ApiError> {
     let (job, schedule) = validate(&state, body).await?;
+    refuse_child_cycle(&state, id, &job.child_job_ids).await?;
     let now = now_ms();
     let next = schedule.next_after(now).unwrap_or(0);
     let updated =
@@ -229,6 +230,12 @@ async fn trigger_job(
             ApiError::bad_request("malformed_json", format!("invalid trigger body: {error}"))
         })?
     };
+    if body.param.as_ref().is_some_and(|param| param.contains('\0') || param.len() > 64 * 1024) {
+        return Err(ApiError::bad_request(
+            "invalid_trigger",
+            "param: at most 64 KiB, without NUL characters",
+        ));
+    }
     let job = load(&state, id).await?;
     let param = body.param.unwrap_or_else(|| job.spec.param.clone());
     let trigger = PlannedTrigger::now(TriggerType::Manual, param);
@@ -289,6 +296,30 @@ fn parse_schedule(
         .map_err(|error| ApiError::bad_request("invalid_schedule", error.to_string()))
 }
 
+/// Refuses children for job `id` that would let it trigger itself, directly or through others.
+async fn refuse_child_cycle(state: &AppState, id: i64, children: &[i64]) -> Result<(), ApiError> {
+    if children.is_empty() {
+        return Ok(());
+    }
+    let edges = state
+        .db
+        .list_jobs(None)
+        .await?
+        .into_iter()
+        .map(|job| (job.id, job.spec.child_job_ids))
+        .collect();
+    match child_job_cycle(Some(id), children, &edges) {
+        None => Ok(()),
+        Some(cycle) => {
+            let path: Vec<String> = cycle.iter().map(i64::to_string).collect();
+            Err(ApiError::bad_request(
+                "child_job_cycle",
+                format!("child_job_ids: job {id} would trigger itself: {}", path.join(" → ")),
+            ))
+        }
+    }
+}
+
 /// Checks every field of a job body; the parsed schedule comes along.
 async fn validate(state: &AppState, body: JobBody) -> Result<(JobSpec, Schedule), ApiError> {
     fn field<T: std::str::FromStr>(
@@ -307,6 +338,19 @@ async fn validate(state: &AppState, body: JobBody) -> Result<(JobSpec, Schedule)
         }
     }
     let invalid = |message: &str| ApiError::bad_request("invalid_job", message.to_owned());
+    let texts = [
+        ("name", Some(&body.name)),
+        ("schedule_conf", Some(&body.schedule_conf)),
+        ("param", Some(&body.param)),
+        ("handler", body.handler.as_ref()),
+        ("alarm_email", body.alarm_email.as_ref()),
+        ("time_zone", body.time_zone.as_ref()),
+    ];
+    for (field, text) in texts {
+        if text.is_some_and(|text| text.contains('\0')) {
+            return Err(invalid(&format!("{field}: NUL characters are not allowed")));
+        }
+    }
     let name = body.name.trim().to_owned();
     if name.is_empty() || name.len() > 200 {
         return Err(invalid("name: 1 to 200 characters"));

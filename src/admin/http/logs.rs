@@ -9,7 +9,7 @@ use super::error::ApiError;
 use super::extract::{Path, Query};
 use super::rfc3339;
 use crate::admin::AppState;
-use crate::model::{RunRecord, code};
+use crate::model::{RunRecord, RunState, code};
 use crate::protocol::{LogParam, LogResult};
 use crate::storage::RunFilter;
 
@@ -39,6 +39,10 @@ struct RunResponse {
     attempt: i64,
     version: Option<i64>,
     fuel_used: Option<i64>,
+    state: &'static str,
+    dispatched_at: Option<String>,
+    parent_run_id: Option<i64>,
+    kill_requested: bool,
 }
 
 impl From<RunRecord> for RunResponse {
@@ -60,6 +64,10 @@ impl From<RunRecord> for RunResponse {
             attempt: run.attempt,
             version: run.version,
             fuel_used: run.fuel_used,
+            state: run.state.as_str(),
+            dispatched_at: rfc3339(run.dispatched_at_ms),
+            parent_run_id: run.parent_run_id,
+            kill_requested: run.kill_requested,
         }
     }
 }
@@ -82,19 +90,16 @@ async fn list_logs(
     State(state): State<AppState>,
     Query(query): Query<ListQuery>,
 ) -> Result<axum::Json<RunList>, ApiError> {
-    let handle_code = match query.status.as_deref() {
-        None | Some("") => None,
-        Some("running") => Some(code::PENDING),
-        Some("success") => Some(code::SUCCESS),
-        Some("failure" | "failed") => Some(code::FAILURE),
-        Some("timeout") => Some(code::TIMEOUT),
-        Some(other) => {
-            return Err(ApiError::bad_request(
-                "invalid_query",
-                format!("status `{other}`: use running, success, failure or timeout"),
-            ));
-        }
-    };
+    let state_filter =
+        match query.status.as_deref() {
+            None | Some("") => None,
+            // The spellings of the first API version.
+            Some("failure") => Some(RunState::Failed),
+            Some("timeout") => Some(RunState::TimedOut),
+            Some(other) => Some(other.parse::<RunState>().map_err(|error| {
+                ApiError::bad_request("invalid_query", format!("status: {error}"))
+            })?),
+        };
     let limit = query.limit.unwrap_or(20);
     if !(1..=1000).contains(&limit) || query.offset.is_some_and(|offset| offset < 0) {
         return Err(ApiError::bad_request(
@@ -102,8 +107,12 @@ async fn list_logs(
             "limit is 1 to 1000, offset at least 0",
         ));
     }
-    let filter =
-        RunFilter { job_id: query.job_id, handle_code, limit, offset: query.offset.unwrap_or(0) };
+    let filter = RunFilter {
+        job_id: query.job_id,
+        state: state_filter,
+        limit,
+        offset: query.offset.unwrap_or(0),
+    };
     let page = state.db.list_runs(&filter).await?;
     Ok(axum::Json(RunList {
         total: page.total,
@@ -140,7 +149,7 @@ async fn log_content(
     let from_line = query.from_line.unwrap_or(1).max(1);
     let (Some(address), code::SUCCESS) = (&run.executor_address, run.trigger_code) else {
         // Not sent (yet, or ever): there is no log on any executor.
-        let is_end = run.handle_code != code::PENDING;
+        let is_end = run.state.is_terminal();
         return Ok(axum::Json(LogContent {
             from_line,
             to_line: from_line - 1,

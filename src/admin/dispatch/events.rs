@@ -1,0 +1,234 @@
+//! Lifecycle events applied to runs: the executor's results, kills, reconciliation with what an
+//! executor holds, and the consequences each transition implies.
+//!
+//! [`Dispatcher::apply`] reads the run and its job, asks `lifecycle::transition` what the event
+//! means, plans the follow-up runs (the retry, the child jobs' runs) and has storage commit the
+//! transition and the follow-ups together, compare-and-set on the state the run was read in.
+//! Only after that commit are the follow-ups sent and kills delivered, so a crash in between
+//! leaves pending runs for the sweep, never a transition without its consequences.
+
+use super::{Dispatcher, PlannedTrigger, now_ms};
+use crate::failpoint;
+use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
+use crate::model::{Job, RunRecord, RunState, TriggerType};
+use crate::protocol::{HandleCallbackParam, JobIdParam};
+use crate::storage::NewRun;
+
+/// How many times an event is tried again when the run changed between reading and writing it.
+const RACE_RETRIES: usize = 5;
+/// A run an executor accepted less than this long before it beat may be missing from the held
+/// runs it reported (the beat's snapshot and the acceptance crossed): it is judged next time.
+pub const RECONCILE_GRACE_MS: i64 = 10_000;
+
+impl Dispatcher {
+    /// Applies `event` to run `run_id`: returns the run after the transition, or `None` when
+    /// the event did not apply (the run ended already, the event is illegal in its state, or
+    /// the lease `lease` moved on). Follow-up runs are created with it and sent after.
+    pub async fn apply(
+        &self,
+        run_id: i64,
+        event: Event,
+        lease: Option<(&str, i64)>,
+        fuel_used: Option<i64>,
+    ) -> anyhow::Result<Option<RunRecord>> {
+        let db = &self.inner.db;
+        for _ in 0..RACE_RETRIES {
+            let Some(run) = db.get_run(run_id).await? else { return Ok(None) };
+            let job = db.get_job(run.job_id).await?;
+            let facts = RunFacts {
+                state: run.state,
+                attempt: run.attempt,
+                kill_requested: run.kill_requested,
+                trigger_type: run.trigger_type,
+            };
+            let job_facts = job.as_ref().map(|job| JobFacts {
+                retry_count: job.spec.retry_count,
+                has_children: !job.spec.child_job_ids.is_empty(),
+            });
+            let transition = match lifecycle::transition(&facts, job_facts.as_ref(), &event) {
+                Ok(transition) => transition,
+                Err(illegal) => {
+                    tracing::debug!(job.id = run.job_id, "run {run_id}: {illegal}");
+                    return Ok(None);
+                }
+            };
+            let follow_ups = self.follow_ups(&run, job.as_ref(), &transition).await?;
+            let now = now_ms();
+            let applied = db
+                .apply_transition(run_id, &transition, lease, fuel_used, &follow_ups, now)
+                .await?;
+            let Some((run, ids)) = applied else {
+                if lease.is_some() {
+                    return Ok(None);
+                }
+                continue;
+            };
+            if transition.to.is_terminal() {
+                tracing::info!(
+                    job.id = run.job_id,
+                    run.state = %run.state,
+                    "run {run_id} ended {}: {}",
+                    run.state,
+                    run.handle_msg
+                );
+            }
+            for (id, follow_up) in ids.iter().zip(&follow_ups) {
+                tracing::info!(
+                    job.id = follow_up.job_id,
+                    "run {run_id} {}: run {id} of job {} follows",
+                    run.state,
+                    follow_up.job_id
+                );
+                self.send_at(*id, follow_up.trigger_time_ms);
+            }
+            if transition.send_kill {
+                let this = self.clone();
+                let run = run.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = this.send_kill(&run).await {
+                        tracing::warn!(
+                            job.id = run.job_id,
+                            "run {}: kill not delivered: {error:#}",
+                            run.id
+                        );
+                    }
+                });
+            }
+            return Ok(Some(run));
+        }
+        anyhow::bail!("run {run_id} kept changing while applying {}", event.name())
+    }
+
+    /// The runs `transition` implies for `run`: its retry and the child jobs' runs.
+    async fn follow_ups(
+        &self,
+        run: &RunRecord,
+        job: Option<&Job>,
+        transition: &Transition,
+    ) -> anyhow::Result<Vec<NewRun>> {
+        let mut runs = Vec::new();
+        let now = now_ms();
+        if transition.retry {
+            runs.push(NewRun {
+                job_id: run.job_id,
+                trigger_type: TriggerType::Retry,
+                trigger_time_ms: now,
+                fire_time_ms: None,
+                param: run.param.clone(),
+                // A shard retries on its own executor; a routed run is routed again.
+                executor_address: (run.shard_total > 1)
+                    .then(|| run.executor_address.clone())
+                    .flatten(),
+                shard_index: run.shard_index,
+                shard_total: run.shard_total,
+                attempt: run.attempt + 1,
+                version: run.version.zip(run.sha256.clone()),
+                parent_run_id: Some(run.id),
+            });
+        }
+        if let (true, Some(job)) = (transition.children, job) {
+            for child_id in &job.spec.child_job_ids {
+                let Some(child) = self.inner.db.get_job(*child_id).await? else {
+                    tracing::warn!(job.id = job.id, "child job {child_id} does not exist");
+                    continue;
+                };
+                let trigger = PlannedTrigger {
+                    trigger_type: TriggerType::Parent,
+                    at_ms: now,
+                    fire_time_ms: None,
+                    param: child.spec.param.clone(),
+                };
+                match self.plan_runs(&child, trigger, None).await {
+                    Ok(planned) => runs.extend(planned.into_iter().map(|mut planned| {
+                        planned.parent_run_id = Some(run.id);
+                        planned
+                    })),
+                    Err(error) => {
+                        tracing::warn!(
+                            job.id = job.id,
+                            "child job {child_id} not triggered: {error}"
+                        )
+                    }
+                }
+            }
+        }
+        Ok(runs)
+    }
+
+    /// Applies one batch of executor results. Each result is applied on its own, so one that
+    /// cannot be applied does not hold back the others; the answer is whether all were.
+    pub async fn apply_results(&self, results: &[HandleCallbackParam]) -> bool {
+        let mut all_applied = true;
+        for (index, result) in results.iter().enumerate() {
+            if index == 1 {
+                failpoint::hit("callback.mid_batch");
+            }
+            let (handle_code, message) = result.code_and_msg();
+            let event = Event::Result { handle_code, message };
+            if let Err(error) = self.apply(result.log_id, event, None, result.fuel_used).await {
+                tracing::error!(
+                    error = format!("{error:#}"),
+                    "applying the result of run {} failed",
+                    result.log_id
+                );
+                all_applied = false;
+            }
+        }
+        all_applied
+    }
+
+    /// Kills run `run`: a pending run ends here, a run being sent is stopped once its executor
+    /// has it, a running run is stopped by its executor. Returns what happened, for the operator.
+    pub async fn kill(&self, run: &RunRecord) -> anyhow::Result<String> {
+        if run.state.is_terminal() {
+            return Ok("the run has ended already".to_owned());
+        }
+        let Some(after) = self.apply(run.id, Event::Kill, None, None).await? else {
+            return Ok("the run has ended already".to_owned());
+        };
+        Ok(match (run.state, after.state) {
+            (_, RunState::Killed) => "killed before it was sent".to_owned(),
+            (RunState::Dispatching, _) => {
+                "kill requested: the run is being sent and is stopped as soon as its executor has it"
+                    .to_owned()
+            }
+            (_, _) => match &after.executor_address {
+                Some(address) => format!("kill sent to {address}"),
+                None => "kill requested".to_owned(),
+            },
+        })
+    }
+
+    /// Asks the executor of `run` to stop it (our executors stop that run only).
+    pub(super) async fn send_kill(&self, run: &RunRecord) -> anyhow::Result<()> {
+        let Some(address) = &run.executor_address else { return Ok(()) };
+        let param = JobIdParam { job_id: run.job_id, log_id: Some(run.id) };
+        self.inner.client.call::<_, String>(address, "kill", &param).await?;
+        Ok(())
+    }
+
+    /// Reconciles what executor `address` says it holds with what this admin believes runs
+    /// there: a run it does not hold, accepted long enough before this beat, is lost.
+    pub async fn reconcile(&self, address: &str, held: &[i64]) -> anyhow::Result<usize> {
+        let now = now_ms();
+        let believed =
+            self.inner.db.running_runs_on(address, now - RECONCILE_GRACE_MS, 10_000).await?;
+        let held: std::collections::HashSet<i64> = held.iter().copied().collect();
+        let mut lost = 0;
+        for run in believed.into_iter().filter(|run| !held.contains(&run.id)) {
+            let reason = format!("lost: its executor {address} no longer holds it");
+            match self.apply(run.id, Event::Lost { reason }, None, None).await {
+                Ok(Some(_)) => lost += 1,
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::error!(
+                        error = format!("{error:#}"),
+                        "reconciling run {} failed",
+                        run.id
+                    )
+                }
+            }
+        }
+        Ok(lost)
+    }
+}

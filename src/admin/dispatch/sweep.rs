@@ -1,0 +1,145 @@
+//! The sweep: a periodic pass that finds lifecycle work whose owner is gone.
+//!
+//! Each pass sends pending runs whose timer was lost (a restart, a crash) and runs whose
+//! dispatcher's lease ran out; ends runs past the admin's deadline as timed out; ends runs
+//! whose executor went offline as lost; forgets long-silent executors; and deletes ended runs
+//! past the retention, in bounded batches. Every scan goes through an index on the run's state
+//! and is bounded, so a pass costs what there is to do, not the size of the history, and one
+//! run that cannot be handled is logged and skipped, never stopping the pass.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{Dispatcher, now_ms};
+use crate::lifecycle::Event;
+use crate::model::AddressType;
+use crate::protocol::REGISTRY_GROUP_EXECUTOR;
+
+/// How often the sweep runs.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+/// A run is judged lost only once it was accepted this long ago and its executor is offline.
+const LOST_AFTER_MS: i64 = 60_000;
+/// The most runs of each kind one pass handles.
+const BATCH: i64 = 500;
+/// The most ended runs one pass deletes.
+const RETENTION_BATCHES: usize = 10;
+
+/// Sweeps until `shutdown`.
+pub async fn sweep(dispatcher: Dispatcher, shutdown: CancellationToken) {
+    loop {
+        dispatcher.sweep_once().await;
+        tokio::select! {
+            () = tokio::time::sleep(SWEEP_INTERVAL) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
+impl Dispatcher {
+    /// One pass; each duty logs its own failures.
+    pub(crate) async fn sweep_once(&self) {
+        let now = now_ms();
+        let duties = [
+            ("forgetting silent executors", self.forget_silent_executors(now).await),
+            ("sending abandoned runs", self.send_abandoned(now).await),
+            ("ending runs past their deadline", self.end_overdue(now).await),
+            ("ending runs of offline executors", self.end_orphaned(now).await),
+            ("deleting old runs", self.delete_old_runs(now).await),
+        ];
+        for (duty, done) in duties {
+            if let Err(error) = done {
+                tracing::error!(error = format!("{error:#}"), "sweep: {duty} failed");
+            }
+        }
+    }
+
+    async fn forget_silent_executors(&self, now: i64) -> anyhow::Result<()> {
+        // Executors silent for ten heartbeat windows are long offline.
+        let stale_before = now - 10 * self.inner.online_window_ms;
+        let removed = self.inner.db.remove_stale_registrations(stale_before).await?;
+        if removed > 0 {
+            tracing::info!("forgot {removed} executors not heard from in a long while");
+        }
+        Ok(())
+    }
+
+    /// Sends pending runs whose timer was lost, and runs whose dispatcher's lease ran out.
+    async fn send_abandoned(&self, now: i64) -> anyhow::Result<()> {
+        for id in self.inner.db.dispatchable_runs(now, now, BATCH).await? {
+            self.send_at(id, now);
+        }
+        Ok(())
+    }
+
+    /// Ends running runs whose result did not come within the job's timeout plus the grace.
+    async fn end_overdue(&self, now: i64) -> anyhow::Result<()> {
+        for run in self.inner.db.runs_past_deadline(now, BATCH).await? {
+            if let Err(error) = self.apply(run.id, Event::DeadlinePassed, None, None).await {
+                tracing::error!(
+                    error = format!("{error:#}"),
+                    "ending overdue run {} failed",
+                    run.id
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the runs of executors that went offline before reporting (XXL-JOB's lost-result
+    /// monitor). Only executors that beat can be judged gone: a `MANUAL` group's configured
+    /// addresses are left alone.
+    async fn end_orphaned(&self, now: i64) -> anyhow::Result<()> {
+        let db = &self.inner.db;
+        let addresses = db.executors_with_running_runs().await?;
+        if addresses.is_empty() {
+            return Ok(());
+        }
+        let since = now - self.inner.online_window_ms;
+        let online: HashSet<String> = db
+            .list_registrations(REGISTRY_GROUP_EXECUTOR)
+            .await?
+            .into_iter()
+            .filter(|row| row.updated_at_ms >= since)
+            .map(|row| row.address)
+            .collect();
+        let configured: HashSet<String> = db
+            .list_groups()
+            .await?
+            .into_iter()
+            .filter(|group| group.address_type == AddressType::Manual)
+            .flat_map(|group| group.addresses)
+            .collect();
+        for address in addresses {
+            if online.contains(&address) || configured.contains(&address) {
+                continue;
+            }
+            for run in db.running_runs_on(&address, now - LOST_AFTER_MS, BATCH).await? {
+                let reason =
+                    format!("lost: executor {address} went offline before reporting a result");
+                if let Err(error) = self.apply(run.id, Event::Lost { reason }, None, None).await {
+                    tracing::error!(error = format!("{error:#}"), "ending run {} failed", run.id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes ended runs older than the retention, a bounded number per pass.
+    async fn delete_old_runs(&self, now: i64) -> anyhow::Result<()> {
+        let Some(retention_ms) = self.inner.run_retention_ms else { return Ok(()) };
+        let mut deleted = 0;
+        for _ in 0..RETENTION_BATCHES {
+            let batch = self.inner.db.delete_ended_runs(now - retention_ms, 1_000).await?;
+            deleted += batch;
+            if batch < 1_000 {
+                break;
+            }
+        }
+        if deleted > 0 {
+            tracing::info!("deleted {deleted} runs past the retention");
+        }
+        Ok(())
+    }
+}

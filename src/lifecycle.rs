@@ -1,0 +1,271 @@
+//! A run's life as a state machine: which event may move a run from which state, and what the
+//! move implies (a retry run, the child jobs' runs, a kill to send).
+//!
+//! ```text
+//! pending ──claim──▶ dispatching ──sent──▶ running ──result──▶ success | failed | timed_out | killed
+//!    │                   │   │                 │
+//!    │                   │   └─not sent──▶ failed        ├─lost (reconciled, executor gone) ──▶ lost
+//!    ├──kill──▶ killed    ├─lost ──▶ lost                └─deadline passed ──▶ timed_out
+//!    └──skip──▶ skipped   └─skip ──▶ skipped
+//! ```
+//!
+//! [`transition`] is pure: it takes the run's facts, the job's settings and an event, and returns
+//! the [`Transition`] to apply, or why the event does not apply. Storage applies a transition as
+//! one compare-and-set on the run's state (and, for a dispatcher's events, its lease) in the same
+//! transaction as the runs it implies, so a follow-up exists exactly when its cause committed.
+//! This module does not read the clock, route, or talk to anyone; it also does not decide *when*
+//! an event happens (the dispatcher, the sweep and the executor API do).
+#![warn(missing_docs)]
+
+use crate::model::{RunState, TriggerType, code};
+
+/// The longest message kept for a run (trigger or handle message), in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// Something that happened to a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A dispatcher took the lease to send it.
+    Claim,
+    /// An executor accepted it.
+    Sent {
+        /// The executor's address.
+        address: String,
+        /// When it accepted it (ms).
+        at_ms: i64,
+        /// The job's wall-clock limit in seconds (0 = none), for the admin's own deadline.
+        timeout_secs: i64,
+        /// How long past the job's timeout the admin waits for a result before it gives up.
+        grace_ms: i64,
+    },
+    /// No executor took it (refused, unreachable before the request was sent, none online).
+    NotSent {
+        /// Why.
+        reason: String,
+    },
+    /// Its executor reported a result.
+    Result {
+        /// XXL-JOB's handle code: 200 success, 502 timeout, anything else failure.
+        handle_code: i32,
+        /// The handler's message.
+        message: String,
+    },
+    /// An operator asked to kill it.
+    Kill,
+    /// Its job was stopped before this scheduled fire was sent.
+    Skip {
+        /// Why.
+        reason: String,
+    },
+    /// Its executor does not hold it (reconciliation), went away, or never confirmed the send.
+    Lost {
+        /// Why.
+        reason: String,
+    },
+    /// The admin's deadline (the job's timeout plus a grace period) passed without a result.
+    DeadlinePassed,
+}
+
+/// What the transition needs to know about the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunFacts {
+    /// Its state now.
+    pub state: RunState,
+    /// 0 for the first try.
+    pub attempt: i64,
+    /// Whether an operator asked to kill it.
+    pub kill_requested: bool,
+    /// Why it exists.
+    pub trigger_type: TriggerType,
+}
+
+/// What the transition needs to know about the run's job (`None` when the job was deleted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobFacts {
+    /// How many times a failed run is tried again.
+    pub retry_count: i64,
+    /// Whether the job has child jobs.
+    pub has_children: bool,
+}
+
+/// The changes one event makes to a run, and their consequences.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    /// The state the run must be in for the transition to apply (the compare of the CAS).
+    pub from: RunState,
+    /// The state it moves to.
+    pub to: RunState,
+    /// XXL-JOB's trigger code to record: 200 sent, 500 not sent.
+    pub trigger_code: Option<i32>,
+    /// The trigger message to record.
+    pub trigger_msg: Option<String>,
+    /// The executor to record.
+    pub executor_address: Option<String>,
+    /// When an executor accepted it, and the admin's deadline for its result (0 = none).
+    pub dispatched: Option<(i64, i64)>,
+    /// The result to record: XXL-JOB's handle code and the message (terminal states only).
+    pub handle: Option<(i32, String)>,
+    /// Set the kill request.
+    pub request_kill: bool,
+    /// Consequence: create the retry run (attempt + 1).
+    pub retry: bool,
+    /// Consequence: trigger the job's children.
+    pub children: bool,
+    /// Consequence: ask the executor to stop the run.
+    pub send_kill: bool,
+}
+
+/// Why an event does not apply to a run in its state.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{event} does not apply to a {state} run")]
+pub struct IllegalTransition {
+    /// The run's state.
+    pub state: RunState,
+    /// The event's name.
+    pub event: &'static str,
+}
+
+impl Event {
+    /// The event's name, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Claim => "claim",
+            Event::Sent { .. } => "sent",
+            Event::NotSent { .. } => "not sent",
+            Event::Result { .. } => "result",
+            Event::Kill => "kill",
+            Event::Skip { .. } => "skip",
+            Event::Lost { .. } => "lost",
+            Event::DeadlinePassed => "deadline passed",
+        }
+    }
+}
+
+/// The transition `event` makes for `run` of `job`, or why it does not apply.
+pub fn transition(
+    run: &RunFacts,
+    job: Option<&JobFacts>,
+    event: &Event,
+) -> Result<Transition, IllegalTransition> {
+    use RunState::{Dispatching, Pending, Running};
+    let illegal = Err(IllegalTransition { state: run.state, event: event.name() });
+    let base = Transition {
+        from: run.state,
+        to: run.state,
+        trigger_code: None,
+        trigger_msg: None,
+        executor_address: None,
+        dispatched: None,
+        handle: None,
+        request_kill: false,
+        retry: false,
+        children: false,
+        send_kill: false,
+    };
+    let transition = match (run.state, event) {
+        (Pending, Event::Claim) => Transition { to: Dispatching, ..base },
+        // A lease that ran out is taken over; storage checks that it did run out.
+        (Dispatching, Event::Claim) => base,
+        (Dispatching, Event::Sent { address, at_ms, timeout_secs, grace_ms }) => {
+            let deadline =
+                if *timeout_secs > 0 { at_ms + timeout_secs * 1000 + grace_ms } else { 0 };
+            Transition {
+                to: Running,
+                trigger_code: Some(code::SUCCESS),
+                trigger_msg: Some(format!("sent to {address}")),
+                executor_address: Some(address.clone()),
+                dispatched: Some((*at_ms, deadline)),
+                // A kill asked for while the run was being sent is delivered now.
+                send_kill: run.kill_requested,
+                ..base
+            }
+        }
+        (Dispatching, Event::NotSent { reason }) => {
+            let message = format!("trigger failed: {reason}");
+            let to = if run.kill_requested { RunState::Killed } else { RunState::Failed };
+            Transition {
+                trigger_code: Some(code::FAILURE),
+                trigger_msg: Some(clean_message(reason)),
+                ..ended(base, run, job, to, code::FAILURE, &message)
+            }
+        }
+        (Dispatching | Running, Event::Result { handle_code, message }) => {
+            let (to, handle_code) = match *handle_code {
+                code::SUCCESS => (RunState::Success, code::SUCCESS),
+                code::TIMEOUT => (RunState::TimedOut, code::TIMEOUT),
+                _ if run.kill_requested => (RunState::Killed, code::FAILURE),
+                other => {
+                    (RunState::Failed, if other == code::PENDING { code::FAILURE } else { other })
+                }
+            };
+            let sent = (run.state == Dispatching).then_some(code::SUCCESS);
+            Transition { trigger_code: sent, ..ended(base, run, job, to, handle_code, message) }
+        }
+        (Pending, Event::Kill) => {
+            ended(base, run, job, RunState::Killed, code::FAILURE, "killed before it was sent")
+        }
+        (Dispatching, Event::Kill) if !run.kill_requested => {
+            Transition { request_kill: true, ..base }
+        }
+        (Running, Event::Kill) => Transition { request_kill: true, send_kill: true, ..base },
+        (Pending | Dispatching, Event::Skip { reason })
+            if matches!(run.trigger_type, TriggerType::Cron | TriggerType::Misfire) =>
+        {
+            // Skipped is no failure: nothing raises an alarm or counts it as failed. XXL-JOB
+            // has no such state; its handle code says "success" with the reason.
+            ended(base, run, job, RunState::Skipped, code::SUCCESS, reason)
+        }
+        (Dispatching | Running, Event::Lost { reason }) => {
+            ended(base, run, job, RunState::Lost, code::FAILURE, reason)
+        }
+        (Running, Event::DeadlinePassed) => Transition {
+            send_kill: true,
+            ..ended(
+                base,
+                run,
+                job,
+                RunState::TimedOut,
+                code::TIMEOUT,
+                "timed out: no result within the job's timeout and the grace period",
+            )
+        },
+        _ => return illegal,
+    };
+    Ok(transition)
+}
+
+/// A transition to the terminal state `to`, with its consequences.
+fn ended(
+    base: Transition,
+    run: &RunFacts,
+    job: Option<&JobFacts>,
+    to: RunState,
+    handle_code: i32,
+    message: &str,
+) -> Transition {
+    let retries_left = job.is_some_and(|job| run.attempt < job.retry_count);
+    Transition {
+        to,
+        handle: Some((handle_code, clean_message(message))),
+        retry: matches!(to, RunState::Failed | RunState::TimedOut | RunState::Lost) && retries_left,
+        children: to == RunState::Success && job.is_some_and(|job| job.has_children),
+        ..base
+    }
+}
+
+/// A message made safe to store anywhere: NUL bytes (which PostgreSQL refuses in text) become
+/// U+FFFD, and the text is cut at [`MAX_MESSAGE_BYTES`] on a character boundary.
+pub fn clean_message(message: &str) -> String {
+    let mut clean: String = message.replace('\0', "\u{fffd}");
+    if clean.len() > MAX_MESSAGE_BYTES {
+        let mut cut = MAX_MESSAGE_BYTES;
+        while !clean.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        clean.truncate(cut);
+    }
+    clean
+}
+
+#[cfg(test)]
+mod tests;

@@ -23,7 +23,7 @@ use crate::protocol;
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::storage::Db;
 
-pub use self::dispatch::Dispatcher;
+pub use self::dispatch::{Dispatcher, RESULT_GRACE_MS};
 pub use self::http::router;
 
 /// What the admin's handlers and loops share. Cheap to clone.

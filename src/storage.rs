@@ -82,6 +82,21 @@ impl Db {
         };
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections)
+            .after_connect(move |connection, _| {
+                Box::pin(async move {
+                    if dialect == Dialect::Sqlite {
+                        // In WAL mode, NORMAL syncs at checkpoints instead of at every commit: a
+                        // process crash loses nothing (the WAL is in the OS's hands at commit),
+                        // a power cut or kernel crash may lose the last commits but never
+                        // corrupts the file. Writers wait for each other instead of failing.
+                        sqlx::query("pragma synchronous = normal")
+                            .execute(&mut *connection)
+                            .await?;
+                        sqlx::query("pragma busy_timeout = 5000").execute(&mut *connection).await?;
+                    }
+                    Ok(())
+                })
+            })
             .connect(&url)
             .await
             .with_context(|| format!("connecting to {}", redact(&url)))?;

@@ -4,6 +4,10 @@
 //! directory named after the engine's compatibility fingerprint, and renamed into place when
 //! complete; only such files are ever deserialized. Nothing here fetches modules: the caller
 //! supplies the bytes when the cache misses.
+//!
+//! Loading is single-flight per digest: when many runs of a new module start at once, one
+//! compiles it and the others wait for that result instead of compiling it again, and each
+//! write goes through a temporary file of its own.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -41,6 +45,8 @@ pub struct CacheStats {
 pub(super) struct Cache {
     dir: Option<PathBuf>,
     memory: Mutex<HashMap<String, CompiledJob>>,
+    /// One lock per digest being loaded, so that it is compiled once.
+    loading: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     compiled: AtomicU64,
     loaded_from_disk: AtomicU64,
     memory_hits: AtomicU64,
@@ -62,6 +68,7 @@ impl Cache {
         Ok(Cache {
             dir,
             memory: Mutex::new(HashMap::new()),
+            loading: Mutex::new(HashMap::new()),
             compiled: AtomicU64::new(0),
             loaded_from_disk: AtomicU64::new(0),
             memory_hits: AtomicU64::new(0),
@@ -119,6 +126,30 @@ impl Cache {
         if let Some(job) = self.cached(engine, linker, sha256) {
             return Ok(job);
         }
+        let flight = {
+            let mut loading =
+                self.loading.lock().map_err(|_| anyhow::anyhow!("module cache lock poisoned"))?;
+            loading.entry(sha256.to_owned()).or_default().clone()
+        };
+        let _flight = flight.lock().map_err(|_| anyhow::anyhow!("module cache lock poisoned"))?;
+        // Whoever held the flight before us may have loaded it.
+        let loaded = match self.cached(engine, linker, sha256) {
+            Some(job) => Ok(job),
+            None => self.compile_and_store(engine, linker, sha256, bytes),
+        };
+        if let Ok(mut loading) = self.loading.lock() {
+            loading.remove(sha256);
+        }
+        loaded
+    }
+
+    fn compile_and_store(
+        &self,
+        engine: &Engine,
+        linker: &Linker<RunState>,
+        sha256: &str,
+        bytes: impl FnOnce() -> anyhow::Result<Vec<u8>>,
+    ) -> anyhow::Result<CompiledJob> {
         let bytes = bytes()?;
         let digest = hex::encode(Sha256::digest(&bytes));
         if digest != sha256 {
@@ -174,7 +205,10 @@ fn link(
 
 fn store_artifact(component: &Component, path: &Path) -> anyhow::Result<()> {
     let bytes = component.serialize()?;
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    // A name no other writer can share, in this process or another one.
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let write = WRITES.fetch_add(1, Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp{}-{write}", std::process::id()));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)?;
     Ok(())

@@ -202,3 +202,38 @@ fn artifacts_survive_a_restart_and_are_not_recompiled() {
     let error = second.load(&"0".repeat(64), || Ok(wat.into_bytes())).err().unwrap();
     assert!(error.to_string().contains("digest mismatch"), "{error}");
 }
+
+#[test]
+fn concurrent_loads_of_one_module_compile_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        RuntimeConfig { cache_dir: Some(dir.path().to_owned()), ..RuntimeConfig::default() };
+    let runtime = Arc::new(Runtime::new(config).unwrap());
+    let wat = job_wat(1, "", "");
+    let sha256 = hex::encode(Sha256::digest(wat.as_bytes()));
+    // Every thread waits at the barrier, then all ask for the same new module at once.
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let loaders: Vec<_> = (0..8)
+        .map(|_| {
+            let (runtime, barrier, wat, sha256) =
+                (runtime.clone(), barrier.clone(), wat.clone(), sha256.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                runtime.load(&sha256, || Ok(wat.into_bytes())).map(|job| job.sha256.clone())
+            })
+        })
+        .collect();
+    for loader in loaders {
+        assert_eq!(loader.join().unwrap().unwrap().as_ref(), sha256);
+    }
+    let stats = runtime.cache_stats();
+    assert_eq!(stats.compiled, 1, "{stats:?}");
+    assert_eq!(stats.memory_hits + stats.loaded_from_disk, 7, "{stats:?}");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flat_map(|sub| std::fs::read_dir(sub.unwrap().path()).unwrap())
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.ends_with(".cwasm"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left behind: {leftovers:?}");
+}

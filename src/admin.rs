@@ -37,6 +37,9 @@ pub struct AppState {
     pub validator: Arc<Runtime>,
     /// Bounds how many uploads compile at once.
     pub compile_slots: Arc<Semaphore>,
+    /// Digests of the modules this process validated: the same bytes uploaded again (to
+    /// another job, say) are not compiled twice.
+    pub validated_modules: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     /// Sends runs to executors and applies their results.
     pub dispatcher: Dispatcher,
     /// Wakes the scheduler when a job's schedule changed.
@@ -60,6 +63,7 @@ impl AppState {
             config: Arc::new(config),
             validator: Arc::new(Runtime::new(RuntimeConfig::default())?),
             compile_slots: Arc::new(Semaphore::new(1)),
+            validated_modules: Arc::default(),
             scheduler_wake: Arc::new(Notify::new()),
         })
     }

@@ -3,7 +3,8 @@
 //!
 //! An upload is checked before any version exists: size (413, enforced while reading, so an
 //! oversized body is never buffered), then `runtime::validate` on a bounded compile worker with a
-//! time limit. The same bytes uploaded twice share one stored blob.
+//! time limit. The same bytes uploaded twice share one stored blob, and are compiled once per
+//! admin process.
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::error::ApiError;
 use super::extract::{Path, Query};
@@ -109,6 +111,11 @@ async fn upload_version(
 }
 
 async fn validate(state: &AppState, bytes: Bytes) -> Result<crate::runtime::ModuleInfo, ApiError> {
+    let sha256 = hex::encode(Sha256::digest(&bytes));
+    let seen = state.validated_modules.lock().is_ok_and(|validated| validated.contains(&sha256));
+    if seen {
+        return Ok(crate::runtime::ModuleInfo { sha256, size: bytes.len(), imports: Vec::new() });
+    }
     // The slot moves into the compile thread: a compile that outlives its request's time limit
     // keeps its slot until it really ends, so hostile uploads cannot pile up compiles.
     let slot = state
@@ -131,7 +138,12 @@ async fn validate(state: &AppState, bytes: Bytes) -> Result<crate::runtime::Modu
         Ok(Ok(Err(error))) => {
             Err(ApiError::Unprocessable { code: error.code(), message: error.to_string() })
         }
-        Ok(Ok(Ok(info))) => Ok(info),
+        Ok(Ok(Ok(info))) => {
+            if let Ok(mut validated) = state.validated_modules.lock() {
+                validated.insert(info.sha256.clone());
+            }
+            Ok(info)
+        }
     }
 }
 

@@ -1,0 +1,487 @@
+//! `cargo bench --bench e2e`: the whole platform under load, as a user runs it.
+//!
+//! It starts the real binary as an admin and an executor on 127.0.0.1 (SQLite in a temp dir,
+//! or a fresh PostgreSQL database with `--postgres` and `WASMJOB_TEST_POSTGRES_URL`), sets up
+//! jobs through the operator API with the sample job `hello`, drives a workload and reads the
+//! run table afterwards. It prints one `name: value` line per figure:
+//!
+//! - (a) `--jobs` jobs (2,000) firing every second for `--secs` (60): `fires_per_sec`,
+//!   `missed_fires`, `duplicate_runs`, `fire_lateness_p50_ms`/`_p99_ms` (scheduled instant to
+//!   the executor's acceptance of the run), `fire_to_result_p50_ms`/`_p99_ms`;
+//! - (b) `--defined` jobs (100,000), `--due` (1,000) of them firing every second, for
+//!   `--secs-b` (30): the same figures, and the admin's memory;
+//! - (c) a burst of `--triggers` (100,000) manual triggers from `--clients` (32) concurrent
+//!   clients: `manual_runs_per_sec` (first trigger accepted to last result recorded);
+//!
+//! and for each, `admin_rss_mb` and `executor_rss_mb` (peak resident memory). `--workload`
+//! picks some of `a`, `b`, `c` (default all); `--binary` runs another build of wasmjob, so that
+//! two versions can be measured side by side (its database schema must have `handle_time`,
+//! `trigger_time` and `fire_time`; figures the older schema lacks print as `n/a`).
+
+#![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly")]
+
+#[path = "../tests/support/sample_jobs.rs"]
+mod sample_jobs;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sqlx::Row;
+
+const ADMIN_TOKEN: &str = "bench-admin-token-7f3a9c2e5b1d";
+const ACCESS_TOKEN: &str = "bench-access-token-4e8b2a6c9d0f";
+
+#[derive(Debug, Clone)]
+struct Args {
+    workloads: String,
+    jobs: usize,
+    secs: u64,
+    defined: usize,
+    due: usize,
+    secs_b: u64,
+    triggers: usize,
+    clients: usize,
+    postgres: bool,
+    binary: PathBuf,
+}
+
+fn args() -> Args {
+    let mut args = Args {
+        workloads: "abc".to_owned(),
+        jobs: 2_000,
+        secs: 60,
+        defined: 100_000,
+        due: 1_000,
+        secs_b: 30,
+        triggers: 100_000,
+        clients: 32,
+        postgres: false,
+        binary: PathBuf::from(env!("CARGO_BIN_EXE_wasmjob")),
+    };
+    let mut words = std::env::args().skip(1);
+    while let Some(word) = words.next() {
+        let mut value = || words.next().unwrap_or_else(|| panic!("{word} needs a value"));
+        match word.as_str() {
+            "--workload" => args.workloads = value(),
+            "--jobs" => args.jobs = value().parse().unwrap(),
+            "--secs" => args.secs = value().parse().unwrap(),
+            "--defined" => args.defined = value().parse().unwrap(),
+            "--due" => args.due = value().parse().unwrap(),
+            "--secs-b" => args.secs_b = value().parse().unwrap(),
+            "--triggers" => args.triggers = value().parse().unwrap(),
+            "--clients" => args.clients = value().parse().unwrap(),
+            "--binary" => args.binary = PathBuf::from(value()),
+            "--postgres" => args.postgres = true,
+            // cargo bench passes `--bench`.
+            _ => {}
+        }
+    }
+    args
+}
+
+fn main() {
+    let args = args();
+    let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    tokio.block_on(async {
+        for workload in args.workloads.chars() {
+            let platform = Platform::start(&args).await;
+            match workload {
+                'a' => scheduled(&platform, "a", args.jobs, args.jobs, args.secs).await,
+                'b' => scheduled(&platform, "b", args.defined, args.due, args.secs_b).await,
+                'c' => manual(&platform, args.triggers, args.clients).await,
+                other => panic!("unknown workload `{other}`: use a, b or c"),
+            }
+            platform.report_memory(&workload.to_string());
+            platform.stop().await;
+        }
+    });
+}
+
+/// An admin and an executor process, and what the bench needs to talk to them.
+struct Platform {
+    admin: Child,
+    executor: Child,
+    api: String,
+    http: reqwest::Client,
+    db_url: String,
+    postgres_url: Option<String>,
+    hello: Vec<u8>,
+    _dir: tempfile::TempDir,
+}
+
+impl Platform {
+    async fn start(args: &Args) -> Platform {
+        let dir = tempfile::tempdir().unwrap();
+        let postgres_url = if args.postgres {
+            let url = wasmjob::storage::testing::postgres_database("bench").await.unwrap();
+            Some(url.expect("--postgres needs WASMJOB_TEST_POSTGRES_URL"))
+        } else {
+            None
+        };
+        let db_url = postgres_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("bench.db").display()));
+        let (admin_port, executor_port) = (free_port(), free_port());
+        let api = format!("http://127.0.0.1:{admin_port}");
+        let admin = Command::new(&args.binary)
+            .args(["admin", "--listen", &format!("127.0.0.1:{admin_port}")])
+            .args(["--database-url", &db_url, "--admin-token", ADMIN_TOKEN])
+            .args(["--access-token", ACCESS_TOKEN])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting the admin");
+        let http = reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap();
+        let platform_api = api.clone();
+        wait_for("the admin to answer", || {
+            let http = http.clone();
+            let url = format!("{platform_api}/healthz");
+            async move { http.get(url).send().await.is_ok().then_some(()) }
+        })
+        .await;
+        let mut platform = Platform {
+            admin,
+            executor: Command::new("true").spawn().unwrap(),
+            api,
+            http,
+            db_url,
+            postgres_url,
+            hello: sample_jobs::sample_job("hello"),
+            _dir: dir,
+        };
+        platform
+            .post(
+                "/api/v1/groups",
+                json!({"app_name": "default", "title": "Bench", "address_type": "AUTO"}),
+            )
+            .await;
+        platform.executor = Command::new(&args.binary)
+            .args(["executor", "--listen", &format!("127.0.0.1:{executor_port}")])
+            .args(["--admin-url", &platform.api, "--app-name", "default"])
+            .arg("--data-dir")
+            .arg(platform._dir.path().join("executor"))
+            .args(["--access-token", ACCESS_TOKEN, "--max-concurrent-runs", "512"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting the executor");
+        wait_for("the executor to register", || async {
+            let group = platform.get("/api/v1/groups/1").await;
+            (group["online_addresses"].as_array().map_or(0, Vec::len) == 1).then_some(())
+        })
+        .await;
+        platform
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let reply = self
+            .http
+            .post(format!("{}{path}", self.api))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        reply.json().await.unwrap_or(Value::Null)
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let reply = self
+            .http
+            .get(format!("{}{path}", self.api))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        reply.json().await.unwrap_or(Value::Null)
+    }
+
+    /// Creates `count` jobs with `body` (and the `hello` component when `with_version`);
+    /// returns their ids.
+    async fn create_jobs(&self, count: usize, body: Value, with_version: bool) -> Vec<i64> {
+        let next = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..16 {
+            let (next, body, http, api, hello) = (
+                next.clone(),
+                body.clone(),
+                self.http.clone(),
+                self.api.clone(),
+                self.hello.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                let mut ids = Vec::new();
+                while next.fetch_add(1, Ordering::Relaxed) < count {
+                    let job: Value = http
+                        .post(format!("{api}/api/v1/jobs"))
+                        .bearer_auth(ADMIN_TOKEN)
+                        .json(&body)
+                        .send()
+                        .await
+                        .unwrap()
+                        .json()
+                        .await
+                        .unwrap();
+                    let id = job["id"].as_i64().unwrap_or_else(|| panic!("creating a job: {job}"));
+                    if with_version {
+                        let reply = http
+                            .post(format!("{api}/api/v1/jobs/{id}/versions"))
+                            .bearer_auth(ADMIN_TOKEN)
+                            .header("content-type", "application/wasm")
+                            .body(hello.clone())
+                            .send()
+                            .await
+                            .unwrap();
+                        assert!(reply.status().is_success(), "uploading: {}", reply.status());
+                    }
+                    ids.push(id);
+                }
+                ids
+            }));
+        }
+        let mut ids = Vec::new();
+        for task in tasks {
+            ids.extend(task.await.unwrap());
+        }
+        ids.sort_unstable();
+        ids
+    }
+
+    async fn start_jobs(&self, ids: &[i64], start: bool) {
+        let action = if start { "start" } else { "stop" };
+        let chunks: Vec<Vec<i64>> =
+            ids.chunks(ids.len().div_ceil(16).max(1)).map(<[i64]>::to_vec).collect();
+        let mut tasks = Vec::new();
+        for chunk in chunks {
+            let (http, api) = (self.http.clone(), self.api.clone());
+            tasks.push(tokio::spawn(async move {
+                for id in chunk {
+                    http.post(format!("{api}/api/v1/jobs/{id}/{action}"))
+                        .bearer_auth(ADMIN_TOKEN)
+                        .send()
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+    }
+
+    async fn db(&self) -> sqlx::AnyPool {
+        sqlx::any::install_default_drivers();
+        let url = match self.db_url.strip_prefix("sqlite:") {
+            Some(path) => format!("sqlite://{path}?mode=ro"),
+            None => self.db_url.clone(),
+        };
+        sqlx::AnyPool::connect(&url).await.unwrap()
+    }
+
+    fn report_memory(&self, workload: &str) {
+        println!("{workload}.admin_rss_mb: {:.1}", peak_rss_mb(self.admin.id()));
+        println!("{workload}.executor_rss_mb: {:.1}", peak_rss_mb(self.executor.id()));
+    }
+
+    async fn stop(mut self) {
+        for child in [&mut self.executor, &mut self.admin] {
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        }
+        for child in [&mut self.executor, &mut self.admin] {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(url) = &self.postgres_url {
+            wasmjob::storage::testing::drop_postgres_database(url).await.unwrap();
+        }
+    }
+}
+
+/// Workloads (a) and (b): `defined` jobs, `due` of them every second, for `secs`.
+async fn scheduled(platform: &Platform, name: &str, defined: usize, due: usize, secs: u64) {
+    let setup = Instant::now();
+    let every_second = json!({"group_id": 1, "name": "due", "schedule_type": "CRON",
+        "schedule_conf": "* * * * * ?", "param": "bench"});
+    let due_ids = platform.create_jobs(due, every_second, true).await;
+    let idle = json!({"group_id": 1, "name": "idle", "schedule_type": "CRON",
+        "schedule_conf": "0 0 0 1 1 ? 2099", "param": "bench"});
+    let idle_ids = platform.create_jobs(defined.saturating_sub(due), idle, false).await;
+    platform.start_jobs(&idle_ids, true).await;
+    println!("{name}.setup_secs: {:.1}", setup.elapsed().as_secs_f64());
+    platform.start_jobs(&due_ids, true).await;
+    let started_ms = now_ms();
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    platform.start_jobs(&due_ids, false).await;
+    let stopped_ms = now_ms();
+    // Judge whole seconds well inside the window; give late results time to land.
+    let from = (started_ms / 1000 + 3) * 1000;
+    let until = (stopped_ms / 1000 - 3) * 1000;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pool = platform.db().await;
+    let ids: Vec<String> = due_ids.iter().map(i64::to_string).collect();
+    let rows = sqlx::query(&format!(
+        "select job_id, fire_time, trigger_time, handle_time from runs
+         where fire_time >= $1 and fire_time <= $2 and attempt = 0 and job_id in ({})",
+        ids.join(",")
+    ))
+    .bind(from)
+    .bind(until)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let seconds = (until - from) / 1000 + 1;
+    let expected = seconds * due_ids.len() as i64;
+    let mut keys = std::collections::HashSet::new();
+    let mut duplicates = 0;
+    let mut to_result = Vec::new();
+    for row in &rows {
+        let key: (i64, i64) = (row.get("job_id"), row.get("fire_time"));
+        if !keys.insert(key) {
+            duplicates += 1;
+        }
+        let handle_time: i64 = row.get("handle_time");
+        if handle_time > 0 {
+            to_result.push(handle_time - row.get::<i64, _>("trigger_time"));
+        }
+    }
+    let lateness = dispatch_lateness(&pool, from, until, &ids).await;
+    println!("{name}.jobs_defined: {defined}");
+    println!("{name}.jobs_due_per_sec: {due}");
+    println!("{name}.fires_per_sec: {:.0}", keys.len() as f64 / seconds as f64);
+    println!("{name}.missed_fires: {}", expected - keys.len() as i64);
+    println!("{name}.duplicate_runs: {duplicates}");
+    print_percentiles(&format!("{name}.fire_lateness"), lateness);
+    print_percentiles(&format!("{name}.fire_to_result"), Some(to_result));
+    pool.close().await;
+}
+
+/// Scheduled instant to the executor's acceptance, where the schema records it.
+async fn dispatch_lateness(
+    pool: &sqlx::AnyPool,
+    from: i64,
+    until: i64,
+    ids: &[String],
+) -> Option<Vec<i64>> {
+    let rows = sqlx::query(&format!(
+        "select dispatched_at - trigger_time as late from runs
+         where fire_time >= $1 and fire_time <= $2 and attempt = 0 and dispatched_at > 0
+         and job_id in ({})",
+        ids.join(",")
+    ))
+    .bind(from)
+    .bind(until)
+    .fetch_all(pool)
+    .await
+    .ok()?;
+    Some(rows.iter().map(|row| row.get::<i64, _>("late")).collect())
+}
+
+/// Workload (c): a burst of manual triggers from concurrent clients.
+async fn manual(platform: &Platform, triggers: usize, clients: usize) {
+    // Runs of one job queue behind each other on the executor: spread them over many jobs.
+    let body = json!({"group_id": 1, "name": "manual", "schedule_type": "NONE", "param": "bench"});
+    let job_ids = Arc::new(platform.create_jobs(clients * 8, body, true).await);
+    let sent = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let (sent, job_ids, http, api) =
+            (sent.clone(), job_ids.clone(), platform.http.clone(), platform.api.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut accepted = 0;
+            let mut n = client;
+            while sent.fetch_add(1, Ordering::Relaxed) < triggers {
+                let job = job_ids[n % job_ids.len()];
+                n += clients;
+                let reply = http
+                    .post(format!("{api}/api/v1/jobs/{job}/trigger"))
+                    .bearer_auth(ADMIN_TOKEN)
+                    .send()
+                    .await;
+                if reply.is_ok_and(|reply| reply.status().is_success()) {
+                    accepted += 1;
+                }
+            }
+            accepted
+        }));
+    }
+    let mut accepted = 0;
+    for task in tasks {
+        accepted += task.await.unwrap();
+    }
+    let accepting = started.elapsed();
+    let pool = platform.db().await;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut finished = 0;
+    while Instant::now() < deadline {
+        let row = sqlx::query("select count(*) as n from runs where handle_code <> 0")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        finished = row.get::<i64, _>("n");
+        if finished >= accepted as i64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let elapsed = started.elapsed();
+    println!("c.triggers_accepted: {accepted}");
+    println!("c.triggers_per_sec: {:.0}", accepted as f64 / accepting.as_secs_f64());
+    println!("c.runs_finished: {finished}");
+    println!("c.manual_runs_per_sec: {:.0}", finished as f64 / elapsed.as_secs_f64());
+    pool.close().await;
+}
+
+fn print_percentiles(name: &str, samples: Option<Vec<i64>>) {
+    let Some(mut samples) = samples.filter(|samples| !samples.is_empty()) else {
+        println!("{name}_p50_ms: n/a");
+        println!("{name}_p99_ms: n/a");
+        return;
+    };
+    samples.sort_unstable();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    println!("{name}_p50_ms: {}", at(0.50));
+    println!("{name}_p99_ms: {}", at(0.99));
+}
+
+fn peak_rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: f64 = status
+        .lines()
+        .find(|line| line.starts_with("VmHWM:"))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|kib| kib.parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+async fn wait_for<F, Fut>(what: &str, probe: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<()>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while probe().await.is_none() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -20,6 +20,7 @@ use anyhow::Context;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
+pub use self::jobs::Fire;
 pub use self::runs::{Claim, NewRun, RunFilter, RunPage};
 
 /// Which database is behind a [`Db`].

@@ -17,6 +17,7 @@
 mod events;
 mod sweep;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -78,7 +79,18 @@ struct Inner {
     /// This admin process's id: the owner of the leases it takes.
     owner: String,
     timers: CancellationToken,
+    /// Module digests by (job, version): versions are immutable, so entries never go stale.
+    versions: Mutex<HashMap<(i64, i64), String>>,
+    /// Online addresses by application name, with when they were read.
+    online: Mutex<HashMap<String, (i64, Vec<String>)>>,
 }
+
+/// How long a read of a group's online executors is reused. Heartbeats come every few seconds
+/// and an executor is offline only after three missed ones, so routing on a view this old
+/// changes nothing an operator can tell; it saves a registry query per run.
+const ONLINE_TTL_MS: i64 = 1_000;
+/// The most cached version digests before the cache starts over.
+const MAX_CACHED_VERSIONS: usize = 100_000;
 
 impl Dispatcher {
     /// A dispatcher over `db`; an executor is online if it beat within `online_window_ms`;
@@ -97,6 +109,8 @@ impl Dispatcher {
             run_retention_ms: run_retention_days.map(|days| i64::from(days) * 86_400_000),
             owner: hex::encode(rand::random::<[u8; 8]>()),
             timers: CancellationToken::new(),
+            versions: Mutex::default(),
+            online: Mutex::default(),
         };
         Dispatcher { inner: Arc::new(inner) }
     }
@@ -122,16 +136,53 @@ impl Dispatcher {
         group: &Group,
         now_ms: i64,
     ) -> anyhow::Result<Vec<String>> {
-        Ok(match group.address_type {
-            AddressType::Manual => group.addresses.clone(),
-            AddressType::Auto => {
-                let since = now_ms - self.inner.online_window_ms;
-                self.inner
-                    .db
-                    .online_addresses(REGISTRY_GROUP_EXECUTOR, &group.app_name, since)
-                    .await?
+        if group.address_type == AddressType::Manual {
+            return Ok(group.addresses.clone());
+        }
+        let cached = self.inner.online.lock().ok().and_then(|online| {
+            let (read_at, addresses) = online.get(&group.app_name)?;
+            (now_ms - read_at < ONLINE_TTL_MS && *read_at <= now_ms).then(|| addresses.clone())
+        });
+        if let Some(addresses) = cached {
+            return Ok(addresses);
+        }
+        let since = now_ms - self.inner.online_window_ms;
+        let addresses =
+            self.inner.db.online_addresses(REGISTRY_GROUP_EXECUTOR, &group.app_name, since).await?;
+        if let Ok(mut online) = self.inner.online.lock() {
+            online.insert(group.app_name.clone(), (now_ms, addresses.clone()));
+        }
+        Ok(addresses)
+    }
+
+    /// Forgets the cached online executors of `app_name` (one registered or left).
+    pub fn forget_online(&self, app_name: &str) {
+        if let Ok(mut online) = self.inner.online.lock() {
+            online.remove(app_name);
+        }
+    }
+
+    /// The digest of version `version` of job `job_id`.
+    async fn version_digest(&self, job_id: i64, version: i64) -> anyhow::Result<Option<String>> {
+        let cached = self
+            .inner
+            .versions
+            .lock()
+            .ok()
+            .and_then(|versions| versions.get(&(job_id, version)).cloned());
+        if cached.is_some() {
+            return Ok(cached);
+        }
+        let Some(found) = self.inner.db.get_job_version(job_id, version).await? else {
+            return Ok(None);
+        };
+        if let Ok(mut versions) = self.inner.versions.lock() {
+            if versions.len() >= MAX_CACHED_VERSIONS {
+                versions.clear();
             }
-        })
+            versions.insert((job_id, version), found.sha256.clone());
+        }
+        Ok(Some(found.sha256))
     }
 
     /// The runs one trigger of `job` creates: one, or one per executor for broadcast jobs.
@@ -145,9 +196,7 @@ impl Dispatcher {
         let db = &self.inner.db;
         let version = match (job.spec.glue_type, job.active_version) {
             (GlueType::GlueWasm, Some(version)) => {
-                let found =
-                    db.get_job_version(job.id, version).await.map_err(anyhow::Error::from)?;
-                found.map(|found| (found.version, found.sha256))
+                self.version_digest(job.id, version).await?.map(|sha256| (version, sha256))
             }
             _ => None,
         };

@@ -1,9 +1,10 @@
 //! The scheduler loop: fires due jobs at their scheduled millisecond, never twice, never lost.
 //!
 //! Each pass reads the running jobs due within [`LOOKAHEAD_MS`], asks `schedule::decide` what to
-//! do with each (fire on time, misfire, skip), and commits the job's next fire time together with
-//! the fire's run records in one transaction (`Db::fire_job`). Only then is each run handed to the
-//! dispatcher, which sends it at its scheduled instant. A crash after the commit leaves pending
+//! do with each (fire on time, misfire, skip), and commits every job's next fire time together
+//! with its fire's run records in one transaction (`Db::fire_jobs`; one transaction per job if
+//! the batch fails). Only then is each run handed to the dispatcher, which sends it at its
+//! scheduled instant. A crash after the commit leaves pending
 //! runs that the dispatcher's sweep sends; a crash before it leaves the job due, to fire again.
 //! Two admins racing for the same fire cannot both create it: `fire_job` moves the job only from
 //! the fire time it read, and runs are unique per (job, fire time, shard, attempt).
@@ -19,13 +20,14 @@ use super::dispatch::PlannedTrigger;
 use super::{AppState, now_ms};
 use crate::model::Job;
 use crate::schedule::{Schedule, decide};
+use crate::storage::Fire;
 
 /// How far ahead of its instant a fire is committed, so that sending can start on time.
 pub const LOOKAHEAD_MS: i64 = 1_000;
 /// The longest the loop sleeps without looking.
 const MAX_SLEEP: Duration = Duration::from_secs(1);
 /// Jobs handled per pass.
-const BATCH: i64 = 200;
+const BATCH: i64 = 1_000;
 
 /// Runs the loop until `shutdown`.
 pub async fn run(state: AppState, shutdown: CancellationToken) {
@@ -52,24 +54,59 @@ pub async fn run(state: AppState, shutdown: CancellationToken) {
     }
 }
 
-/// Fires every due job once; returns the earliest next fire.
+/// Fires every due job once, in one transaction; returns the earliest next fire.
 async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     let now = now_ms();
     let due = state.db.due_jobs(now + LOOKAHEAD_MS, BATCH).await?;
+    let mut fires = Vec::with_capacity(due.len());
     for job in &due {
-        if let Err(error) = fire(state, job, now).await {
-            tracing::error!(
+        match plan(state, job, now).await {
+            Ok(Some(fire)) => fires.push(fire),
+            Ok(None) => {}
+            Err(error) => tracing::error!(
                 job.id = job.id,
                 error = format!("{error:#}"),
                 "firing job {} failed",
                 job.id
-            );
+            ),
         }
+    }
+    let planned: Vec<Fire> = fires.iter().map(|(fire, _)| fire.clone()).collect();
+    let committed = match state.db.fire_jobs(&planned, now).await {
+        Ok(ids) => ids,
+        Err(error) => {
+            // One bad fire must not hold back the others: fall back to one transaction each.
+            tracing::warn!(%error, "firing {} jobs together failed: firing them one by one", planned.len());
+            let mut ids = Vec::with_capacity(planned.len());
+            for fire in &planned {
+                let one = state.db.fire_jobs(std::slice::from_ref(fire), now).await;
+                ids.push(one.map_or_else(
+                    |error| {
+                        tracing::error!(job.id = fire.job_id, %error, "firing job {} failed", fire.job_id);
+                        Vec::new()
+                    },
+                    |mut ids| ids.pop().unwrap_or_default(),
+                ));
+            }
+            ids
+        }
+    };
+    crate::failpoint::hit("scheduler.after_fire_commit");
+    for ((_, fire_at), ids) in fires.iter().zip(committed) {
+        for id in ids {
+            state.dispatcher.send_at(id, *fire_at);
+        }
+    }
+    if due.len() as i64 == BATCH {
+        // More jobs are due than one pass takes: go again at once.
+        return Ok(Some(now));
     }
     Ok(state.db.earliest_fire().await?)
 }
 
-async fn fire(state: &AppState, job: &Job, now: i64) -> anyhow::Result<()> {
+/// What firing `job` now means: its fire (next fire time and runs) and the instant to send the
+/// runs at, or `None` when the job stops because its schedule no longer parses.
+async fn plan(state: &AppState, job: &Job, now: i64) -> anyhow::Result<Option<(Fire, i64)>> {
     let schedule = match Schedule::parse(
         job.spec.schedule_type,
         &job.spec.schedule_conf,
@@ -81,7 +118,7 @@ async fn fire(state: &AppState, job: &Job, now: i64) -> anyhow::Result<()> {
             // removed from the database, say) stops its job instead of failing every pass.
             tracing::error!(job.id = job.id, %error, "stopping job {}: its schedule is invalid", job.id);
             state.db.set_job_running(job.id, None, now).await?;
-            return Ok(());
+            return Ok(None);
         }
     };
     let decision = decide(&schedule, job.spec.misfire_strategy, job.next_fire_ms, now);
@@ -106,13 +143,14 @@ async fn fire(state: &AppState, job: &Job, now: i64) -> anyhow::Result<()> {
             Vec::new()
         }
     };
-    let ids = state.db.fire_job(job.id, job.next_fire_ms, decision.next_ms, &runs, now).await?;
-    crate::failpoint::hit("scheduler.after_fire_commit");
-    for id in ids {
-        state.dispatcher.send_at(id, fire_at);
-    }
     if decision.next_ms.is_none() {
         tracing::info!(job.id = job.id, "job {} has no further fire time: stopped", job.id);
     }
-    Ok(())
+    let fire = Fire {
+        job_id: job.id,
+        expected_fire_ms: job.next_fire_ms,
+        next_fire_ms: decision.next_ms,
+        runs,
+    };
+    Ok(Some((fire, fire_at)))
 }

@@ -142,31 +142,54 @@ impl Db {
         runs: &[NewRun],
         now_ms: i64,
     ) -> Result<Vec<i64>> {
+        let fire = Fire { job_id, expected_fire_ms, next_fire_ms, runs: runs.to_vec() };
+        let mut ids = self.fire_jobs(std::slice::from_ref(&fire), now_ms).await?;
+        Ok(ids.pop().unwrap_or_default())
+    }
+
+    /// [`Db::fire_job`] for many jobs in one transaction: each job moves, with its runs, only
+    /// from the fire it was read at; the answer holds each job's new run ids, in order.
+    pub async fn fire_jobs(&self, fires: &[Fire], now_ms: i64) -> Result<Vec<Vec<i64>>> {
         let mut tx = self.pool.begin().await?;
-        let moved = sqlx::query(
-            "update jobs set next_fire_ms = $1, running = $2, updated_at = $3
-             where id = $4 and running = 1 and next_fire_ms = $5",
-        )
-        .bind(next_fire_ms.unwrap_or(0))
-        .bind(i64::from(next_fire_ms.is_some()))
-        .bind(now_ms)
-        .bind(job_id)
-        .bind(expected_fire_ms)
-        .execute(&mut *tx)
-        .await?;
-        if moved.rows_affected() != 1 {
-            tx.rollback().await?;
-            return Ok(Vec::new());
-        }
-        let mut ids = Vec::with_capacity(runs.len());
-        for run in runs {
-            if let Some(id) = insert_run(&mut tx, run, now_ms).await? {
-                ids.push(id);
+        let mut all_ids = Vec::with_capacity(fires.len());
+        for fire in fires {
+            let moved = sqlx::query(
+                "update jobs set next_fire_ms = $1, running = $2, updated_at = $3
+                 where id = $4 and running = 1 and next_fire_ms = $5",
+            )
+            .bind(fire.next_fire_ms.unwrap_or(0))
+            .bind(i64::from(fire.next_fire_ms.is_some()))
+            .bind(now_ms)
+            .bind(fire.job_id)
+            .bind(fire.expected_fire_ms)
+            .execute(&mut *tx)
+            .await?;
+            let mut ids = Vec::new();
+            if moved.rows_affected() == 1 {
+                for run in &fire.runs {
+                    if let Some(id) = insert_run(&mut tx, run, now_ms).await? {
+                        ids.push(id);
+                    }
+                }
             }
+            all_ids.push(ids);
         }
         tx.commit().await?;
-        Ok(ids)
+        Ok(all_ids)
     }
+}
+
+/// One job's fire, for [`Db::fire_jobs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fire {
+    /// The job.
+    pub job_id: i64,
+    /// The next fire time the scheduler read: the compare of the compare-and-set.
+    pub expected_fire_ms: i64,
+    /// The fire after this one; `None` stops the job.
+    pub next_fire_ms: Option<i64>,
+    /// The fire's runs (none for a skipped misfire).
+    pub runs: Vec<NewRun>,
 }
 
 fn bind_job<'q>(

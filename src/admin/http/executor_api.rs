@@ -85,6 +85,7 @@ async fn registry(State(state): State<AppState>, body: Bytes) -> axum::Json<Retu
         tracing::error!(%error, "registry failed");
         return axum::Json(ReturnT::fail("registry failed: internal error"));
     }
+    state.dispatcher.forget_online(&param.registry_key);
     if let Some(held) = &param.held_runs {
         match state.dispatcher.reconcile(address, held).await {
             Ok(0) => {}
@@ -114,6 +115,7 @@ async fn registry_remove(
     match state.db.remove_registration(REGISTRY_GROUP_EXECUTOR, &param.registry_key, address).await
     {
         Ok(()) => {
+            state.dispatcher.forget_online(&param.registry_key);
             tracing::info!("executor {address} of `{}` deregistered", param.registry_key);
             axum::Json(ReturnT::success())
         }

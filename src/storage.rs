@@ -59,9 +59,14 @@ impl StorageError {
 pub type Result<T> = std::result::Result<T, StorageError>;
 
 /// A connection pool and its dialect. Cheap to clone.
+///
+/// On SQLite, which lets one connection write at a time, writes go through a pool of one
+/// connection: writers queue in the pool instead of sleeping in SQLite's busy handler, and
+/// reads keep the other connections. On PostgreSQL both are the same pool.
 #[derive(Clone)]
 pub struct Db {
     pool: AnyPool,
+    writer: AnyPool,
     dialect: Dialect,
 }
 
@@ -81,23 +86,22 @@ impl Db {
             Dialect::Sqlite => 4,
             Dialect::Postgres => 10,
         };
-        let pool = AnyPoolOptions::new()
-            .max_connections(max_connections)
-            .after_connect(move |connection, _| {
-                Box::pin(async move {
-                    if dialect == Dialect::Sqlite {
-                        // In WAL mode, NORMAL syncs at checkpoints instead of at every commit: a
-                        // process crash loses nothing (the WAL is in the OS's hands at commit),
-                        // a power cut or kernel crash may lose the last commits but never
-                        // corrupts the file. Writers wait for each other instead of failing.
-                        sqlx::query("pragma synchronous = normal")
-                            .execute(&mut *connection)
-                            .await?;
-                        sqlx::query("pragma busy_timeout = 5000").execute(&mut *connection).await?;
-                    }
-                    Ok(())
-                })
+        let options = AnyPoolOptions::new().after_connect(move |connection, _| {
+            Box::pin(async move {
+                if dialect == Dialect::Sqlite {
+                    // In WAL mode, NORMAL syncs at checkpoints instead of at every commit: a
+                    // process crash loses nothing (the WAL is in the OS's hands at commit),
+                    // a power cut or kernel crash may lose the last commits but never
+                    // corrupts the file. Writers wait for each other instead of failing.
+                    sqlx::query("pragma synchronous = normal").execute(&mut *connection).await?;
+                    sqlx::query("pragma busy_timeout = 5000").execute(&mut *connection).await?;
+                }
+                Ok(())
             })
+        });
+        let pool = options
+            .clone()
+            .max_connections(max_connections)
             .connect(&url)
             .await
             .with_context(|| format!("connecting to {}", redact(&url)))?;
@@ -110,7 +114,20 @@ impl Db {
             }
             Dialect::Postgres => sqlx::migrate!("migrations/postgres").run(&pool).await?,
         }
-        Ok(Db { pool, dialect })
+        let writer = match dialect {
+            Dialect::Sqlite => options
+                .max_connections(1)
+                .connect(&url)
+                .await
+                .with_context(|| format!("connecting to {}", redact(&url)))?,
+            Dialect::Postgres => pool.clone(),
+        };
+        Ok(Db { pool, writer, dialect })
+    }
+
+    /// The pool writes go through.
+    fn writer(&self) -> &AnyPool {
+        &self.writer
     }
 
     /// The dialect behind this handle.
@@ -120,6 +137,7 @@ impl Db {
 
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
+        self.writer.close().await;
         self.pool.close().await;
     }
 }

@@ -27,7 +27,7 @@ impl Db {
         .bind(address_type.as_str())
         .bind(addresses.join(","))
         .bind(now_ms)
-        .fetch_one(&self.pool)
+        .fetch_one(self.writer())
         .await?;
         group_from_row(&row)
     }
@@ -41,11 +41,11 @@ impl Db {
         .bind(app_name)
         .bind(title)
         .bind(now_ms)
-        .execute(&self.pool)
+        .execute(self.writer())
         .await?;
         let row = sqlx::query(&format!("select {COLUMNS} from groups where app_name = $1"))
             .bind(app_name)
-            .fetch_one(&self.pool)
+            .fetch_one(self.writer())
             .await?;
         group_from_row(&row)
     }

@@ -24,7 +24,7 @@ impl Db {
              values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, 0, 0, $18, $18)
              returning {COLUMNS}"
         );
-        let row = bind_job(sqlx::query(&sql), job).bind(now_ms).fetch_one(&self.pool).await?;
+        let row = bind_job(sqlx::query(&sql), job).bind(now_ms).fetch_one(self.writer()).await?;
         job_from_row(&row)
     }
 
@@ -49,14 +49,14 @@ impl Db {
             .bind(now_ms)
             .bind(next_fire_ms)
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.writer())
             .await?;
         row.as_ref().map(job_from_row).transpose()
     }
 
     /// Deletes job `id` with its versions; its runs stay as history. Whether it existed.
     pub async fn delete_job(&self, id: i64) -> Result<bool> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer().begin().await?;
         sqlx::query("delete from job_versions where job_id = $1")
             .bind(id)
             .execute(&mut *tx)
@@ -100,7 +100,7 @@ impl Db {
         .bind(next_fire_ms.unwrap_or(0))
         .bind(now_ms)
         .bind(id)
-        .execute(&self.pool)
+        .execute(self.writer())
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -150,7 +150,7 @@ impl Db {
     /// [`Db::fire_job`] for many jobs in one transaction: each job moves, with its runs, only
     /// from the fire it was read at; the answer holds each job's new run ids, in order.
     pub async fn fire_jobs(&self, fires: &[Fire], now_ms: i64) -> Result<Vec<Vec<i64>>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer().begin().await?;
         let mut all_ids = Vec::with_capacity(fires.len());
         for fire in fires {
             let moved = sqlx::query(

@@ -19,7 +19,7 @@ impl Db {
         remark: &str,
         now_ms: i64,
     ) -> Result<JobVersion> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer().begin().await?;
         sqlx::query(
             "insert into modules (sha256, size, bytes, created_at) values ($1, $2, $3, $4)
              on conflict (sha256) do nothing",
@@ -90,7 +90,7 @@ impl Db {
         .bind(version)
         .bind(now_ms)
         .bind(job_id)
-        .execute(&self.pool)
+        .execute(self.writer())
         .await?;
         Ok(done.rows_affected() == 1)
     }

@@ -24,7 +24,7 @@ impl Db {
         .bind(app_name)
         .bind(address)
         .bind(now_ms)
-        .execute(&self.pool)
+        .execute(self.writer())
         .await?;
         Ok(())
     }
@@ -42,7 +42,7 @@ impl Db {
         .bind(group)
         .bind(app_name)
         .bind(address)
-        .execute(&self.pool)
+        .execute(self.writer())
         .await?;
         Ok(())
     }
@@ -91,7 +91,7 @@ impl Db {
     pub async fn remove_stale_registrations(&self, before_ms: i64) -> Result<u64> {
         let done = sqlx::query("delete from registry where updated_at < $1")
             .bind(before_ms)
-            .execute(&self.pool)
+            .execute(self.writer())
             .await?;
         Ok(done.rows_affected())
     }

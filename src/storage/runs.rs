@@ -84,7 +84,7 @@ impl Db {
     /// Creates one run outside a fire (manual, API, retry, parent). `None` when a run with the
     /// same fire, shard and attempt exists already.
     pub async fn create_run(&self, run: &NewRun, now_ms: i64) -> Result<Option<i64>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer().begin().await?;
         let id = insert_run(&mut tx, run, now_ms).await?;
         tx.commit().await?;
         Ok(id)
@@ -171,7 +171,7 @@ impl Db {
         .bind(lease_until_ms)
         .bind(now_ms)
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(self.writer())
         .await?;
         let Some(row) = row else { return Ok(None) };
         Ok(Some(Claim { run: run_from_row(&row)?, fence: row.try_get("fence")? }))
@@ -194,7 +194,7 @@ impl Db {
         .bind(id)
         .bind(owner)
         .bind(fence)
-        .execute(&self.pool)
+        .execute(self.writer())
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -217,7 +217,7 @@ impl Db {
         .bind(id)
         .bind(owner)
         .bind(fence)
-        .execute(&self.pool)
+        .execute(self.writer())
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -235,7 +235,7 @@ impl Db {
         follow_ups: &[NewRun],
         now_ms: i64,
     ) -> Result<Option<(RunRecord, Vec<i64>)>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer().begin().await?;
         let (handle_code, handle_msg) = match &transition.handle {
             Some((code, msg)) => (Some(i64::from(*code)), Some(msg.as_str())),
             None => (None, None),
@@ -346,7 +346,7 @@ impl Db {
         ))
         .bind(created_before_ms)
         .bind(limit)
-        .execute(&self.pool)
+        .execute(self.writer())
         .await?;
         Ok(done.rows_affected())
     }

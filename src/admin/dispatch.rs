@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -83,7 +84,13 @@ struct Inner {
     versions: Mutex<HashMap<(i64, i64), String>>,
     /// Online addresses by application name, with when they were read.
     online: Mutex<HashMap<String, (i64, Vec<String>)>>,
+    /// Per executor, the sends it may have in flight at once.
+    windows: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
+
+/// The most `/run` requests in flight to one executor: beyond that, sends wait their turn
+/// instead of opening ever more connections to a slow executor.
+const SEND_WINDOW: usize = 64;
 
 /// How long a read of a group's online executors is reused. Heartbeats come every few seconds
 /// and an executor is offline only after three missed ones, so routing on a view this old
@@ -111,6 +118,7 @@ impl Dispatcher {
             timers: CancellationToken::new(),
             versions: Mutex::default(),
             online: Mutex::default(),
+            windows: Mutex::default(),
         };
         Dispatcher { inner: Arc::new(inner) }
     }
@@ -397,6 +405,8 @@ impl Dispatcher {
             Ok(param) => param,
             Err(error) => return Sent::Refused(format!("{error:#}")),
         };
+        let window = self.window(&address);
+        let _in_flight = window.acquire().await;
         failpoint::hit("dispatch.before_send");
         match self.inner.client.call::<_, String>(&address, "run", &param).await {
             Ok(reply) => {
@@ -413,6 +423,17 @@ impl Dispatcher {
             }
             Err(error) => Sent::Unconfirmed(format!("no answer from {address} to /run: {error}")),
         }
+    }
+
+    /// The in-flight window of sends to `address`.
+    fn window(&self, address: &str) -> Arc<Semaphore> {
+        let Ok(mut windows) = self.inner.windows.lock() else {
+            return Arc::new(Semaphore::new(SEND_WINDOW));
+        };
+        windows
+            .entry(address.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(SEND_WINDOW)))
+            .clone()
     }
 
     /// Picks the executor of a run routed at send time.

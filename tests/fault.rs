@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::time::Instant;
 use wasmjob::admin::now_ms;
 
@@ -42,16 +42,16 @@ const END_MARGIN_MS: i64 = 2_000;
 async fn admin_killed_while_firing() {
     // 50 jobs firing every second for about 25 s: well over 1,000 fires.
     let scenario = Scenario {
-        workload: Workload { plain: 40, failing: 5, parents: 5, ..Workload::default() },
+        workload: Workload { plain: 40, failing: 5, parents: 5, bean: true, ..Workload::default() },
         crashes: &[(
             Role::Admin(0),
             &[
-                Crash::at("scheduler.after_fire_commit=abort@250", 7_000),
+                Crash::at("scheduler.after_fire_commit=abort@250", 6_000),
                 Crash::sigkill(4_000),
-                Crash::at("scheduler.after_fire_commit=abort@300", 7_000),
+                Crash::at("scheduler.after_fire_commit=abort@300", 6_000),
             ],
         )],
-        chaos_for: Duration::from_secs(20),
+        chaos_for: Duration::from_secs(22),
         ..Scenario::new("admin killed while firing")
     };
     scenario.run(None).await.assert_clean();
@@ -195,6 +195,9 @@ struct Workload {
     parents: usize,
     cron: &'static str,
     route: &'static str,
+    /// `BEAN` jobs naming the executors' own copy of the sample (no upload: a fast setup for
+    /// many jobs), instead of `GLUE_WASM` with an uploaded version.
+    bean: bool,
 }
 
 impl Default for Workload {
@@ -207,6 +210,7 @@ impl Default for Workload {
             parents: 1,
             cron: "* * * * * ?",
             route: "FIRST",
+            bean: false,
         }
     }
 }
@@ -386,10 +390,12 @@ async fn inflict(
                 (_, "") => "killed (SIGKILL)".to_owned(),
                 (_, armed) => format!("killed (SIGKILL): failpoint `{armed}` not reached"),
             };
-            writeln!(log, "{}: {how} after {} ms", proc.name, lived.as_millis()).unwrap();
             plan.queue.pop_front();
             let next = plan.queue.front().map_or("", |crash| crash.failpoints);
+            let restart = Instant::now();
             proc.start(next).await;
+            let (lived, down) = (lived.as_millis(), restart.elapsed().as_millis());
+            writeln!(log, "{}: {how} after {lived} ms, up again in {down} ms", proc.name).unwrap();
             plan.since = Instant::now();
             plan.jitter_ms = jitter();
         }
@@ -442,39 +448,44 @@ async fn create_jobs(api: &Api, workload: &Workload) -> Vec<i64> {
     ];
     let mut cron_jobs = Vec::new();
     for (kind_idx, (count, sample, param, retry_count)) in kinds.into_iter().enumerate() {
-        let bytes = sample_job(sample);
         for n in 0..count {
             let mut children = Vec::new();
             if kind_idx == 2 {
-                let child = api
-                    .create_job(json!({
-                        "name": format!("child {n}"),
-                        "route_strategy": workload.route,
-                        "timeout_secs": TIMEOUT_SECS,
-                        "param": "child",
-                    }))
-                    .await;
-                upload(api, child, sample_job("hello")).await;
-                children.push(child);
-            }
-            let job_id = api
-                .create_job(json!({
-                    "name": format!("{sample} {n}"),
-                    "schedule_type": "CRON",
-                    "schedule_conf": workload.cron,
-                    "misfire_strategy": "FIRE_ONCE_NOW",
+                let fields = json!({
+                    "name": format!("child {n}"),
                     "route_strategy": workload.route,
-                    "retry_count": retry_count,
-                    "child_job_ids": children,
                     "timeout_secs": TIMEOUT_SECS,
-                    "param": param,
-                }))
-                .await;
-            upload(api, job_id, bytes.clone()).await;
-            cron_jobs.push(job_id);
+                    "param": "child",
+                });
+                children.push(create_job(api, workload, "hello", fields).await);
+            }
+            let fields = json!({
+                "name": format!("{sample} {n}"),
+                "schedule_type": "CRON",
+                "schedule_conf": workload.cron,
+                "misfire_strategy": "FIRE_ONCE_NOW",
+                "route_strategy": workload.route,
+                "retry_count": retry_count,
+                "child_job_ids": children,
+                "timeout_secs": TIMEOUT_SECS,
+                "param": param,
+            });
+            cron_jobs.push(create_job(api, workload, sample, fields).await);
         }
     }
     cron_jobs
+}
+
+/// Creates one job running `sample`, a `BEAN` handler or an uploaded version.
+async fn create_job(api: &Api, workload: &Workload, sample: &str, mut fields: Value) -> i64 {
+    if workload.bean {
+        fields["glue_type"] = json!("BEAN");
+        fields["handler"] = json!(sample);
+        return api.create_job(fields).await;
+    }
+    let job_id = api.create_job(fields).await;
+    upload(api, job_id, sample_job(sample)).await;
+    job_id
 }
 
 async fn upload(api: &Api, job_id: i64, bytes: Vec<u8>) {

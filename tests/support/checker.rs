@@ -67,8 +67,8 @@ pub struct Report {
     pub failures_without_retry: u64,
     /// Successful runs of a parent job lacking a `PARENT` run of one of its children.
     pub successes_without_children: u64,
-    /// Runs in the table.
-    pub runs: u64,
+    /// Runs in the table, by trigger type and state.
+    pub runs: BTreeMap<String, u64>,
     /// Checks not made, with why.
     pub skipped: Vec<(&'static str, &'static str)>,
     /// A few offending cases per figure, to start debugging from.
@@ -103,7 +103,9 @@ impl Report {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "runs: {}", self.runs)?;
+        let total: u64 = self.runs.values().sum();
+        let kinds: Vec<String> = self.runs.iter().map(|(kind, n)| format!("{kind} {n}")).collect();
+        writeln!(f, "runs: {total} ({})", kinds.join(", "))?;
         let figures = [
             ("fires_expected", self.fires_expected),
             ("missing", self.missing),
@@ -153,7 +155,10 @@ struct Job {
 /// Reads the table and the journals and counts.
 pub async fn check(input: &Check) -> Report {
     let (runs, jobs, lifecycle) = read_database(&input.database_url).await;
-    let mut report = Report { runs: runs.len() as u64, ..Report::default() };
+    let mut report = Report::default();
+    for run in &runs {
+        *report.runs.entry(format!("{}/{}", run.trigger_type, run.state)).or_default() += 1;
+    }
     count_fires(input, &runs, &mut report);
     count_duplicates(&runs, lifecycle, &mut report);
     count_unfinished(input, &runs, &jobs, &mut report);
@@ -245,37 +250,46 @@ async fn read_database(url: &str) -> (Vec<Run>, HashMap<i64, Job>, bool) {
     (runs, jobs, lifecycle)
 }
 
-/// Expected instants, and those with no run. A `MISFIRE` run (fired at "now", so not on an
-/// instant) stands for the instants before it back to the previous on-time run.
+/// Expected instants, and those with no run. An on-time run carries its instant; a `MISFIRE`
+/// run (fired late, at "now") stands for one instant: the latest uncovered one before it. With
+/// restarts shorter than the misfire threshold there should be none.
 fn count_fires(input: &Check, runs: &[Run], report: &mut Report) {
     let mut on_time: HashMap<i64, BTreeSet<i64>> = HashMap::new();
-    let mut misfires: HashMap<i64, BTreeSet<i64>> = HashMap::new();
+    let mut misfires: HashMap<i64, Vec<i64>> = HashMap::new();
     for run in runs.iter().filter(|run| run.attempt == 0) {
         let at = run.fire_time.unwrap_or(run.trigger_time);
         match run.trigger_type.as_str() {
-            "CRON" => on_time.entry(run.job_id).or_default().insert(at),
-            "MISFIRE" => misfires.entry(run.job_id).or_default().insert(at),
-            _ => false,
-        };
+            "CRON" => {
+                on_time.entry(run.job_id).or_default().insert(at);
+            }
+            "MISFIRE" => misfires.entry(run.job_id).or_default().push(at),
+            _ => {}
+        }
     }
     let empty = BTreeSet::new();
     for window in &input.windows {
         let schedule = Schedule::parse(ScheduleType::Cron, &window.cron, None).unwrap();
         let last = window.stopped_ms - input.end_margin_ms;
         let on_time = on_time.get(&window.job_id).unwrap_or(&empty);
-        let misfires = misfires.get(&window.job_id).unwrap_or(&empty);
+        let mut uncovered = Vec::new();
         let mut cursor = window.started_ms;
         while let Some(instant) = schedule.next_after(cursor).filter(|instant| *instant <= last) {
             cursor = instant;
             report.fires_expected += 1;
-            if on_time.contains(&instant) {
-                continue;
+            if !on_time.contains(&instant) {
+                uncovered.push(instant);
             }
-            let next_on_time = on_time.range(instant..).next().copied().unwrap_or(i64::MAX);
-            if misfires.range(instant..next_on_time).next().is_none() {
-                report.missing += 1;
-                report.note("missing", format!("job {} at {instant}", window.job_id));
+        }
+        let mut misfired = misfires.get(&window.job_id).cloned().unwrap_or_default();
+        misfired.sort_unstable();
+        for at in misfired {
+            if let Some(index) = uncovered.iter().rposition(|instant| *instant <= at) {
+                uncovered.remove(index);
             }
+        }
+        report.missing += uncovered.len() as u64;
+        for instant in uncovered {
+            report.note("missing", format!("job {} at {instant}", window.job_id));
         }
     }
 }

@@ -20,6 +20,9 @@ use serde_json::json;
 
 use super::{ACCESS_TOKEN, ADMIN_TOKEN, Api};
 
+/// The sample jobs every executor has as `BEAN` handlers (by the same name).
+pub const BEAN_HANDLERS: &[&str] = &["hello", "fail", "sleeper"];
+
 /// How long a process may take to log that it listens.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -199,12 +202,18 @@ impl Cluster {
         self.admins.last_mut().unwrap()
     }
 
-    /// Starts one more executor, registered with every admin (in order), with its own data dir.
+    /// Starts one more executor, registered with every admin (in order), with its own data dir
+    /// and the [`BEAN_HANDLERS`].
     pub async fn add_executor(&mut self) -> &mut Proc {
         let port = free_port();
         let name = format!("executor-{}", self.executors.len());
         let data_dir = self.dir.path().join(&name);
-        std::fs::create_dir_all(&data_dir).unwrap();
+        let handlers_dir = data_dir.join("handlers");
+        std::fs::create_dir_all(&handlers_dir).unwrap();
+        for sample in BEAN_HANDLERS {
+            let path = handlers_dir.join(format!("{sample}.wasm"));
+            std::fs::write(path, super::sample_job(sample)).unwrap();
+        }
         let admin_urls: Vec<String> = self.admins.iter().map(Proc::url).collect();
         let args = vec![
             "executor".to_owned(),
@@ -218,6 +227,8 @@ impl Cluster {
             "default".to_owned(),
             "--data-dir".to_owned(),
             data_dir.display().to_string(),
+            "--handlers-dir".to_owned(),
+            handlers_dir.display().to_string(),
             "--access-token".to_owned(),
             ACCESS_TOKEN.to_owned(),
             "--heartbeat-secs".to_owned(),
@@ -249,9 +260,16 @@ impl Cluster {
     }
 
     /// Kills every process, then drops the PostgreSQL database if the cluster made one.
+    /// With `WASMJOB_FAULT_KEEP` set, the temp dir (logs, SQLite file, executor data) stays.
     pub async fn finish(mut self) {
         for proc in self.admins.iter_mut().chain(self.executors.iter_mut()) {
             proc.kill();
+        }
+        #[expect(clippy::disallowed_methods, reason = "test configuration")]
+        let keep = std::env::var_os("WASMJOB_FAULT_KEEP").is_some();
+        if keep {
+            self.dir.disable_cleanup(true);
+            eprintln!("kept {}", self.dir.path().display());
         }
         if self.postgres {
             wasmjob::storage::testing::drop_postgres_database(&self.database_url).await.unwrap();

@@ -179,6 +179,13 @@ pub async fn unfinished_runs(database_url: &str) -> u64 {
     runs.iter().filter(|run| NON_TERMINAL.contains(&run.state.as_str())).count() as u64
 }
 
+/// Finished runs that did not succeed.
+pub async fn unsuccessful_runs(database_url: &str) -> u64 {
+    let (runs, _, _) = read_database(database_url).await;
+    let finished = |run: &&Run| !NON_TERMINAL.contains(&run.state.as_str());
+    runs.iter().filter(finished).filter(|run| run.state != "success").count() as u64
+}
+
 /// Runs the admin sent (or meant to send) to `address`.
 pub async fn runs_sent_to(database_url: &str, address: &str) -> u64 {
     let (runs, _, _) = read_database(database_url).await;

@@ -157,7 +157,6 @@ async fn two_admins_one_killed_repeatedly_on_postgres() {
                 Crash::at("scheduler.after_fire_commit=abort@40", 5_000),
                 Crash::sigkill(3_500),
                 Crash::at("dispatch.after_send=abort@20", 5_000),
-                Crash::sigkill(2_500),
             ],
         )],
         chaos_for: Duration::from_secs(24),
@@ -311,7 +310,8 @@ impl Scenario<'_> {
         tokio::time::sleep(self.calm_for).await;
         let windows = stop_jobs(&api, started, self.workload.cron).await;
 
-        let mut check = Check {
+        settle(&cluster.database_url).await;
+        let check = Check {
             database_url: cluster.database_url.clone(),
             executor_dirs: cluster.executor_dirs(),
             windows,
@@ -319,8 +319,6 @@ impl Scenario<'_> {
             terminal_bound_ms: TERMINAL_BOUND_MS,
             now_ms: now_ms(),
         };
-        settle(&check.database_url).await;
-        check.now_ms = now_ms();
         let report = checker::check(&check).await;
         eprintln!("== fault scenario: {}\n{log}{report}", self.name);
         let mut hung_figures = None;

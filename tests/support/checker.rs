@@ -139,7 +139,8 @@ struct Run {
     attempt: i64,
     shard_index: i64,
     executor_address: Option<String>,
-    /// `state` when the column exists, else derived from `handle_code`.
+    /// `state` when the column exists, else derived from `handle_code` (and `handle_msg`, whose
+    /// `skipped: …` marks a fire dropped because its job stopped).
     state: String,
     parent_run_id: Option<i64>,
 }
@@ -207,7 +208,7 @@ async fn read_database(url: &str) -> (Vec<Run>, HashMap<i64, Job>, bool) {
     let extra = if lifecycle { ", state, parent_run_id" } else { "" };
     let sql = format!(
         "select id, job_id, trigger_type, trigger_time, fire_time, attempt, shard_index, \
-         executor_address, handle_code{extra} from runs order by id"
+         executor_address, handle_code, handle_msg{extra} from runs order by id"
     );
     let mut runs = Vec::new();
     for row in sqlx::query(&sql).fetch_all(&pool).await.unwrap() {
@@ -215,10 +216,12 @@ async fn read_database(url: &str) -> (Vec<Run>, HashMap<i64, Job>, bool) {
         let (state, parent_run_id) = if lifecycle {
             (row.get::<String, _>("state"), row.get::<Option<i64>, _>("parent_run_id"))
         } else {
+            let handle_msg: String = row.get("handle_msg");
             let state = match handle_code {
                 0 => "running",
                 200 => "success",
                 502 => "timed_out",
+                _ if handle_msg.starts_with("skipped") => "skipped",
                 _ => "failed",
             };
             (state.to_owned(), None)

@@ -1,6 +1,9 @@
-//! Test helpers: built sample jobs, a platform started in-process on 127.0.0.1:0, an HTTP client.
+//! Test helpers: built sample jobs, a platform started in-process on 127.0.0.1:0, an HTTP client,
+//! and for the fault tests real processes (`cluster`) and the judge of their runs (`checker`).
 
 pub mod app;
+pub mod checker;
+pub mod cluster;
 mod sample_jobs;
 
 pub use app::{ACCESS_TOKEN, ADMIN_TOKEN, Api, Backend, TestApp, backends};

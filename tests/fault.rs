@@ -1,0 +1,595 @@
+//! Fault scenarios: the real binary as admin and executor processes on 127.0.0.1, killed at
+//! chosen points of a run's life (failpoints) or at arbitrary moments (`SIGKILL`), restarted on
+//! the same port and data, and then judged by the checker: no fire missing or doubled, no run
+//! executed twice or left unfinished, no retry or child run forgotten.
+//!
+//! Each scenario prints what it killed and its figures
+//! (`cargo test --test integration -- fault:: --nocapture`). A failpoint that is not reached
+//! before its deadline (a build without that point, or a slow machine) is replaced by a
+//! `SIGKILL` then, so a scenario kills as often as it plans whatever the build; the printout
+//! says which deaths were the failpoint's. The scenarios run one at a time: they depend on
+//! restarts beating the 5 s misfire threshold, which parallel scenarios on shared cores would
+//! put at risk.
+//!
+//! The PostgreSQL scenario needs `WASMJOB_TEST_POSTGRES_URL` and is skipped without it.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use wasmjob::admin::now_ms;
+
+use crate::support::checker::{self, Check, Report, Window};
+use crate::support::cluster::{Cluster, Proc};
+use crate::support::{ACCESS_TOKEN, Api, sample_job};
+
+/// One scenario at a time (see the module docs).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The job timeout of every scenario job (the sleeper's runs take under a second).
+const TIMEOUT_SECS: i64 = 10;
+/// How long past its timeout a run may stay unfinished: the admin's dispatch lease.
+const TERMINAL_BOUND_MS: i64 = 15_000;
+/// The longest wait for every run to finish after the jobs are stopped.
+const SETTLE: Duration = Duration::from_secs(30);
+/// Fires this close to a job's stop are not expected.
+const END_MARGIN_MS: i64 = 2_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_killed_while_firing() {
+    // 50 jobs firing every second for about 25 s: well over 1,000 fires.
+    let scenario = Scenario {
+        workload: Workload { plain: 40, failing: 5, parents: 5, bean: true, ..Workload::default() },
+        crashes: &[(
+            Role::Admin(0),
+            &[
+                Crash::at("scheduler.after_fire_commit=abort@250", 6_000),
+                Crash::sigkill(4_000),
+                Crash::at("scheduler.after_fire_commit=abort@300", 6_000),
+            ],
+        )],
+        chaos_for: Duration::from_secs(22),
+        ..Scenario::new("admin killed while firing")
+    };
+    scenario.run(None).await.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_killed_while_sending() {
+    let scenario = Scenario {
+        crashes: &[(
+            Role::Admin(0),
+            &[
+                Crash::at("dispatch.before_send=abort@15", 5_000),
+                Crash::at("dispatch.before_send=abort@30", 5_000),
+                Crash::sigkill(2_500),
+            ],
+        )],
+        ..Scenario::new("admin killed while sending")
+    };
+    scenario.run(None).await.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_killed_after_send_before_record() {
+    let scenario = Scenario {
+        crashes: &[(
+            Role::Admin(0),
+            &[
+                Crash::at("dispatch.after_send=abort@15", 5_000),
+                Crash::at("dispatch.after_send=abort@30", 5_000),
+            ],
+        )],
+        ..Scenario::new("admin killed after a send, before recording it")
+    };
+    scenario.run(None).await.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_killed_applying_callbacks() {
+    // Twenty results due at the same second make callback batches of several results.
+    let scenario = Scenario {
+        workload: Workload { plain: 16, failing: 2, parents: 2, ..Workload::default() },
+        crashes: &[(
+            Role::Admin(0),
+            &[
+                Crash::at("callback.mid_batch=abort@3", 5_000),
+                Crash::at("callback.mid_batch=abort@5", 5_000),
+            ],
+        )],
+        ..Scenario::new("admin killed while applying a callback batch")
+    };
+    scenario.run(None).await.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executor_killed_mid_run() {
+    // Sleepers are mid-run most of the time, so a kill at any moment catches runs in flight.
+    let scenario = Scenario {
+        workload: Workload { sample: "sleeper", param: "700", ..Workload::default() },
+        crashes: &[(
+            Role::Executor(0),
+            &[
+                Crash::at("executor.after_accept=abort@10", 5_000),
+                Crash::at("executor.before_report=abort@10", 5_000),
+                Crash::sigkill(2_500),
+                Crash::sigkill(3_000),
+            ],
+        )],
+        chaos_for: Duration::from_secs(22),
+        ..Scenario::new("executor killed mid-run")
+    };
+    scenario.run(None).await.assert_clean();
+}
+
+/// Under FAILOVER, an executor that accepts connections and never answers is passed over; the
+/// real executor beside it runs every run exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_executor_under_failover() {
+    let scenario = Scenario {
+        workload: Workload { route: "FAILOVER", failing: 0, ..Workload::default() },
+        hung_executor: true,
+        chaos_for: Duration::from_secs(10),
+        ..Scenario::new("an executor that never answers, under FAILOVER")
+    };
+    scenario.run(None).await.assert_clean();
+}
+
+/// Two admins on one PostgreSQL database; the first, which executors try first, is killed and
+/// restarted again and again while the second keeps going.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_admins_one_killed_repeatedly_on_postgres() {
+    let Some(url) = wasmjob::storage::testing::postgres_database("fault").await.unwrap() else {
+        eprintln!("WASMJOB_TEST_POSTGRES_URL is unset: skipping the two-admin PostgreSQL scenario");
+        return;
+    };
+    let scenario = Scenario {
+        admins: 2,
+        api_admin: 1,
+        workload: Workload { plain: 16, failing: 2, parents: 2, ..Workload::default() },
+        crashes: &[(
+            Role::Admin(0),
+            &[
+                Crash::sigkill(3_000),
+                Crash::at("scheduler.after_fire_commit=abort@40", 5_000),
+                Crash::sigkill(3_500),
+                Crash::at("dispatch.after_send=abort@20", 5_000),
+            ],
+        )],
+        chaos_for: Duration::from_secs(24),
+        ..Scenario::new("two admins on PostgreSQL, one killed repeatedly")
+    };
+    scenario.run(Some(url)).await.assert_clean();
+}
+
+/// A cluster, its jobs, who dies when, and for how long it all runs.
+struct Scenario<'a> {
+    name: &'static str,
+    admins: usize,
+    /// The admin the test talks to: one that is never killed.
+    api_admin: usize,
+    workload: Workload,
+    crashes: &'a [(Role, &'a [Crash])],
+    /// Beside the real executor, a registered one that accepts connections and never answers.
+    hung_executor: bool,
+    /// How long the jobs fire while the crashes happen.
+    chaos_for: Duration,
+    /// How long they fire afterwards, everything up.
+    calm_for: Duration,
+}
+
+/// The scenario's cron jobs (all every second unless `cron` says otherwise), each with its
+/// component uploaded and started.
+struct Workload {
+    /// Jobs running `sample` with `param`, no retry.
+    plain: usize,
+    sample: &'static str,
+    param: &'static str,
+    /// Jobs running `fail`, with one retry.
+    failing: usize,
+    /// Jobs running `hello`, each with a child job (`hello`, schedule `NONE`).
+    parents: usize,
+    cron: &'static str,
+    route: &'static str,
+    /// `BEAN` jobs naming the executors' own copy of the sample (no upload: a fast setup for
+    /// many jobs), instead of `GLUE_WASM` with an uploaded version.
+    bean: bool,
+}
+
+impl Default for Workload {
+    fn default() -> Workload {
+        Workload {
+            plain: 8,
+            sample: "hello",
+            param: "fault",
+            failing: 1,
+            parents: 1,
+            cron: "* * * * * ?",
+            route: "FIRST",
+            bean: false,
+        }
+    }
+}
+
+/// A process of the cluster, by its index.
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    Admin(usize),
+    Executor(usize),
+}
+
+/// One planned death: the incarnation runs with `failpoints` armed and dies there, or is killed
+/// with `SIGKILL` once `within_ms` (plus up to a second of jitter) has passed since its start.
+#[derive(Debug, Clone, Copy)]
+struct Crash {
+    failpoints: &'static str,
+    within_ms: u64,
+}
+
+impl Crash {
+    const fn at(failpoints: &'static str, within_ms: u64) -> Crash {
+        Crash { failpoints, within_ms }
+    }
+
+    const fn sigkill(within_ms: u64) -> Crash {
+        Crash { failpoints: "", within_ms }
+    }
+}
+
+/// What a scenario found: its deaths and the checker's report.
+struct Outcome {
+    name: &'static str,
+    report: Report,
+    /// With a hung executor: runs the admin sent to it, and finished runs that did not succeed
+    /// (none is right for either: every job succeeds on the real executor).
+    hung_figures: Option<(u64, u64)>,
+    /// Processes that died without a plan: real crashes.
+    unplanned: Vec<String>,
+}
+
+impl Outcome {
+    fn assert_clean(&self) {
+        assert!(
+            self.unplanned.is_empty(),
+            "{}: unplanned deaths:\n{:#?}",
+            self.name,
+            self.unplanned
+        );
+        if let Some(figures) = self.hung_figures {
+            assert_eq!(figures, (0, 0), "{}: runs failed or went to the hung executor", self.name);
+        }
+        self.report.assert_clean(self.name);
+    }
+}
+
+impl Scenario<'_> {
+    fn new(name: &'static str) -> Scenario<'static> {
+        Scenario {
+            name,
+            admins: 1,
+            api_admin: 0,
+            workload: Workload::default(),
+            crashes: &[],
+            hung_executor: false,
+            chaos_for: Duration::from_secs(18),
+            calm_for: Duration::from_secs(5),
+        }
+    }
+
+    async fn run(&self, postgres_url: Option<String>) -> Outcome {
+        let _serial = SERIAL.lock().await;
+        let mut cluster = Cluster::start(postgres_url, self.admins, 1).await;
+        let api = cluster.api_of(self.api_admin);
+        let hung = match self.hung_executor {
+            true => Some(HungExecutor::start(&cluster).await),
+            false => None,
+        };
+        let expected = 1 + usize::from(hung.is_some());
+        api.wait_for_executors(expected).await;
+        let jobs = create_jobs(&api, &self.workload).await;
+
+        // Arm the first crash of each process before anything runs: a restart now kills nothing.
+        let mut plans = Vec::new();
+        for (role, crashes) in self.crashes {
+            let queue: VecDeque<Crash> = crashes.iter().copied().collect();
+            let first = queue.front().map_or("", |crash| crash.failpoints);
+            process(&mut cluster, *role).restart(first).await;
+            plans.push(Plan { role: *role, queue, since: Instant::now(), jitter_ms: jitter() });
+        }
+        api.wait_for_executors(expected).await;
+
+        let started = start_jobs(&api, &jobs).await;
+        for plan in &mut plans {
+            plan.since = Instant::now();
+        }
+        let mut log = String::new();
+        let unplanned = inflict(&mut cluster, &mut plans, self.chaos_for, &mut log).await;
+        tokio::time::sleep(self.calm_for).await;
+        let windows = stop_jobs(&api, started, self.workload.cron).await;
+
+        settle(&cluster.database_url).await;
+        let check = Check {
+            database_url: cluster.database_url.clone(),
+            executor_dirs: cluster.executor_dirs(),
+            windows,
+            end_margin_ms: END_MARGIN_MS,
+            terminal_bound_ms: TERMINAL_BOUND_MS,
+            now_ms: now_ms(),
+        };
+        let report = checker::check(&check).await;
+        eprintln!("== fault scenario: {}\n{log}{report}", self.name);
+        let mut hung_figures = None;
+        if let Some(hung) = &hung {
+            let sent = checker::runs_sent_to(&check.database_url, &hung.address).await;
+            let unsuccessful = checker::unsuccessful_runs(&check.database_url).await;
+            eprintln!("sent_to_hung_executor: {sent}\nunsuccessful_runs: {unsuccessful}");
+            hung_figures = Some((sent, unsuccessful));
+        }
+        let mut unplanned = unplanned;
+        for proc in cluster.admins.iter_mut().chain(cluster.executors.iter_mut()) {
+            if !proc.is_alive() {
+                eprintln!("{}: died unplanned after the chaos", proc.name);
+                unplanned.push(proc.name.clone());
+            }
+        }
+        let mut unplanned_with_logs = Vec::new();
+        for name in unplanned {
+            let tail = cluster
+                .admins
+                .iter()
+                .chain(&cluster.executors)
+                .find(|proc| proc.name == name)
+                .map(Proc::log_tail)
+                .unwrap_or_default();
+            unplanned_with_logs.push(format!("{name}:\n{tail}"));
+        }
+        if let Some(hung) = hung {
+            hung.stop();
+        }
+        cluster.finish().await;
+        Outcome { name: self.name, report, hung_figures, unplanned: unplanned_with_logs }
+    }
+}
+
+/// One process's remaining deaths and when its current incarnation started.
+struct Plan {
+    role: Role,
+    queue: VecDeque<Crash>,
+    since: Instant,
+    jitter_ms: u64,
+}
+
+/// Watches every process for `duration`: a planned death (its failpoint, or the deadline's
+/// `SIGKILL`) is followed at once by a restart armed with the next crash; a process that dies
+/// without a plan is restarted unarmed and named in the result. Crashes still planned at the
+/// end are dropped, their processes restarted unarmed, so nothing dies during the check.
+async fn inflict(
+    cluster: &mut Cluster,
+    plans: &mut [Plan],
+    duration: Duration,
+    log: &mut String,
+) -> Vec<String> {
+    let begin = Instant::now();
+    let mut unplanned = Vec::new();
+    while begin.elapsed() < duration {
+        for plan in plans.iter_mut() {
+            let Some(crash) = plan.queue.front().copied() else { continue };
+            let proc = process(cluster, plan.role);
+            let lived = plan.since.elapsed();
+            let status = match proc.exited() {
+                Some(status) => status,
+                None if lived >= Duration::from_millis(crash.within_ms + plan.jitter_ms) => {
+                    proc.kill().unwrap()
+                }
+                None => continue,
+            };
+            let how = match (status.signal(), crash.failpoints) {
+                (Some(6), armed) => format!("died at its failpoint `{armed}`"),
+                (_, "") => "killed (SIGKILL)".to_owned(),
+                (_, armed) => format!("killed (SIGKILL): failpoint `{armed}` not reached"),
+            };
+            plan.queue.pop_front();
+            let next = plan.queue.front().map_or("", |crash| crash.failpoints);
+            let restart = Instant::now();
+            proc.start(next).await;
+            let (lived, down) = (lived.as_millis(), restart.elapsed().as_millis());
+            writeln!(log, "{}: {how} after {lived} ms, up again in {down} ms", proc.name).unwrap();
+            plan.since = Instant::now();
+            plan.jitter_ms = jitter();
+        }
+        for proc in cluster.admins.iter_mut().chain(cluster.executors.iter_mut()) {
+            let planned = plans
+                .iter()
+                .any(|plan| !plan.queue.is_empty() && process_name(plan.role) == proc.name);
+            if !planned && let Some(status) = proc.exited() {
+                writeln!(log, "{}: died unplanned with {status}", proc.name).unwrap();
+                unplanned.push(proc.name.clone());
+                proc.start("").await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for plan in plans.iter_mut().filter(|plan| !plan.queue.is_empty()) {
+        let proc = process(cluster, plan.role);
+        writeln!(log, "{}: {} planned crashes left undone", proc.name, plan.queue.len()).unwrap();
+        proc.restart("").await;
+        plan.queue.clear();
+    }
+    unplanned
+}
+
+fn process(cluster: &mut Cluster, role: Role) -> &mut Proc {
+    match role {
+        Role::Admin(index) => &mut cluster.admins[index],
+        Role::Executor(index) => &mut cluster.executors[index],
+    }
+}
+
+fn process_name(role: Role) -> String {
+    match role {
+        Role::Admin(index) => format!("admin-{index}"),
+        Role::Executor(index) => format!("executor-{index}"),
+    }
+}
+
+/// Up to a second, so deaths by deadline fall at varied points of the one-second fire cycle.
+fn jitter() -> u64 {
+    rand::random::<u64>() % 1_000
+}
+
+/// Creates the workload's jobs (children included); returns the cron jobs' ids.
+async fn create_jobs(api: &Api, workload: &Workload) -> Vec<i64> {
+    let kinds = [
+        (workload.plain, workload.sample, workload.param, 0),
+        (workload.failing, "fail", "on purpose", 1),
+        (workload.parents, "hello", "parent", 0),
+    ];
+    let mut cron_jobs = Vec::new();
+    for (kind_idx, (count, sample, param, retry_count)) in kinds.into_iter().enumerate() {
+        for n in 0..count {
+            let mut children = Vec::new();
+            if kind_idx == 2 {
+                let fields = json!({
+                    "name": format!("child {n}"),
+                    "route_strategy": workload.route,
+                    "timeout_secs": TIMEOUT_SECS,
+                    "param": "child",
+                });
+                children.push(create_job(api, workload, "hello", fields).await);
+            }
+            let fields = json!({
+                "name": format!("{sample} {n}"),
+                "schedule_type": "CRON",
+                "schedule_conf": workload.cron,
+                "misfire_strategy": "FIRE_ONCE_NOW",
+                "route_strategy": workload.route,
+                "retry_count": retry_count,
+                "child_job_ids": children,
+                "timeout_secs": TIMEOUT_SECS,
+                "param": param,
+            });
+            cron_jobs.push(create_job(api, workload, sample, fields).await);
+        }
+    }
+    cron_jobs
+}
+
+/// Creates one job running `sample`, a `BEAN` handler or an uploaded version.
+async fn create_job(api: &Api, workload: &Workload, sample: &str, mut fields: Value) -> i64 {
+    if workload.bean {
+        fields["glue_type"] = json!("BEAN");
+        fields["handler"] = json!(sample);
+        return api.create_job(fields).await;
+    }
+    let job_id = api.create_job(fields).await;
+    upload(api, job_id, sample_job(sample)).await;
+    job_id
+}
+
+async fn upload(api: &Api, job_id: i64, bytes: Vec<u8>) {
+    let (status, version) = api.upload(job_id, bytes).await;
+    assert_eq!(status, 201, "{version}");
+}
+
+/// Starts the jobs; returns each with the time its start had returned.
+async fn start_jobs(api: &Api, jobs: &[i64]) -> Vec<(i64, i64)> {
+    let mut started = Vec::new();
+    for job_id in jobs {
+        let (status, job) = api.post(&format!("/api/v1/jobs/{job_id}/start"), json!({})).await;
+        assert_eq!(status, 200, "{job}");
+        started.push((*job_id, now_ms()));
+    }
+    started
+}
+
+/// Stops the jobs; returns their fire windows.
+async fn stop_jobs(api: &Api, started: Vec<(i64, i64)>, cron: &str) -> Vec<Window> {
+    let mut windows = Vec::new();
+    for (job_id, started_ms) in started {
+        let stopped_ms = now_ms();
+        let (status, job) = api.post(&format!("/api/v1/jobs/{job_id}/stop"), json!({})).await;
+        assert_eq!(status, 200, "{job}");
+        windows.push(Window { job_id, cron: cron.to_owned(), started_ms, stopped_ms });
+    }
+    windows
+}
+
+/// Waits until no run is unfinished on two looks a second apart (retries and child runs follow
+/// their cause), or until [`SETTLE`] has passed; what is left then is for the checker to judge.
+async fn settle(database_url: &str) {
+    let deadline = Instant::now() + SETTLE;
+    let mut quiet_looks = 0;
+    while quiet_looks < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        quiet_looks = match checker::unfinished_runs(database_url).await {
+            0 => quiet_looks + 1,
+            _ => 0,
+        };
+    }
+}
+
+/// A registered executor that accepts connections and never answers them.
+struct HungExecutor {
+    address: String,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl HungExecutor {
+    /// Listens on a port below the real executor's, so FAILOVER (which tries the online
+    /// addresses in order) meets it first, and registers it with the first admin every second.
+    async fn start(cluster: &Cluster) -> HungExecutor {
+        let real_port = cluster.executors[0].port;
+        let mut listener = None;
+        for _ in 0..200 {
+            let candidate = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            if candidate.local_addr().unwrap().port() < real_port {
+                listener = Some(candidate);
+                break;
+            }
+        }
+        let listener = listener.unwrap_or_else(|| {
+            eprintln!("no port below {real_port}: the hung executor may be tried second");
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap()
+        });
+        listener.set_nonblocking(true).unwrap();
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        let accept = tokio::spawn(async move {
+            // Held, never read or answered; bounded so a runaway client cannot exhaust us.
+            let mut held = Vec::new();
+            while held.len() < 10_000 {
+                let Ok((stream, _)) = listener.accept().await else { break };
+                held.push(stream);
+            }
+            std::future::pending::<()>().await;
+        });
+        let admin = cluster.admins[0].url();
+        let body = json!({
+            "registryGroup": "EXECUTOR",
+            "registryKey": "default",
+            "registryValue": address,
+        });
+        let register = tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            for _ in 0..600 {
+                let _ = http
+                    .post(format!("{admin}/api/registry"))
+                    .header("XXL-JOB-ACCESS-TOKEN", ACCESS_TOKEN)
+                    .json(&body)
+                    .send()
+                    .await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+        HungExecutor { address, tasks: vec![accept, register] }
+    }
+
+    fn stop(self) {
+        for task in self.tasks {
+            task.abort();
+        }
+    }
+}

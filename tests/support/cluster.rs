@@ -1,0 +1,293 @@
+//! Real `wasmjob admin` and `wasmjob executor` processes on 127.0.0.1, for the fault tests.
+//!
+//! Each [`Proc`] is one role on a fixed port (picked free once, reused across restarts, so an
+//! executor restarted "at the same address" is the same executor to the admin, and executors
+//! find a restarted admin where they left it). Its stderr goes to a log file in the cluster's
+//! temp dir, which is how a start is confirmed (the `listening on` line) and what a failing test
+//! shows. `kill` is `SIGKILL` by PID; dropping a `Proc` (hence a [`Cluster`], also while a test
+//! unwinds from a panic) kills its child, so no test leaves a process behind.
+//!
+//! This module does not decide when to kill; the scenarios in `fault.rs` do. It also does not
+//! drop a PostgreSQL database on panic (that needs async); the normal end does, in
+//! [`Cluster::finish`].
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{ACCESS_TOKEN, ADMIN_TOKEN, Api};
+
+/// The sample jobs every executor has as `BEAN` handlers (by the same name).
+pub const BEAN_HANDLERS: &[&str] = &["hello", "fail", "sleeper"];
+
+/// How long a process may take to log that it listens.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One role of the cluster: the real binary with fixed arguments, started and killed at will.
+pub struct Proc {
+    /// `admin-0`, `executor-1`, …: names its log file.
+    pub name: String,
+    /// The port it listens on, the same in every incarnation.
+    pub port: u16,
+    args: Vec<String>,
+    log_path: PathBuf,
+    child: Option<Child>,
+    /// How many times it was started.
+    pub starts: u32,
+}
+
+impl Proc {
+    fn new(name: String, port: u16, args: Vec<String>, dir: &Path) -> Proc {
+        let log_path = dir.join(format!("{name}.log"));
+        Proc { name, port, args, log_path, child: None, starts: 0 }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the process with `failpoints` armed (`""` arms none) and waits until it listens.
+    pub async fn start(&mut self, failpoints: &str) {
+        assert!(self.child.is_none(), "{} is already running", self.name);
+        let mut log =
+            std::fs::OpenOptions::new().create(true).append(true).open(&self.log_path).unwrap();
+        let offset = log.seek(SeekFrom::End(0)).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_wasmjob"));
+        command
+            .args(&self.args)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env_remove("WASMJOB_ADMIN_TOKEN")
+            .env_remove("WASMJOB_ACCESS_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log));
+        if failpoints.is_empty() {
+            command.env_remove("WASMJOB_FAILPOINTS");
+        } else {
+            command.env("WASMJOB_FAILPOINTS", failpoints);
+        }
+        self.child = Some(command.spawn().unwrap());
+        self.starts += 1;
+        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+        loop {
+            if self.log_since(offset).contains("listening on") {
+                return;
+            }
+            if let Some(status) = self.exited() {
+                panic!("{} exited with {status} while starting:\n{}", self.name, self.log_tail());
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} did not log that it listens:\n{}",
+                self.name,
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// `SIGKILL` by PID (what `Child::kill` sends on Unix), then reaps it; `None` if it was not
+    /// running. The status says whether it had already died on its own (a failpoint's abort).
+    pub fn kill(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        // An error here means it already exited; `wait` reaps it either way.
+        let _ = child.kill();
+        Some(child.wait().unwrap())
+    }
+
+    /// Kills it and starts it again on the same port and data, with `failpoints` armed.
+    pub async fn restart(&mut self, failpoints: &str) {
+        self.kill();
+        self.start(failpoints).await;
+    }
+
+    /// Whether the current incarnation is still running.
+    pub fn is_alive(&mut self) -> bool {
+        self.child.is_some() && self.exited().is_none()
+    }
+
+    /// The exit status if the current incarnation died on its own (it is then reaped and gone).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().unwrap()?;
+        self.child = None;
+        Some(status)
+    }
+
+    /// The last lines of its log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    fn log_since(&self, offset: u64) -> String {
+        let mut text = String::new();
+        if let Ok(mut file) = std::fs::File::open(&self.log_path) {
+            let _ = file.seek(SeekFrom::Start(offset));
+            let _ = file.read_to_string(&mut text);
+        }
+        text
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Admins on one database and executors of the group `default`, in one temp dir.
+pub struct Cluster {
+    pub admins: Vec<Proc>,
+    pub executors: Vec<Proc>,
+    /// `sqlite:PATH` or a fresh PostgreSQL database's URL.
+    pub database_url: String,
+    postgres: bool,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// `admins` admins (started) on `postgres_url`'s database, or on a SQLite file when `None`,
+    /// the group `default`, and `executors` executors (started, online) pointed at every admin.
+    pub async fn start(postgres_url: Option<String>, admins: usize, executors: usize) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let postgres = postgres_url.is_some();
+        let database_url = postgres_url
+            .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("wasmjob.db").display()));
+        let mut cluster =
+            Cluster { admins: Vec::new(), executors: Vec::new(), database_url, postgres, dir };
+        for _ in 0..admins {
+            cluster.add_admin().await;
+        }
+        let (status, group) = cluster
+            .api()
+            .post(
+                "/api/v1/groups",
+                json!({"app_name": "default", "title": "Default", "address_type": "AUTO"}),
+            )
+            .await;
+        assert_eq!(status, 201, "{group}");
+        for _ in 0..executors {
+            cluster.add_executor().await;
+        }
+        cluster.api().wait_for_executors(executors).await;
+        cluster
+    }
+
+    /// Starts one more admin on the cluster's database.
+    pub async fn add_admin(&mut self) -> &mut Proc {
+        let port = free_port();
+        let args = vec![
+            "admin".to_owned(),
+            "--listen".to_owned(),
+            format!("127.0.0.1:{port}"),
+            "--database-url".to_owned(),
+            self.database_url.clone(),
+            "--admin-token".to_owned(),
+            ADMIN_TOKEN.to_owned(),
+            "--access-token".to_owned(),
+            ACCESS_TOKEN.to_owned(),
+            "--heartbeat-secs".to_owned(),
+            "1".to_owned(),
+        ];
+        let name = format!("admin-{}", self.admins.len());
+        let mut admin = Proc::new(name, port, args, self.dir.path());
+        admin.start("").await;
+        self.admins.push(admin);
+        self.admins.last_mut().unwrap()
+    }
+
+    /// Starts one more executor, registered with every admin (in order), with its own data dir
+    /// and the [`BEAN_HANDLERS`].
+    pub async fn add_executor(&mut self) -> &mut Proc {
+        let port = free_port();
+        let name = format!("executor-{}", self.executors.len());
+        let data_dir = self.dir.path().join(&name);
+        let handlers_dir = data_dir.join("handlers");
+        std::fs::create_dir_all(&handlers_dir).unwrap();
+        for sample in BEAN_HANDLERS {
+            let path = handlers_dir.join(format!("{sample}.wasm"));
+            std::fs::write(path, super::sample_job(sample)).unwrap();
+        }
+        let admin_urls: Vec<String> = self.admins.iter().map(Proc::url).collect();
+        let args = vec![
+            "executor".to_owned(),
+            "--listen".to_owned(),
+            format!("127.0.0.1:{port}"),
+            "--address".to_owned(),
+            format!("http://127.0.0.1:{port}"),
+            "--admin-url".to_owned(),
+            admin_urls.join(","),
+            "--app-name".to_owned(),
+            "default".to_owned(),
+            "--data-dir".to_owned(),
+            data_dir.display().to_string(),
+            "--handlers-dir".to_owned(),
+            handlers_dir.display().to_string(),
+            "--access-token".to_owned(),
+            ACCESS_TOKEN.to_owned(),
+            "--heartbeat-secs".to_owned(),
+            "1".to_owned(),
+        ];
+        let mut executor = Proc::new(name, port, args, self.dir.path());
+        executor.start("").await;
+        self.executors.push(executor);
+        self.executors.last_mut().unwrap()
+    }
+
+    /// A client of the first admin.
+    pub fn api(&self) -> Api {
+        self.api_of(0)
+    }
+
+    /// A client of admin `index`.
+    pub fn api_of(&self, index: usize) -> Api {
+        Api {
+            http: reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap(),
+            base: self.admins[index].url(),
+            token: ADMIN_TOKEN.to_owned(),
+        }
+    }
+
+    /// Every executor's data dir (their journals live there).
+    pub fn executor_dirs(&self) -> Vec<PathBuf> {
+        self.executors.iter().map(|executor| self.dir.path().join(&executor.name)).collect()
+    }
+
+    /// Kills every process, then drops the PostgreSQL database if the cluster made one.
+    /// With `WASMJOB_FAULT_KEEP` set, the temp dir (logs, SQLite file, executor data) stays.
+    pub async fn finish(mut self) {
+        for proc in self.admins.iter_mut().chain(self.executors.iter_mut()) {
+            proc.kill();
+        }
+        #[expect(clippy::disallowed_methods, reason = "test configuration")]
+        let keep = std::env::var_os("WASMJOB_FAULT_KEEP").is_some();
+        if keep {
+            self.dir.disable_cleanup(true);
+            eprintln!("kept {}", self.dir.path().display());
+        }
+        if self.postgres {
+            wasmjob::storage::testing::drop_postgres_database(&self.database_url).await.unwrap();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // `Proc`'s own drop would do it too; this keeps the guarantee visible where it matters.
+        for proc in self.admins.iter_mut().chain(self.executors.iter_mut()) {
+            proc.kill();
+        }
+    }
+}
+
+/// A port free on 127.0.0.1 now (bound and released; good enough for tests).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}

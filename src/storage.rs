@@ -8,6 +8,7 @@
 //! This module does not decide anything (when to fire, where to route): it stores and returns
 //! `model` types, and it enforces the database-level guarantees (one run per fire).
 
+mod batch;
 mod groups;
 mod jobs;
 mod modules;
@@ -41,6 +42,9 @@ pub enum StorageError {
     /// A row holds a value the code cannot read (a strategy name it does not know).
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// A write queued for group commit did not commit.
+    #[error("group commit: {0}")]
+    Batch(String),
 }
 
 impl StorageError {
@@ -62,11 +66,13 @@ pub type Result<T> = std::result::Result<T, StorageError>;
 ///
 /// On SQLite, which lets one connection write at a time, writes go through a pool of one
 /// connection: writers queue in the pool instead of sleeping in SQLite's busy handler, and
-/// reads keep the other connections. On PostgreSQL both are the same pool.
+/// reads keep the other connections. On PostgreSQL both are the same pool. The run lifecycle's
+/// hot-path writes are group-committed (`batch.rs`).
 #[derive(Clone)]
 pub struct Db {
     pool: AnyPool,
     writer: AnyPool,
+    batcher: batch::Batcher,
     dialect: Dialect,
 }
 
@@ -122,7 +128,8 @@ impl Db {
                 .with_context(|| format!("connecting to {}", redact(&url)))?,
             Dialect::Postgres => pool.clone(),
         };
-        Ok(Db { pool, writer, dialect })
+        let batcher = batch::Batcher::start(writer.clone());
+        Ok(Db { pool, writer, batcher, dialect })
     }
 
     /// The pool writes go through.

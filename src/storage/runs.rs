@@ -8,8 +8,9 @@
 //! and an old lease holder can record nothing once its lease moved on.
 
 use sqlx::any::AnyRow;
-use sqlx::{Any, Row, Transaction};
+use sqlx::{AnyConnection, Row};
 
+use super::batch::{Write, Written};
 use super::{Db, Result, parse_column};
 use crate::lifecycle::Transition;
 use crate::model::{RunRecord, RunState, TriggerType};
@@ -84,10 +85,10 @@ impl Db {
     /// Creates one run outside a fire (manual, API, retry, parent). `None` when a run with the
     /// same fire, shard and attempt exists already.
     pub async fn create_run(&self, run: &NewRun, now_ms: i64) -> Result<Option<i64>> {
-        let mut tx = self.writer().begin().await?;
-        let id = insert_run(&mut tx, run, now_ms).await?;
-        tx.commit().await?;
-        Ok(id)
+        match self.batch(Write::CreateRun { run: run.clone(), now_ms }).await? {
+            Written::Id(id) => Ok(id),
+            other => Err(other.unexpected()),
+        }
     }
 
     /// Run `id`, if it exists.
@@ -161,20 +162,11 @@ impl Db {
         now_ms: i64,
         lease_until_ms: i64,
     ) -> Result<Option<Claim>> {
-        let row = sqlx::query(&format!(
-            "update runs set state = 'dispatching', lease_owner = $1, lease_until = $2,
-                fence = fence + 1, claimed_at = case when claimed_at = 0 then $3 else claimed_at end
-             where id = $4 and (state = 'pending' or (state = 'dispatching' and lease_until < $3))
-             returning {COLUMNS}, fence"
-        ))
-        .bind(owner)
-        .bind(lease_until_ms)
-        .bind(now_ms)
-        .bind(id)
-        .fetch_optional(self.writer())
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        Ok(Some(Claim { run: run_from_row(&row)?, fence: row.try_get("fence")? }))
+        let write = Write::Claim { id, owner: owner.to_owned(), now_ms, lease_until_ms };
+        match self.batch(write).await? {
+            Written::Claim(claim) => Ok(claim),
+            other => Err(other.unexpected()),
+        }
     }
 
     /// Extends `owner`'s lease on run `id` to `lease_until_ms`. False when the lease moved on
@@ -186,17 +178,11 @@ impl Db {
         fence: i64,
         lease_until_ms: i64,
     ) -> Result<bool> {
-        let done = sqlx::query(
-            "update runs set lease_until = $1
-             where id = $2 and state = 'dispatching' and lease_owner = $3 and fence = $4",
-        )
-        .bind(lease_until_ms)
-        .bind(id)
-        .bind(owner)
-        .bind(fence)
-        .execute(self.writer())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        let write = Write::Renew { id, owner: owner.to_owned(), fence, lease_until_ms };
+        match self.batch(write).await? {
+            Written::Done(done) => Ok(done),
+            other => Err(other.unexpected()),
+        }
     }
 
     /// Records the executor `owner` is about to send run `id` to, before it sends, so that a
@@ -209,17 +195,12 @@ impl Db {
         fence: i64,
         address: &str,
     ) -> Result<bool> {
-        let done = sqlx::query(
-            "update runs set executor_address = $1
-             where id = $2 and state = 'dispatching' and lease_owner = $3 and fence = $4",
-        )
-        .bind(address)
-        .bind(id)
-        .bind(owner)
-        .bind(fence)
-        .execute(self.writer())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        let write =
+            Write::Target { id, owner: owner.to_owned(), fence, address: address.to_owned() };
+        match self.batch(write).await? {
+            Written::Done(done) => Ok(done),
+            other => Err(other.unexpected()),
+        }
     }
 
     /// Applies `transition` to run `id` and creates `follow_ups` (its retry or child runs), in
@@ -235,60 +216,18 @@ impl Db {
         follow_ups: &[NewRun],
         now_ms: i64,
     ) -> Result<Option<(RunRecord, Vec<i64>)>> {
-        let mut tx = self.writer().begin().await?;
-        let (handle_code, handle_msg) = match &transition.handle {
-            Some((code, msg)) => (Some(i64::from(*code)), Some(msg.as_str())),
-            None => (None, None),
+        let write = Write::Apply {
+            id,
+            transition: transition.clone(),
+            lease: lease.map(|(owner, fence)| (owner.to_owned(), fence)),
+            fuel_used,
+            follow_ups: follow_ups.to_vec(),
+            now_ms,
         };
-        let (dispatched_at, deadline) = transition.dispatched.unzip();
-        let (owner, fence) = lease.unzip();
-        let row = sqlx::query(&format!(
-            "update runs set state = $1,
-                trigger_code = coalesce($2, trigger_code),
-                trigger_msg = coalesce($3, trigger_msg),
-                executor_address = coalesce($4, executor_address),
-                dispatched_at = coalesce($5, dispatched_at),
-                deadline = coalesce($6, deadline),
-                handle_code = coalesce($7, handle_code),
-                handle_msg = coalesce($8, handle_msg),
-                handle_time = case when $7 is null then handle_time else $9 end,
-                fuel_used = coalesce($10, fuel_used),
-                kill_requested = case when $11 = 1 then 1 else kill_requested end,
-                lease_owner = case when $1 = 'dispatching' then lease_owner else null end
-             where id = $12 and state = $13
-                and ($14 = '' or (lease_owner = $14 and fence = $15))
-             returning {COLUMNS}"
-        ))
-        .bind(transition.to.as_str())
-        .bind(transition.trigger_code.map(i64::from))
-        .bind(transition.trigger_msg.as_deref())
-        .bind(transition.executor_address.as_deref())
-        .bind(dispatched_at)
-        .bind(deadline)
-        .bind(handle_code)
-        .bind(handle_msg)
-        .bind(now_ms)
-        .bind(fuel_used)
-        .bind(i64::from(transition.request_kill))
-        .bind(id)
-        .bind(transition.from.as_str())
-        .bind(owner.unwrap_or(""))
-        .bind(fence.unwrap_or(0))
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(row) = row else {
-            tx.rollback().await?;
-            return Ok(None);
-        };
-        let run = run_from_row(&row)?;
-        let mut ids = Vec::with_capacity(follow_ups.len());
-        for follow_up in follow_ups {
-            if let Some(id) = insert_run(&mut tx, follow_up, now_ms).await? {
-                ids.push(id);
-            }
+        match self.batch(write).await? {
+            Written::Applied(applied) => Ok(applied),
+            other => Err(other.unexpected()),
         }
-        tx.commit().await?;
-        Ok(Some((run, ids)))
     }
 
     /// Running runs whose admin deadline passed before `now_ms`, at most `limit`.
@@ -352,9 +291,137 @@ impl Db {
     }
 }
 
-/// Inserts `run` inside `tx`; `None` when the same fire, shard and attempt exist already.
+/// Claims run `id` on `conn` (see [`Db::claim_run`]).
+pub(super) async fn claim(
+    conn: &mut AnyConnection,
+    id: i64,
+    owner: &str,
+    now_ms: i64,
+    lease_until_ms: i64,
+) -> Result<Option<Claim>> {
+    let row = sqlx::query(&format!(
+        "update runs set state = 'dispatching', lease_owner = $1, lease_until = $2,
+            fence = fence + 1, claimed_at = case when claimed_at = 0 then $3 else claimed_at end
+         where id = $4 and (state = 'pending' or (state = 'dispatching' and lease_until < $3))
+         returning {COLUMNS}, fence"
+    ))
+    .bind(owner)
+    .bind(lease_until_ms)
+    .bind(now_ms)
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    Ok(Some(Claim { run: run_from_row(&row)?, fence: row.try_get("fence")? }))
+}
+
+/// Renews a lease on `conn` (see [`Db::renew_lease`]).
+pub(super) async fn renew(
+    conn: &mut AnyConnection,
+    id: i64,
+    owner: &str,
+    fence: i64,
+    lease_until_ms: i64,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "update runs set lease_until = $1
+         where id = $2 and state = 'dispatching' and lease_owner = $3 and fence = $4",
+    )
+    .bind(lease_until_ms)
+    .bind(id)
+    .bind(owner)
+    .bind(fence)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Records a run's executor on `conn` (see [`Db::set_run_target`]).
+pub(super) async fn target(
+    conn: &mut AnyConnection,
+    id: i64,
+    owner: &str,
+    fence: i64,
+    address: &str,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "update runs set executor_address = $1
+         where id = $2 and state = 'dispatching' and lease_owner = $3 and fence = $4",
+    )
+    .bind(address)
+    .bind(id)
+    .bind(owner)
+    .bind(fence)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Applies a transition and creates its follow-ups on `conn`, which must be inside a
+/// transaction or savepoint (see [`Db::apply_transition`]).
+pub(super) async fn apply(
+    conn: &mut AnyConnection,
+    id: i64,
+    transition: &Transition,
+    lease: Option<(&str, i64)>,
+    fuel_used: Option<i64>,
+    follow_ups: &[NewRun],
+    now_ms: i64,
+) -> Result<Option<(RunRecord, Vec<i64>)>> {
+    let (handle_code, handle_msg) = match &transition.handle {
+        Some((code, msg)) => (Some(i64::from(*code)), Some(msg.as_str())),
+        None => (None, None),
+    };
+    let (dispatched_at, deadline) = transition.dispatched.unzip();
+    let (owner, fence) = lease.unzip();
+    let row = sqlx::query(&format!(
+        "update runs set state = $1,
+            trigger_code = coalesce($2, trigger_code),
+            trigger_msg = coalesce($3, trigger_msg),
+            executor_address = coalesce($4, executor_address),
+            dispatched_at = coalesce($5, dispatched_at),
+            deadline = coalesce($6, deadline),
+            handle_code = coalesce($7, handle_code),
+            handle_msg = coalesce($8, handle_msg),
+            handle_time = case when $7 is null then handle_time else $9 end,
+            fuel_used = coalesce($10, fuel_used),
+            kill_requested = case when $11 = 1 then 1 else kill_requested end,
+            lease_owner = case when $1 = 'dispatching' then lease_owner else null end
+         where id = $12 and state = $13
+            and ($14 = '' or (lease_owner = $14 and fence = $15))
+         returning {COLUMNS}"
+    ))
+    .bind(transition.to.as_str())
+    .bind(transition.trigger_code.map(i64::from))
+    .bind(transition.trigger_msg.as_deref())
+    .bind(transition.executor_address.as_deref())
+    .bind(dispatched_at)
+    .bind(deadline)
+    .bind(handle_code)
+    .bind(handle_msg)
+    .bind(now_ms)
+    .bind(fuel_used)
+    .bind(i64::from(transition.request_kill))
+    .bind(id)
+    .bind(transition.from.as_str())
+    .bind(owner.unwrap_or(""))
+    .bind(fence.unwrap_or(0))
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let run = run_from_row(&row)?;
+    let mut ids = Vec::with_capacity(follow_ups.len());
+    for follow_up in follow_ups {
+        if let Some(id) = insert_run(conn, follow_up, now_ms).await? {
+            ids.push(id);
+        }
+    }
+    Ok(Some((run, ids)))
+}
+
+/// Inserts `run` on `conn`; `None` when the same fire, shard and attempt exist already.
 pub(super) async fn insert_run(
-    tx: &mut Transaction<'static, Any>,
+    conn: &mut AnyConnection,
     run: &NewRun,
     now_ms: i64,
 ) -> Result<Option<i64>> {
@@ -382,7 +449,7 @@ pub(super) async fn insert_run(
     .bind(sha256)
     .bind(run.parent_run_id)
     .bind(now_ms)
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *conn)
     .await?;
     row.map(|row| Ok(row.try_get("id")?)).transpose()
 }

@@ -303,3 +303,48 @@ async fn runs_move_through_their_lifecycle_once() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn concurrent_writers_commit_together_and_fail_alone() {
+    each_backend("batch", |db| async move {
+        // 100 writers at once: each creates a run; one carries a NUL byte, which PostgreSQL
+        // refuses in text. Its write fails alone; every other run is created once.
+        let mut writers = tokio::task::JoinSet::new();
+        for n in 0..100 {
+            let db = db.clone();
+            writers.spawn(async move {
+                let mut run = fire(1, 1_000 + n, 0);
+                if n == 50 {
+                    run.param = "bad\0param".to_owned();
+                }
+                (n, db.create_run(&run, 1).await)
+            });
+        }
+        let mut created = std::collections::HashSet::new();
+        while let Some(joined) = writers.join_next().await {
+            let (n, result) = joined.unwrap();
+            match (n, db.dialect(), result) {
+                (50, Dialect::Postgres, result) => assert!(result.is_err(), "{result:?}"),
+                (_, _, result) => assert!(created.insert(result.unwrap().unwrap())),
+            }
+        }
+        let expected = if db.dialect() == Dialect::Postgres { 99 } else { 100 };
+        assert_eq!(created.len(), expected);
+
+        // Ten dispatchers race for one run: exactly one wins the lease.
+        let contested = *created.iter().min().unwrap();
+        let mut claimers = tokio::task::JoinSet::new();
+        for n in 0..10 {
+            let db = db.clone();
+            claimers.spawn(async move {
+                db.claim_run(contested, &format!("admin-{n}"), 5_000, 9_000).await.unwrap()
+            });
+        }
+        let mut winners = 0;
+        while let Some(claim) = claimers.join_next().await {
+            winners += usize::from(claim.unwrap().is_some());
+        }
+        assert_eq!(winners, 1);
+    })
+    .await;
+}

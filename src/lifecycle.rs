@@ -95,6 +95,9 @@ pub struct Transition {
     pub from: RunState,
     /// The state it moves to.
     pub to: RunState,
+    /// Whether a kill was requested when the transition was computed: part of the compare, so
+    /// that a kill request arriving meanwhile is not lost.
+    pub kill_requested_before: bool,
     /// XXL-JOB's trigger code to record: 200 sent, 500 not sent.
     pub trigger_code: Option<i32>,
     /// The trigger message to record.
@@ -152,6 +155,7 @@ pub fn transition(
     let base = Transition {
         from: run.state,
         to: run.state,
+        kill_requested_before: run.kill_requested,
         trigger_code: None,
         trigger_msg: None,
         executor_address: None,

@@ -317,7 +317,7 @@ impl Dispatcher {
         let lease = (owner, fence);
         let job = db.get_job(run.job_id).await?;
         let scheduled = matches!(run.trigger_type, TriggerType::Cron | TriggerType::Misfire);
-        let event = match job {
+        let event = match &job {
             // The fire was committed just before the job was stopped: an operator who stopped
             // a job expects no further scheduled run.
             Some(job) if scheduled && !job.running => Event::Skip {
@@ -331,7 +331,7 @@ impl Dispatcher {
             }
             Some(job) => {
                 let sent = tokio::select! {
-                    sent = self.send_to_executor(&job, &run, lease) => sent,
+                    sent = self.send_to_executor(job, &run, lease) => sent,
                     () = self.keep_lease(run.id, lease) => {
                         tracing::warn!(job.id = run.job_id, "run {}: lease lost while sending", run.id);
                         return Ok(());
@@ -366,7 +366,7 @@ impl Dispatcher {
                 }
             }
         };
-        self.apply(run.id, event, Some(lease), None).await?;
+        self.apply_to(run.id, Some(job), event, Some(lease), None).await?;
         Ok(())
     }
 

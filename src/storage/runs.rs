@@ -387,7 +387,7 @@ pub(super) async fn apply(
             fuel_used = coalesce($10, fuel_used),
             kill_requested = case when $11 = 1 then 1 else kill_requested end,
             lease_owner = case when $1 = 'dispatching' then lease_owner else null end
-         where id = $12 and state = $13
+         where id = $12 and state = $13 and kill_requested = $16
             and ($14 = '' or (lease_owner = $14 and fence = $15))
          returning {COLUMNS}"
     ))
@@ -406,6 +406,7 @@ pub(super) async fn apply(
     .bind(transition.from.as_str())
     .bind(owner.unwrap_or(""))
     .bind(fence.unwrap_or(0))
+    .bind(i64::from(transition.kill_requested_before))
     .fetch_optional(&mut *conn)
     .await?;
     let Some(row) = row else { return Ok(None) };

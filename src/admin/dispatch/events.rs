@@ -31,10 +31,27 @@ impl Dispatcher {
         lease: Option<(&str, i64)>,
         fuel_used: Option<i64>,
     ) -> anyhow::Result<Option<RunRecord>> {
+        self.apply_to(run_id, None, event, lease, fuel_used).await
+    }
+
+    /// [`Dispatcher::apply`] with the run's job as the caller just read it (a dispatcher that
+    /// holds the lease has it in hand). The run itself is always read afresh: a kill request
+    /// may have arrived since.
+    pub(super) async fn apply_to(
+        &self,
+        run_id: i64,
+        mut known_job: Option<Option<Job>>,
+        event: Event,
+        lease: Option<(&str, i64)>,
+        fuel_used: Option<i64>,
+    ) -> anyhow::Result<Option<RunRecord>> {
         let db = &self.inner.db;
         for _ in 0..RACE_RETRIES {
             let Some(run) = db.get_run(run_id).await? else { return Ok(None) };
-            let job = db.get_job(run.job_id).await?;
+            let job = match known_job.take() {
+                Some(job) => job,
+                None => db.get_job(run.job_id).await?,
+            };
             let facts = RunFacts {
                 state: run.state,
                 attempt: run.attempt,
@@ -57,12 +74,9 @@ impl Dispatcher {
             let applied = db
                 .apply_transition(run_id, &transition, lease, fuel_used, &follow_ups, now)
                 .await?;
-            let Some((run, ids)) = applied else {
-                if lease.is_some() {
-                    return Ok(None);
-                }
-                continue;
-            };
+            // The run changed since it was read (a kill request, a result, another dispatcher):
+            // read it again and judge the event anew.
+            let Some((run, ids)) = applied else { continue };
             if transition.to.is_terminal() {
                 tracing::info!(
                     job.id = run.job_id,
@@ -95,6 +109,10 @@ impl Dispatcher {
                 });
             }
             return Ok(Some(run));
+        }
+        if lease.is_some() {
+            // A lease that moved on fails every compare: the new holder records the outcome.
+            return Ok(None);
         }
         anyhow::bail!("run {run_id} kept changing while applying {}", event.name())
     }

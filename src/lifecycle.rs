@@ -49,6 +49,8 @@ pub enum Event {
         handle_code: i32,
         /// The handler's message.
         message: String,
+        /// When the executor started the handler (ms), if it said.
+        started_at_ms: Option<i64>,
     },
     /// An operator asked to kill it.
     Kill,
@@ -108,6 +110,8 @@ pub struct Transition {
     pub dispatched: Option<(i64, i64)>,
     /// The result to record: XXL-JOB's handle code and the message (terminal states only).
     pub handle: Option<(i32, String)>,
+    /// When the executor started the handler (ms).
+    pub started_at: Option<i64>,
     /// Set the kill request.
     pub request_kill: bool,
     /// Consequence: create the retry run (attempt + 1).
@@ -161,6 +165,7 @@ pub fn transition(
         executor_address: None,
         dispatched: None,
         handle: None,
+        started_at: None,
         request_kill: false,
         retry: false,
         children: false,
@@ -193,7 +198,7 @@ pub fn transition(
                 ..ended(base, run, job, to, code::FAILURE, &message)
             }
         }
-        (Dispatching | Running, Event::Result { handle_code, message }) => {
+        (Dispatching | Running, Event::Result { handle_code, message, started_at_ms }) => {
             let (to, handle_code) = match *handle_code {
                 code::SUCCESS => (RunState::Success, code::SUCCESS),
                 code::TIMEOUT => (RunState::TimedOut, code::TIMEOUT),
@@ -203,7 +208,11 @@ pub fn transition(
                 }
             };
             let sent = (run.state == Dispatching).then_some(code::SUCCESS);
-            Transition { trigger_code: sent, ..ended(base, run, job, to, handle_code, message) }
+            Transition {
+                trigger_code: sent,
+                started_at: *started_at_ms,
+                ..ended(base, run, job, to, handle_code, message)
+            }
         }
         (Pending, Event::Kill) => {
             ended(base, run, job, RunState::Killed, code::FAILURE, "killed before it was sent")

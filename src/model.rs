@@ -336,6 +336,8 @@ pub struct RunRecord {
     pub kill_requested: bool,
     /// When an executor accepted it (ms), 0 before that.
     pub dispatched_at_ms: i64,
+    /// When the executor started its handler (ms), 0 if not reported.
+    pub started_at_ms: i64,
     /// When it was first claimed for sending (ms), 0 if never.
     pub first_claimed_at_ms: i64,
 }

@@ -196,6 +196,9 @@ pub struct HandleCallbackParam {
     /// wasmjob: fuel a successful run consumed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fuel_used: Option<i64>,
+    /// wasmjob: when the executor started the handler (ms since the epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<i64>,
     /// XXL-JOB 2.2 reports the result here instead of `handleCode`/`handleMsg`.
     #[serde(skip_serializing)]
     pub execute_result: Option<ReturnT<String>>,

@@ -8,6 +8,7 @@ alter table runs add column lease_until bigint not null default 0;
 alter table runs add column fence bigint not null default 0;
 alter table runs add column kill_requested bigint not null default 0;
 alter table runs add column dispatched_at bigint not null default 0;
+alter table runs add column started_at bigint not null default 0;
 alter table runs add column deadline bigint not null default 0;
 alter table runs add column parent_run_id bigint;
 

@@ -305,6 +305,7 @@ fn finish(
         handle_code,
         handle_msg: Some(handle_msg.to_owned()),
         fuel_used,
+        started_at: None,
         execute_result: None,
     };
     if let Err(error) = ctx.outbox.push(&result) {

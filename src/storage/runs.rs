@@ -17,7 +17,7 @@ use crate::model::{RunRecord, RunState, TriggerType};
 
 const COLUMNS: &str = "id, job_id, executor_address, trigger_type, trigger_time, param, trigger_code,
     trigger_msg, handle_time, handle_code, handle_msg, shard_index, shard_total, attempt, version, sha256,
-    fuel_used, state, parent_run_id, kill_requested, dispatched_at, claimed_at";
+    fuel_used, state, parent_run_id, kill_requested, dispatched_at, started_at, claimed_at";
 
 /// SQL for "the run has ended".
 const TERMINAL: &str = "state in ('success', 'failed', 'timed_out', 'killed', 'lost', 'skipped')";
@@ -386,7 +386,8 @@ pub(super) async fn apply(
             handle_time = case when $7 is null then handle_time else $9 end,
             fuel_used = coalesce($10, fuel_used),
             kill_requested = case when $11 = 1 then 1 else kill_requested end,
-            lease_owner = case when $1 = 'dispatching' then lease_owner else null end
+            lease_owner = case when $1 = 'dispatching' then lease_owner else null end,
+            started_at = coalesce($17, started_at)
          where id = $12 and state = $13 and kill_requested = $16
             and ($14 = '' or (lease_owner = $14 and fence = $15))
          returning {COLUMNS}"
@@ -407,6 +408,7 @@ pub(super) async fn apply(
     .bind(owner.unwrap_or(""))
     .bind(fence.unwrap_or(0))
     .bind(i64::from(transition.kill_requested_before))
+    .bind(transition.started_at)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(row) = row else { return Ok(None) };
@@ -482,6 +484,7 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord> {
         parent_run_id: row.try_get("parent_run_id")?,
         kill_requested: row.try_get::<i64, _>("kill_requested")? != 0,
         dispatched_at_ms: row.try_get("dispatched_at")?,
+        started_at_ms: row.try_get("started_at")?,
         first_claimed_at_ms: row.try_get("claimed_at")?,
     })
 }

@@ -193,7 +193,8 @@ fn failed(state: RunState) -> Transition {
     let facts =
         RunFacts { state, attempt: 0, kill_requested: false, trigger_type: TriggerType::Manual };
     let job = JobFacts { retry_count: 1, has_children: false };
-    let event = Event::Result { handle_code: 500, message: "boom\0".to_owned() };
+    let event =
+        Event::Result { handle_code: 500, message: "boom\0".to_owned(), started_at_ms: Some(350) };
     lifecycle::transition(&facts, Some(&job), &event).unwrap()
 }
 
@@ -273,7 +274,7 @@ async fn runs_move_through_their_lifecycle_once() {
             (done.state, done.handle_code, done.handle_msg.as_str(), done.handle_time_ms),
             (RunState::Failed, 500, "boom\u{fffd}", 400)
         );
-        assert_eq!(ids.len(), 1);
+        assert_eq!((ids.len(), done.started_at_ms), (1, 350));
         let again = failed(RunState::Running);
         let again = db.apply_transition(a, &again, None, None, &[retry], 401).await.unwrap();
         assert!(again.is_none(), "a result applies once");

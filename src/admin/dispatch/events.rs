@@ -182,7 +182,7 @@ impl Dispatcher {
                 failpoint::hit("callback.mid_batch");
             }
             let (handle_code, message) = result.code_and_msg();
-            let event = Event::Result { handle_code, message };
+            let event = Event::Result { handle_code, message, started_at_ms: result.started_at };
             if let Err(error) = self.apply(result.log_id, event, None, result.fuel_used).await {
                 tracing::error!(
                     error = format!("{error:#}"),

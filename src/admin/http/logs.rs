@@ -41,6 +41,7 @@ struct RunResponse {
     fuel_used: Option<i64>,
     state: &'static str,
     dispatched_at: Option<String>,
+    started_at: Option<String>,
     parent_run_id: Option<i64>,
     kill_requested: bool,
 }
@@ -66,6 +67,7 @@ impl From<RunRecord> for RunResponse {
             fuel_used: run.fuel_used,
             state: run.state.as_str(),
             dispatched_at: rfc3339(run.dispatched_at_ms),
+            started_at: rfc3339(run.started_at_ms),
             parent_run_id: run.parent_run_id,
             kill_requested: run.kill_requested,
         }

@@ -270,12 +270,11 @@ impl Dispatcher {
         addresses: Option<&[String]>,
     ) -> Result<Vec<i64>, TriggerError> {
         let runs = self.plan_runs(job, trigger, addresses).await?;
-        let now = now_ms();
+        let created =
+            self.inner.db.create_runs(&runs, now_ms()).await.map_err(anyhow::Error::from)?;
         let mut ids = Vec::with_capacity(runs.len());
-        for run in &runs {
-            if let Some(id) =
-                self.inner.db.create_run(run, now).await.map_err(anyhow::Error::from)?
-            {
+        for (run, id) in runs.iter().zip(created) {
+            if let Some(id) = id {
                 ids.push(id);
                 self.send_at(id, run.trigger_time_ms);
             }

@@ -22,8 +22,8 @@ const MAX_BATCH: usize = 256;
 /// One queued write.
 #[derive(Debug)]
 pub(super) enum Write {
-    CreateRun {
-        run: NewRun,
+    CreateRuns {
+        runs: Vec<NewRun>,
         now_ms: i64,
     },
     Claim {
@@ -57,7 +57,7 @@ pub(super) enum Write {
 /// What a write returned.
 #[derive(Debug)]
 pub(super) enum Written {
-    Id(Option<i64>),
+    Ids(Vec<Option<i64>>),
     Claim(Option<Claim>),
     Done(bool),
     Applied(Option<(RunRecord, Vec<i64>)>),
@@ -147,8 +147,12 @@ async fn commit(pool: &AnyPool, batch: Vec<Request>) {
 
 async fn execute(conn: &mut AnyConnection, write: &Write) -> Result<Written> {
     Ok(match write {
-        Write::CreateRun { run, now_ms } => {
-            Written::Id(runs::insert_run(conn, run, *now_ms).await?)
+        Write::CreateRuns { runs, now_ms } => {
+            let mut ids = Vec::with_capacity(runs.len());
+            for run in runs {
+                ids.push(runs::insert_run(conn, run, *now_ms).await?);
+            }
+            Written::Ids(ids)
         }
         Write::Claim { id, owner, now_ms, lease_until_ms } => {
             Written::Claim(runs::claim(conn, *id, owner, *now_ms, *lease_until_ms).await?)

@@ -85,8 +85,15 @@ impl Db {
     /// Creates one run outside a fire (manual, API, retry, parent). `None` when a run with the
     /// same fire, shard and attempt exists already.
     pub async fn create_run(&self, run: &NewRun, now_ms: i64) -> Result<Option<i64>> {
-        match self.batch(Write::CreateRun { run: run.clone(), now_ms }).await? {
-            Written::Id(id) => Ok(id),
+        let mut ids = self.create_runs(std::slice::from_ref(run), now_ms).await?;
+        Ok(ids.pop().flatten())
+    }
+
+    /// Creates the runs of one trigger (a broadcast's shards) together: all or none. Each id
+    /// is `None` when a run with the same fire, shard and attempt exists already.
+    pub async fn create_runs(&self, runs: &[NewRun], now_ms: i64) -> Result<Vec<Option<i64>>> {
+        match self.batch(Write::CreateRuns { runs: runs.to_vec(), now_ms }).await? {
+            Written::Ids(ids) => Ok(ids),
             other => Err(other.unexpected()),
         }
     }

@@ -45,6 +45,8 @@ const LEASE_RENEWAL: Duration = Duration::from_millis(5_000);
 /// A run that no executor confirmed within this long after its first claim is not sent again:
 /// executors remember the runs they accepted for (at least) this long.
 const RESEND_WINDOW_MS: i64 = 3_600_000;
+/// How long a `FAILOVER` or `BUSYOVER` probe of one executor may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long past a job's timeout the admin waits for a run's result before it ends the run.
 pub const RESULT_GRACE_MS: i64 = 60_000;
 
@@ -459,19 +461,24 @@ impl Dispatcher {
             Route::Broadcast(targets) => targets.into_iter().next().map(|(address, _, _)| address),
             Route::FirstPassing { probe, candidates } => {
                 for candidate in candidates {
-                    let passed = match probe {
-                        Probe::Beat => {
-                            self.inner.client.call::<_, String>(&candidate, "beat", &()).await
-                        }
-                        Probe::IdleBeat => {
-                            let param = JobIdParam { job_id: job.id, log_id: None };
-                            self.inner
-                                .client
-                                .call::<_, String>(&candidate, "idleBeat", &param)
-                                .await
+                    let probed = async {
+                        match probe {
+                            Probe::Beat => {
+                                self.inner.client.call::<_, String>(&candidate, "beat", &()).await
+                            }
+                            Probe::IdleBeat => {
+                                let param = JobIdParam { job_id: job.id, log_id: None };
+                                self.inner
+                                    .client
+                                    .call::<_, String>(&candidate, "idleBeat", &param)
+                                    .await
+                            }
                         }
                     };
-                    if passed.is_ok() {
+                    // A probe is a liveness question: an executor that does not answer within
+                    // XXL-JOB's 3 s is passed over, as one that refuses would be.
+                    let passed = tokio::time::timeout(PROBE_TIMEOUT, probed).await;
+                    if matches!(passed, Ok(Ok(_))) {
                         return Some(candidate);
                     }
                 }

@@ -68,6 +68,24 @@ impl LogStore {
         Ok(RunLog(Arc::new(Mutex::new(inner))))
     }
 
+    /// Opens the log of run `log_id` when its trigger time is not known (a run found in the
+    /// journal after a restart): the existing file, whatever its date, or else a new one dated
+    /// `fallback_ms`.
+    pub fn open_existing(&self, log_id: i64, fallback_ms: i64) -> std::io::Result<RunLog> {
+        let name = format!("{log_id}.log");
+        let mut days: Vec<PathBuf> = std::fs::read_dir(&self.root)?
+            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+            .filter(|path| path.join(&name).is_file())
+            .collect();
+        days.sort();
+        let Some(day) = days.pop() else { return self.open(log_id, fallback_ms) };
+        let path = day.join(name);
+        let file = std::fs::OpenOptions::new().append(true).open(&path)?;
+        let written = file.metadata()?.len();
+        let inner = RunLogInner { file, written, max_bytes: self.max_bytes, truncated: false };
+        Ok(RunLog(Arc::new(Mutex::new(inner))))
+    }
+
     /// A page of run `log_id`'s log from line `from_line` (1-based).
     pub fn read(
         &self,

@@ -7,6 +7,8 @@ mod support;
 mod api_errors;
 /// The whole platform on 127.0.0.1: cron fires, manual triggers, logs, on each database.
 mod end_to_end;
+/// The executor's run lifecycle: duplicate triggers, restarts and kills, held runs, the outbox.
+mod executor_lifecycle;
 /// The sandbox through the real executor: hostile jobs, kills, block strategies, the cache.
 mod sandbox;
 /// `wasmjob standalone` as a real process, the way the README runs it.

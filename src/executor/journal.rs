@@ -362,8 +362,8 @@ impl State {
 fn replay(runs: &mut HashMap<i64, Entry>, order: &mut VecDeque<(i64, i64)>, event: Event) {
     match event {
         Event::Accepted { log_id, job_id, at_ms } => {
-            if !runs.contains_key(&log_id) {
-                runs.insert(log_id, Entry { job_id, accepted_ms: at_ms, state: RunState::Queued });
+            if let std::collections::hash_map::Entry::Vacant(vacant) = runs.entry(log_id) {
+                vacant.insert(Entry { job_id, accepted_ms: at_ms, state: RunState::Queued });
                 order.push_back((at_ms, log_id));
             }
         }

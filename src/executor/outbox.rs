@@ -252,15 +252,16 @@ impl Outbox {
         Ok(Round::More)
     }
 
-    /// Up to `limit` pending run ids not waiting for their own backoff, oldest first.
-    fn due(&self, limit: usize) -> Vec<i64> {
+    /// Up to `limit` pending entries not waiting for their own backoff, oldest first: the run
+    /// id, and the result itself if only memory holds it.
+    fn due(&self, limit: usize) -> Vec<(i64, Option<HandleCallbackParam>)> {
         let now = Instant::now();
         let Ok(pending) = self.inner.pending.lock() else { return Vec::new() };
         pending
             .iter()
             .filter(|entry| entry.retry_at.is_none_or(|at| at <= now))
             .take(limit)
-            .map(|entry| entry.log_id)
+            .map(|entry| (entry.log_id, entry.in_memory.clone()))
             .collect()
     }
 
@@ -269,13 +270,10 @@ impl Outbox {
         pending.iter().filter_map(|entry| entry.retry_at).min()
     }
 
-    /// The results of `log_ids`, from memory or disk; unreadable files go to quarantine.
-    fn load(&self, log_ids: Vec<i64>) -> Vec<HandleCallbackParam> {
-        let mut results = Vec::with_capacity(log_ids.len());
-        for log_id in log_ids {
-            let in_memory = self.inner.pending.lock().ok().and_then(|pending| {
-                pending.iter().find(|entry| entry.log_id == log_id)?.in_memory.clone()
-            });
+    /// The results of `due` entries, from memory or disk; unreadable files go to quarantine.
+    fn load(&self, due: Vec<(i64, Option<HandleCallbackParam>)>) -> Vec<HandleCallbackParam> {
+        let mut results = Vec::with_capacity(due.len());
+        for (log_id, in_memory) in due {
             if let Some(result) = in_memory {
                 results.push(result);
                 continue;
@@ -291,7 +289,7 @@ impl Outbox {
                         self.inner.quarantine.display()
                     );
                     move_aside(&path, &self.inner.quarantine);
-                    self.forget(log_id);
+                    self.forget(&[log_id]);
                 }
             }
         }
@@ -299,8 +297,9 @@ impl Outbox {
     }
 
     fn acknowledged(&self, results: &[HandleCallbackParam]) {
+        let log_ids: Vec<i64> = results.iter().map(|result| result.log_id).collect();
+        self.forget(&log_ids);
         for result in results {
-            self.forget(result.log_id);
             let path = self.path(result.log_id);
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
@@ -343,9 +342,10 @@ impl Outbox {
         pending.push_back(entry);
     }
 
-    fn forget(&self, log_id: i64) {
+    fn forget(&self, log_ids: &[i64]) {
+        let log_ids: std::collections::HashSet<i64> = log_ids.iter().copied().collect();
         if let Ok(mut pending) = self.inner.pending.lock() {
-            pending.retain(|entry| entry.log_id != log_id);
+            pending.retain(|entry| !log_ids.contains(&entry.log_id));
         }
     }
 

@@ -3,9 +3,13 @@
 //!
 //! `push` applies the trigger's block strategy under the worker's lock: `SERIAL_EXECUTION`
 //! queues, `DISCARD_LATER` refuses while the job is busy, `COVER_EARLY` kills the running run and
-//! drops the queue. A worker idle for [`IDLE_TIMEOUT`] ends and is removed. Every accepted run
-//! ends with exactly one result in the outbox (or, when the disk refuses it, in memory on its way
-//! to the admin), whether it ran, failed to start, or was killed while queued.
+//! drops the queue. A worker idle for [`IDLE_TIMEOUT`] ends and is removed. An accepted run
+//! ends with one result in the outbox (or, when the disk refuses it, in memory on its way to
+//! the admin), whether it ran, failed to start, or was killed while queued, unless the process
+//! dies first (the journal then counts it lost at the next start).
+//!
+//! This module does not talk HTTP or decide what a run reports beyond its outcome: `http.rs`
+//! answers the admin, the runtime classifies outcomes.
 //!
 //! Acceptance goes through the run journal: a `logId` the journal knows is answered with where
 //! that run is and never queued again, also after a restart within the journal's window. A

@@ -32,7 +32,7 @@ use tracing::Instrument;
 
 use crate::config::ExecutorConfig;
 use crate::protocol;
-use crate::runtime::{CacheStats, Level, LogSink, PoolConfig, Runtime, RuntimeConfig};
+use crate::runtime::{CacheStats, Level, PoolConfig, Runtime, RuntimeConfig};
 
 pub use self::journal::RESEND_WINDOW;
 pub use self::logs::LogStore;
@@ -198,11 +198,9 @@ async fn open_journal(
                  finished; it will not run here",
                 run.log_id
             );
-            match logs.open_existing(run.log_id, run.accepted_ms) {
-                Ok(mut log) => log.line(Level::Warn, &message),
-                Err(error) => {
-                    tracing::warn!(%error, "cannot write to the log of lost run {}", run.log_id)
-                }
+            if let Err(error) = logs.append_once(run.log_id, run.accepted_ms, Level::Warn, &message)
+            {
+                tracing::warn!(%error, "cannot write to the log of lost run {}", run.log_id);
             }
         }
         Ok(journal)

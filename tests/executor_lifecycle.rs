@@ -272,7 +272,7 @@ async fn a_run_cut_short_by_sigkill_is_lost_and_never_run() {
     process.kill();
 
     // The same address and data dir, as systemd or a stable pod name would restart it.
-    let _process = ExecutorProcess::spawn(&app.api.base, port, &data_dir);
+    let mut process = ExecutorProcess::spawn(&app.api.base, port, &data_dir);
     wait_for_beat(&url).await;
     expect_run_reply(&url, &cut, run_reply::LOST).await;
     let log = run_log(&url, &cut).await;
@@ -289,8 +289,17 @@ async fn a_run_cut_short_by_sigkill_is_lost_and_never_run() {
         (reply.content.as_deref() == Some(run_reply::REPORTED)).then_some(())
     })
     .await;
-    // The lost run stayed lost: never started again.
+    // Killed once more: the lost run stays lost, its log says so once, the reported run stays
+    // reported.
+    process.kill();
+    let _process = ExecutorProcess::spawn(&app.api.base, port, &data_dir);
+    wait_for_beat(&url).await;
+    expect_run_reply(&url, &cut, run_reply::LOST).await;
+    expect_run_reply(&url, &fresh, run_reply::REPORTED).await;
+    let log = run_log(&url, &cut).await;
+    assert_eq!(log.matches("lost: run 3000001").count(), 1, "{log}");
     assert_eq!(journal_count(&data_dir, "started", cut.log_id), 1);
+    assert_eq!(journal_count(&data_dir, "started", fresh.log_id), 1);
     app.stop().await;
 }
 

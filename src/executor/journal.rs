@@ -25,7 +25,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -162,13 +162,14 @@ impl Journal {
         let mut runs: HashMap<i64, Entry> = HashMap::new();
         let mut order = VecDeque::new();
         for (_, path) in segments(&dir, now_ms)? {
-            let mut bytes = Vec::new();
-            File::open(&path)
-                .and_then(|mut file| file.read_to_end(&mut bytes))
-                .map_err(|source| io(&path, source))?;
+            let file = File::open(&path).map_err(|source| io(&path, source))?;
             let mut malformed = 0;
-            for line in bytes.split(|byte| *byte == b'\n').filter(|line| !line.is_empty()) {
-                let Some(event) = std::str::from_utf8(line).ok().and_then(parse_line) else {
+            for line in BufReader::new(file).split(b'\n') {
+                let line = line.map_err(|source| io(&path, source))?;
+                if line.is_empty() {
+                    continue;
+                }
+                let Some(event) = std::str::from_utf8(&line).ok().and_then(parse_line) else {
                     malformed += 1;
                     continue;
                 };

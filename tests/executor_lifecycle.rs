@@ -213,6 +213,16 @@ struct ExecutorProcess {
 
 impl ExecutorProcess {
     fn spawn(admin_url: &str, port: u16, data_dir: &Path) -> ExecutorProcess {
+        ExecutorProcess::spawn_with_failpoints(admin_url, port, data_dir, "")
+    }
+
+    /// Spawns with `--failpoints` armed (`NAME=abort`).
+    fn spawn_with_failpoints(
+        admin_url: &str,
+        port: u16,
+        data_dir: &Path,
+        failpoints: &str,
+    ) -> ExecutorProcess {
         let address = format!("http://127.0.0.1:{port}");
         let child = Command::new(env!("CARGO_BIN_EXE_wasmjob"))
             .args(["executor", "--listen", &format!("127.0.0.1:{port}"), "--address", &address])
@@ -222,6 +232,7 @@ impl ExecutorProcess {
             .arg("--handlers-dir")
             .arg(data_dir.join("handlers"))
             .env("WASMJOB_ACCESS_TOKEN", ACCESS_TOKEN)
+            .env("WASMJOB_FAILPOINTS", failpoints)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -235,6 +246,15 @@ impl ExecutorProcess {
         // Already gone is fine: the point is that it is not running afterwards.
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Waits until the process ends on its own (a failpoint aborted it).
+    async fn wait_for_exit(&mut self) {
+        let child = Mutex::new(&mut self.child);
+        wait_until("the executor process ends", || async {
+            child.lock().unwrap().try_wait().unwrap().map(drop)
+        })
+        .await;
     }
 }
 
@@ -448,4 +468,47 @@ async fn unreadable_outbox_entries_are_quarantined_and_the_rest_delivered() {
         .collect();
     assert_eq!(left, ["quarantine"]);
     executor.stop().await;
+}
+
+/// The executor's failpoints stop it where fault tests need it, and the journal tells what the
+/// next start must do: a run confirmed to nobody, or ended without its result stored, is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failpoints_abort_where_the_journal_says_the_run_is_lost() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("executor");
+    install_handlers(&data_dir, &["hello", "sleeper"]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    // A durable acceptance may start its run before `/run` answers, so after `after_accept` the
+    // run may or may not have started (a sleeper, so that it cannot have ended).
+    let cases = [
+        ("executor.after_accept", bean(904, 6_000_001, "sleeper", "3600000"), 0..=1),
+        ("executor.before_report", bean(904, 6_000_002, "hello", "b"), 1..=1),
+    ];
+    for (failpoint, run, started) in cases {
+        let mut process = ExecutorProcess::spawn_with_failpoints(
+            &app.api.base,
+            port,
+            &data_dir,
+            &format!("{failpoint}=abort"),
+        );
+        wait_for_beat(&url).await;
+        // After `after_accept` the answer never comes; after `before_report` it does.
+        let _ = reqwest::Client::new()
+            .post(protocol::join_url(&url, "run"))
+            .header(ACCESS_TOKEN_HEADER, ACCESS_TOKEN)
+            .json(&run)
+            .send()
+            .await;
+        process.wait_for_exit().await;
+
+        let _process = ExecutorProcess::spawn(&app.api.base, port, &data_dir);
+        wait_for_beat(&url).await;
+        expect_run_reply(&url, &run, run_reply::LOST).await;
+        assert_eq!(journal_count(&data_dir, "accepted", run.log_id), 1, "{failpoint}");
+        assert!(started.contains(&journal_count(&data_dir, "started", run.log_id)), "{failpoint}");
+        assert_eq!(journal_count(&data_dir, "finished", run.log_id), 0, "{failpoint}");
+    }
+    app.stop().await;
 }

@@ -1,13 +1,21 @@
 //! The executor daemon: serves the executor API, runs triggers in job workers, keeps run logs,
-//! reports results through a durable outbox, and beats to the admin.
+//! journals every accepted run, reports results through a durable outbox, and beats to the admin.
 //!
 //! [`start`] binds the listener and starts every task, returning a handle that knows the bound
 //! address (port 0 works) and stops everything gracefully: deregister, stop taking triggers,
 //! let running runs finish for a grace period, kill the rest, flush the outbox.
+//!
+//! A run's life here: `/run` journals the acceptance durably before it answers (so a `logId` is
+//! accepted once per executor data dir, across restarts, within [`RESEND_WINDOW`]); the worker
+//! journals its start, runs it, stores the result in the outbox and journals its end; the outbox
+//! delivers it; every heartbeat lists the runs held (queued, running, or with a result not yet
+//! acknowledged). At start, a run the journal shows accepted but not finished was cut short by
+//! the stop: it is lost, its log says so, and it is never run.
 //! It never imports `admin`: it speaks to an admin (ours or XXL-JOB's) only through `protocol`.
 
 mod heartbeat;
 mod http;
+mod journal;
 mod logs;
 mod modules;
 mod outbox;
@@ -24,8 +32,9 @@ use tracing::Instrument;
 
 use crate::config::ExecutorConfig;
 use crate::protocol;
-use crate::runtime::{CacheStats, PoolConfig, Runtime, RuntimeConfig};
+use crate::runtime::{CacheStats, Level, PoolConfig, Runtime, RuntimeConfig};
 
+pub use self::journal::RESEND_WINDOW;
 pub use self::logs::LogStore;
 
 /// The largest memory cap a job may ask for (a 32-bit wasm memory cannot grow past 4 GiB).
@@ -77,8 +86,13 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
     let client = protocol::Client::new(&config.access_token, Duration::from_secs(10))?;
     let logs = LogStore::new(config.data_dir.join("logs"), config.limits.max_log_bytes)
         .context("creating the log directory")?;
-    let outbox =
-        outbox::Outbox::new(config.data_dir.join("outbox")).context("creating the outbox")?;
+    let outbox_dir = config.data_dir.join("outbox");
+    let outbox = tokio::task::spawn_blocking(move || outbox::Outbox::open(outbox_dir))
+        .await?
+        .context("opening the outbox")?;
+    let journal = Arc::new(
+        open_journal(config.data_dir.join("journal"), outbox.clone(), logs.clone()).await?,
+    );
     let modules = modules::Modules {
         runtime: runtime.clone(),
         client: client.clone(),
@@ -90,6 +104,7 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         modules,
         logs: logs.clone(),
         outbox: outbox.clone(),
+        journal: journal.clone(),
         defaults: config.limits.clone(),
     });
     let shutdown = CancellationToken::new();
@@ -113,6 +128,7 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
     )];
     tasks.push(tokio::spawn(
         outbox
+            .clone()
             .deliver(client.clone(), config.admin_urls.clone(), shutdown.clone())
             .instrument(tracing::info_span!("outbox")),
     ));
@@ -121,6 +137,7 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
             client,
             config.admin_urls.clone(),
             heartbeat::param(&config.app_name, &address),
+            heartbeat::Held { journal, outbox: outbox.clone() },
             config.heartbeat_interval,
             shutdown.clone(),
         )
@@ -145,7 +162,10 @@ impl Executor {
         while self.workers.busy_count() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        self.workers.kill_all();
+        let workers = self.workers.clone();
+        if let Err(error) = tokio::task::spawn_blocking(move || workers.kill_all()).await {
+            tracing::error!(%error, "killing the remaining runs failed");
+        }
         // Killed runs report through the outbox: give them a moment to land there.
         tokio::time::sleep(Duration::from_millis(100)).await;
         self.shutdown.cancel();
@@ -153,6 +173,39 @@ impl Executor {
             let _ = task.await;
         }
     }
+}
+
+/// Opens the run journal and writes into the log of each run the last stop cut short that it
+/// is lost.
+async fn open_journal(
+    dir: std::path::PathBuf,
+    outbox: outbox::Outbox,
+    logs: LogStore,
+) -> anyhow::Result<journal::Journal> {
+    tokio::task::spawn_blocking(move || {
+        let now = journal::now_ms();
+        let (journal, lost) = journal::Journal::open(dir, now, |log_id| outbox.stored_code(log_id))
+            .context("opening the run journal")?;
+        for run in &lost {
+            tracing::warn!(
+                job.id = run.job_id,
+                run.id = run.log_id,
+                "run {} was accepted before this executor restarted and did not finish: lost",
+                run.log_id
+            );
+            let message = format!(
+                "lost: run {} was accepted by this executor, which stopped before the run \
+                 finished; it will not run here",
+                run.log_id
+            );
+            if let Err(error) = logs.append_once(run.log_id, run.accepted_ms, Level::Warn, &message)
+            {
+                tracing::warn!(%error, "cannot write to the log of lost run {}", run.log_id);
+            }
+        }
+        Ok(journal)
+    })
+    .await?
 }
 
 fn advertised_address(config: &ExecutorConfig, local_addr: SocketAddr) -> String {

@@ -7,6 +7,8 @@ mod support;
 mod api_errors;
 /// The whole platform on 127.0.0.1: cron fires, manual triggers, logs, on each database.
 mod end_to_end;
+/// The executor's run lifecycle: duplicate triggers, restarts and kills, held runs, the outbox.
+mod executor_lifecycle;
 /// Real admin and executor processes killed and restarted mid-lifecycle, then checked.
 mod fault;
 /// The admin's side of the run lifecycle: each way a run was lost, stranded or doubled.

@@ -1,22 +1,51 @@
 //! The registry heartbeat: `/api/registry` at start and every interval to the first admin that
 //! answers, and `/api/registryRemove` on shutdown.
+//!
+//! Every beat lists the runs this executor holds at that moment (`heldRuns`): queued, running,
+//! or ended with a result not yet acknowledged. An admin reconciles against it, so the list is
+//! built fresh for each beat from the journal and the outbox, never cached. It does not decide
+//! which runs are held; the journal and the outbox know.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::journal::Journal;
+use super::outbox::Outbox;
 use crate::protocol::{self, REGISTRY_GROUP_EXECUTOR, RegistryParam};
+
+/// Where the held runs are: the journal (queued and running) and the outbox (ended, not yet
+/// acknowledged).
+#[derive(Clone)]
+pub struct Held {
+    pub(super) journal: Arc<Journal>,
+    pub(super) outbox: Outbox,
+}
+
+impl Held {
+    /// Every run id held now, sorted, without duplicates.
+    pub fn run_ids(&self) -> Vec<i64> {
+        let mut ids = self.journal.live();
+        ids.extend(self.outbox.pending_ids());
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+}
 
 /// Beats until `shutdown`, then says goodbye.
 pub async fn run(
     client: protocol::Client,
     admin_urls: Vec<String>,
-    param: RegistryParam,
+    base: RegistryParam,
+    held: Held,
     interval: Duration,
     shutdown: CancellationToken,
 ) {
     let mut registered = false;
     loop {
+        let param = beat_param(&base, &held);
         match send(&client, &admin_urls, "api/registry", &param).await {
             Ok(admin) if !registered => {
                 tracing::info!(
@@ -37,12 +66,12 @@ pub async fn run(
             () = shutdown.cancelled() => break,
         }
     }
-    if let Err(error) = send(&client, &admin_urls, "api/registryRemove", &param).await {
+    if let Err(error) = send(&client, &admin_urls, "api/registryRemove", &base).await {
         tracing::warn!(%error, "could not deregister");
     }
 }
 
-/// The registry parameter of an executor.
+/// The registry parameter of an executor, without held runs (as `/api/registryRemove` sends it).
 pub fn param(app_name: &str, address: &str) -> RegistryParam {
     RegistryParam {
         registry_group: REGISTRY_GROUP_EXECUTOR.to_owned(),
@@ -50,6 +79,11 @@ pub fn param(app_name: &str, address: &str) -> RegistryParam {
         registry_value: address.to_owned(),
         held_runs: None,
     }
+}
+
+/// The parameter of one beat: `base` with the runs held now.
+pub fn beat_param(base: &RegistryParam, held: &Held) -> RegistryParam {
+    RegistryParam { held_runs: Some(held.run_ids()), ..base.clone() }
 }
 
 /// Sends `param` to the first admin that accepts it; returns that admin.

@@ -4,6 +4,10 @@
 //! A call without the right `XXL-JOB-ACCESS-TOKEN` is answered with a `code 500` envelope and
 //! does nothing. A malformed body is a `code 500` envelope naming the problem: the protocol has
 //! no other error channel, and XXL-JOB admins read only the envelope.
+//!
+//! `/run` answers success only once the acceptance is durable in the run journal, with `content`
+//! [`run_reply::ACCEPTED`]; a `logId` accepted before is answered with code 200, a message
+//! saying so and `content` naming where that run is ([`run_reply`]), and is not run again.
 
 use std::sync::Arc;
 
@@ -17,9 +21,10 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 
 use super::logs::LogStore;
-use super::worker::Workers;
+use super::worker::{Pushed, Workers};
 use crate::protocol::{
     ACCESS_TOKEN_HEADER, JobIdParam, LogParam, LogResult, ReturnT, TriggerParam, constant_time_eq,
+    run_reply,
 };
 
 /// What the handlers share.
@@ -86,14 +91,30 @@ async fn run(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<St
         Err(reply) => return reply,
     };
     let (job_id, log_id) = (param.job_id, param.log_id);
-    match state.workers.push(param) {
-        Ok(message) => {
-            tracing::debug!(
+    let workers = state.workers.clone();
+    let pushed = tokio::task::spawn_blocking(move || {
+        let pushed = workers.push(param)?;
+        if let Pushed::Accepted(ticket) = pushed {
+            workers.confirm(ticket)?;
+        }
+        Ok::<_, String>(pushed)
+    })
+    .await
+    .unwrap_or_else(|error| Err(format!("internal error: {error}")));
+    let (message, content) = match pushed {
+        Ok(Pushed::Accepted(_)) => {
+            crate::failpoint::hit("executor.after_accept");
+            tracing::debug!(job.id = job_id, run.id = log_id, "run {log_id} accepted");
+            (run_reply::ACCEPTED.to_owned(), run_reply::ACCEPTED)
+        }
+        Ok(Pushed::Duplicate(run_state)) => {
+            let content = run_state.reply();
+            tracing::info!(
                 job.id = job_id,
                 run.id = log_id,
-                "trigger for run {log_id}: {message}"
+                "trigger for run {log_id} again: it is {content}"
             );
-            Json(ReturnT { code: 200, msg: Some(message), content: None, data: None })
+            (format!("duplicate logId {log_id}: {content}"), content)
         }
         Err(reason) => {
             tracing::info!(
@@ -101,9 +122,11 @@ async fn run(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<St
                 run.id = log_id,
                 "trigger for run {log_id} refused: {reason}"
             );
-            Json(ReturnT::fail(reason))
+            return Json(ReturnT::fail(reason));
         }
-    }
+    };
+    let content = Some(content.to_owned());
+    Json(ReturnT { code: 200, msg: Some(message), content: content.clone(), data: content })
 }
 
 async fn kill(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<String>> {
@@ -111,7 +134,10 @@ async fn kill(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<S
         Ok(param) => param,
         Err(reply) => return reply,
     };
-    if state.workers.kill(param.job_id, param.log_id) {
+    let workers = state.workers.clone();
+    // Killing a queued run reports it, which syncs the outbox: off the async runtime.
+    let found = tokio::task::spawn_blocking(move || workers.kill(param.job_id, param.log_id)).await;
+    if found.unwrap_or(false) {
         Json(ReturnT::success())
     } else {
         Json(ReturnT {

@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -66,6 +66,44 @@ impl LogStore {
         let written = file.metadata()?.len();
         let inner = RunLogInner { file, written, max_bytes: self.max_bytes, truncated: false };
         Ok(RunLog(Arc::new(Mutex::new(inner))))
+    }
+
+    /// Appends `message` to the log of run `log_id` when its trigger time is not known (a run
+    /// found in the journal after a restart): to the existing file, whatever its date, or else
+    /// to a new one dated `fallback_ms`. Does nothing if the log already ends with `message`,
+    /// so a process that restarts again and again does not repeat itself.
+    pub fn append_once(
+        &self,
+        log_id: i64,
+        fallback_ms: i64,
+        level: Level,
+        message: &str,
+    ) -> std::io::Result<()> {
+        let name = format!("{log_id}.log");
+        let mut days: Vec<PathBuf> = std::fs::read_dir(&self.root)?
+            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+            .filter(|path| path.join(&name).is_file())
+            .collect();
+        days.sort();
+        let Some(day) = days.pop() else {
+            self.open(log_id, fallback_ms)?.line(level, message);
+            return Ok(());
+        };
+        let path = day.join(name);
+        let mut file = std::fs::OpenOptions::new().read(true).append(true).open(&path)?;
+        let written = file.metadata()?.len();
+        let tail_len = written.min(MAX_LINE_BYTES as u64);
+        let mut tail = Vec::new();
+        file.seek(SeekFrom::Start(written - tail_len))?;
+        file.read_to_end(&mut tail)?;
+        let last_line = String::from_utf8_lossy(&tail);
+        let last_line = last_line.trim_end().rsplit('\n').next().unwrap_or_default();
+        if last_line.ends_with(message) {
+            return Ok(());
+        }
+        let inner = RunLogInner { file, written, max_bytes: self.max_bytes, truncated: false };
+        RunLog(Arc::new(Mutex::new(inner))).line(level, message);
+        Ok(())
     }
 
     /// A page of run `log_id`'s log from line `from_line` (1-based).
@@ -242,6 +280,22 @@ mod tests {
         assert_eq!(all.log_content.matches("log truncated").count(), 1, "{}", all.log_content);
         let missing = store.read(8, 1_700_000_000_000, 1).unwrap();
         assert_eq!((missing.to_line_num, missing.is_end), (0, true));
+    }
+
+    #[test]
+    fn a_note_for_a_run_of_unknown_date_is_written_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::new(dir.path().to_owned(), 1000).unwrap();
+        let day = 86_400_000;
+        store.open(5, 10 * day).unwrap().line(Level::Info, "started");
+        for _ in 0..2 {
+            store.append_once(5, 20 * day, Level::Warn, "lost: gone").unwrap();
+            store.append_once(6, 20 * day, Level::Warn, "lost: gone").unwrap();
+        }
+        let five = store.read(5, 10 * day, 1).unwrap().log_content;
+        assert_eq!((five.matches("[INFO] started").count(), five.matches("lost").count()), (1, 1));
+        let six = store.read(6, 20 * day, 1).unwrap().log_content;
+        assert_eq!(six.matches("[WARN] lost: gone").count(), 1, "{six}");
     }
 
     #[test]

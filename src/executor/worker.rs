@@ -3,11 +3,20 @@
 //!
 //! `push` applies the trigger's block strategy under the worker's lock: `SERIAL_EXECUTION`
 //! queues, `DISCARD_LATER` refuses while the job is busy, `COVER_EARLY` kills the running run and
-//! drops the queue. A worker idle for [`IDLE_TIMEOUT`] ends and is removed. Every accepted run
-//! ends with exactly one result in the outbox, whether it ran, failed to start, or was killed
-//! while queued. A `logId` seen recently is accepted once and ignored after.
+//! drops the queue. A worker idle for [`IDLE_TIMEOUT`] ends and is removed. An accepted run
+//! ends with one result in the outbox (or, when the disk refuses it, in memory on its way to
+//! the admin), whether it ran, failed to start, or was killed while queued, unless the process
+//! dies first (the journal then counts it lost at the next start).
+//!
+//! This module does not talk HTTP or decide what a run reports beyond its outcome: `http.rs`
+//! answers the admin, the runtime classifies outcomes.
+//!
+//! Acceptance goes through the run journal: a `logId` the journal knows is answered with where
+//! that run is and never queued again, also after a restart within the journal's window. A
+//! trigger refused (bad module reference, `DISCARD_LATER`) is not journaled. A worker runs a
+//! trigger only once its acceptance is durable.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,6 +24,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::journal::{self, Admission, Journal, RunState, Ticket};
 use super::logs::LogStore;
 use super::modules::Modules;
 use super::outbox::Outbox;
@@ -25,8 +35,6 @@ use crate::runtime::{Level, LogSink, RunLimits, RunOutcome, Runtime, Trigger};
 
 /// How long a worker waits for work before it ends.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// How many recent `logId`s are remembered for duplicate detection.
-const RECENT_IDS: usize = 10_000;
 
 /// What runs a job needs, shared by all workers.
 pub struct RunContext {
@@ -34,14 +42,23 @@ pub struct RunContext {
     pub(super) modules: Modules,
     pub(super) logs: LogStore,
     pub(super) outbox: Outbox,
+    pub(super) journal: Arc<Journal>,
     pub(super) defaults: RunDefaults,
+}
+
+/// What [`Workers::push`] did with a trigger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// Newly accepted and queued; confirm it with [`Workers::confirm`] before answering.
+    Accepted(Ticket),
+    /// Accepted before: where that run is now. Nothing was queued.
+    Duplicate(RunState),
 }
 
 /// All job workers of an executor.
 #[derive(Clone)]
 pub struct Workers {
     map: Arc<Mutex<HashMap<i64, Arc<Worker>>>>,
-    recent: Arc<Mutex<RecentIds>>,
     ctx: Arc<RunContext>,
 }
 
@@ -52,45 +69,55 @@ struct Worker {
 
 #[derive(Default)]
 struct Queue {
-    pending: VecDeque<TriggerParam>,
+    pending: VecDeque<Queued>,
     running: Option<(i64, CancellationToken)>,
 }
 
-#[derive(Default)]
-struct RecentIds {
-    order: VecDeque<i64>,
-    set: HashSet<i64>,
+struct Queued {
+    param: TriggerParam,
+    ticket: Ticket,
 }
 
 impl Workers {
     /// No workers yet.
     pub fn new(ctx: RunContext) -> Workers {
-        Workers { map: Arc::default(), recent: Arc::default(), ctx: Arc::new(ctx) }
+        Workers { map: Arc::default(), ctx: Arc::new(ctx) }
     }
 
-    /// Accepts a trigger (the answer's message) or refuses it (the reason).
-    pub fn push(&self, param: TriggerParam) -> Result<String, String> {
+    /// Accepts a trigger (journaled, not yet durable) or refuses it (the reason). Blocks on
+    /// file writes: call it off the async runtime.
+    pub fn push(&self, param: TriggerParam) -> Result<Pushed, String> {
         if param.log_id <= 0 {
             return Err("logId must be a positive run id".to_owned());
+        }
+        // Every acceptance happens under this lock, so a duplicate cannot slip in between the
+        // journal's answer here and its record below.
+        let mut map = self.map.lock().map_err(|_| "worker table poisoned".to_owned())?;
+        if let Some(state) = self.ctx.journal.state(param.log_id) {
+            return Ok(Pushed::Duplicate(state));
         }
         self.ctx.modules.check(&param.glue_type, &param.glue_source, &param.executor_handler)?;
         let strategy = param
             .executor_block_strategy
             .parse::<BlockStrategy>()
             .unwrap_or(BlockStrategy::SerialExecution);
-        let mut map = self.map.lock().map_err(|_| "worker table poisoned".to_owned())?;
-        if !self.remember(param.log_id) {
-            return Ok(format!("duplicate logId {}: the run was accepted already", param.log_id));
-        }
         let worker = map.entry(param.job_id).or_insert_with(|| self.spawn(param.job_id)).clone();
         let mut queue = worker.queue.lock().map_err(|_| "worker queue poisoned".to_owned())?;
         let busy = queue.running.is_some() || !queue.pending.is_empty();
-        match strategy {
-            BlockStrategy::DiscardLater if busy => {
-                self.forget(param.log_id);
-                return Err("block strategy effect: DISCARD_LATER (the job is running or queued)"
-                    .to_owned());
+        if strategy == BlockStrategy::DiscardLater && busy {
+            return Err(
+                "block strategy effect: DISCARD_LATER (the job is running or queued)".to_owned()
+            );
+        }
+        let ticket = match self.ctx.journal.accept(param.log_id, param.job_id, journal::now_ms()) {
+            Ok(Admission::New(ticket)) => ticket,
+            Ok(Admission::Duplicate(state)) => return Ok(Pushed::Duplicate(state)),
+            Err(error) => {
+                tracing::error!(run.id = param.log_id, %error, "cannot journal run {}", param.log_id);
+                return Err(format!("the executor cannot record the run: {error}"));
             }
+        };
+        match strategy {
             BlockStrategy::CoverEarly if busy => {
                 if let Some((log_id, cancel)) = &queue.running {
                     tracing::info!(job.id = param.job_id, run.id = log_id, "covering run {log_id}");
@@ -98,7 +125,7 @@ impl Workers {
                 }
                 for dropped in queue.pending.drain(..) {
                     self.report_unrun(
-                        &dropped,
+                        &dropped.param,
                         "discarded: covered by a later trigger (COVER_EARLY)",
                     );
                 }
@@ -106,11 +133,31 @@ impl Workers {
             _ => {}
         }
         self.ctx.logs.started(param.log_id);
-        queue.pending.push_back(param);
+        if let Ok(mut log) = self.ctx.logs.open(param.log_id, param.log_date_time) {
+            log.line(
+                Level::Info,
+                &format!(
+                    "run {} of job {} accepted ({} ahead of it in the queue)",
+                    param.log_id,
+                    param.job_id,
+                    queue.pending.len() + usize::from(queue.running.is_some())
+                ),
+            );
+        }
+        queue.pending.push_back(Queued { param, ticket });
         drop(queue);
         drop(map);
         worker.notify.notify_one();
-        Ok("accepted".to_owned())
+        Ok(Pushed::Accepted(ticket))
+    }
+
+    /// Returns once an accepted trigger is durable; only then may it be confirmed to the admin.
+    /// Blocks on a disk sync (shared with concurrent acceptances).
+    pub fn confirm(&self, ticket: Ticket) -> Result<(), String> {
+        self.ctx.journal.sync(ticket).map_err(|error| {
+            tracing::error!(%error, "the run journal cannot be synced");
+            format!("the executor cannot record the run durably: {error}")
+        })
     }
 
     /// Kills job `job_id`'s running run and drops its queue, or, given `log_id`, only that run.
@@ -127,11 +174,13 @@ impl Workers {
             cancel.cancel();
             found = true;
         }
-        let (dropped, kept): (Vec<_>, Vec<_>) =
-            queue.pending.drain(..).partition(|queued| log_id.is_none_or(|id| id == queued.log_id));
+        let (dropped, kept): (Vec<_>, Vec<_>) = queue
+            .pending
+            .drain(..)
+            .partition(|queued| log_id.is_none_or(|id| id == queued.param.log_id));
         queue.pending.extend(kept);
         for queued in &dropped {
-            self.report_unrun(queued, "killed before it started");
+            self.report_unrun(&queued.param, "killed before it started");
         }
         found || !dropped.is_empty()
     }
@@ -180,14 +229,14 @@ impl Workers {
     async fn work(self, job_id: i64, worker: Arc<Worker>) {
         loop {
             let next = worker.queue.lock().ok().and_then(|mut queue| {
-                let param = queue.pending.pop_front()?;
+                let queued = queue.pending.pop_front()?;
                 let cancel = CancellationToken::new();
-                queue.running = Some((param.log_id, cancel.clone()));
-                Some((param, cancel))
+                queue.running = Some((queued.param.log_id, cancel.clone()));
+                Some((queued, cancel))
             });
-            if let Some((param, cancel)) = next {
-                let span = tracing::info_span!("run", run.id = param.log_id);
-                execute(&self.ctx, param, cancel).instrument(span).await;
+            if let Some((queued, cancel)) = next {
+                let span = tracing::info_span!("run", run.id = queued.param.log_id);
+                execute(self.ctx.clone(), queued, cancel).instrument(span).await;
                 if let Ok(mut queue) = worker.queue.lock() {
                     queue.running = None;
                 }
@@ -211,27 +260,6 @@ impl Workers {
         }
     }
 
-    /// Returns false if `log_id` was seen recently.
-    fn remember(&self, log_id: i64) -> bool {
-        let Ok(mut recent) = self.recent.lock() else { return true };
-        if !recent.set.insert(log_id) {
-            return false;
-        }
-        recent.order.push_back(log_id);
-        if recent.order.len() > RECENT_IDS
-            && let Some(old) = recent.order.pop_front()
-        {
-            recent.set.remove(&old);
-        }
-        true
-    }
-
-    fn forget(&self, log_id: i64) {
-        if let Ok(mut recent) = self.recent.lock() {
-            recent.set.remove(&log_id);
-        }
-    }
-
     /// Reports a run that was accepted but will never run.
     fn report_unrun(&self, param: &TriggerParam, reason: &str) {
         if let Ok(mut log) = self.ctx.logs.open(param.log_id, param.log_date_time) {
@@ -242,18 +270,38 @@ impl Workers {
 }
 
 /// Runs one trigger to its end and reports the result.
-async fn execute(ctx: &RunContext, param: TriggerParam, cancel: CancellationToken) {
+async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken) {
+    let Queued { param, ticket } = queued;
+    // A run starts only once its acceptance is durable, so a restart never forgets a run that
+    // began. This is normally already true (the `/run` answer waited for it).
+    let journal = ctx.journal.clone();
+    let log_id = param.log_id;
+    let recorded = tokio::task::spawn_blocking(move || {
+        journal.sync(ticket)?;
+        if let Err(error) = journal.started(log_id, journal::now_ms()) {
+            // The run goes on: without this line a restart counts it lost, which it would be.
+            tracing::error!(%error, "cannot journal the start of run {log_id}");
+        }
+        Ok::<(), journal::JournalError>(())
+    })
+    .await;
+    let not_recorded = match recorded {
+        Ok(Ok(())) => None,
+        Ok(Err(error)) => Some(error.to_string()),
+        Err(error) => Some(error.to_string()),
+    };
+    if let Some(error) = not_recorded {
+        tracing::error!(%error, "run {log_id} not started: its acceptance is not durable");
+        let reason = format!("host error: the run could not be recorded durably: {error}");
+        finish_blocking(&ctx, &param, code::FAILURE, reason, None).await;
+        return;
+    }
     let mut log = match ctx.logs.open(param.log_id, param.log_date_time) {
         Ok(log) => log,
         Err(error) => {
             tracing::error!(%error, "cannot open the log of run {}", param.log_id);
-            finish(
-                ctx,
-                &param,
-                code::FAILURE,
-                &format!("host error: cannot open the run log: {error}"),
-                None,
-            );
+            let reason = format!("host error: cannot open the run log: {error}");
+            finish_blocking(&ctx, &param, code::FAILURE, reason, None).await;
             return;
         }
     };
@@ -288,10 +336,28 @@ async fn execute(ctx: &RunContext, param: TriggerParam, cancel: CancellationToke
         }
         _ => None,
     };
-    finish(ctx, &param, outcome.handle_code(), &outcome.handle_msg(), fuel_used);
+    finish_blocking(&ctx, &param, outcome.handle_code(), outcome.handle_msg(), fuel_used).await;
 }
 
-/// Queues the result of a run for the admin and closes its log.
+/// [`finish`] off the async runtime (it syncs files).
+async fn finish_blocking(
+    ctx: &Arc<RunContext>,
+    param: &TriggerParam,
+    handle_code: i32,
+    handle_msg: String,
+    fuel_used: Option<i64>,
+) {
+    let (ctx, param_owned) = (ctx.clone(), param.clone());
+    let finished = tokio::task::spawn_blocking(move || {
+        finish(&ctx, &param_owned, handle_code, &handle_msg, fuel_used);
+    })
+    .await;
+    if let Err(error) = finished {
+        tracing::error!(%error, "reporting the result of run {} failed", param.log_id);
+    }
+}
+
+/// Queues the result of a run for the admin, journals its end and closes its log.
 fn finish(
     ctx: &RunContext,
     param: &TriggerParam,
@@ -308,8 +374,24 @@ fn finish(
         started_at: None,
         execute_result: None,
     };
-    if let Err(error) = ctx.outbox.push(&result) {
-        tracing::error!(%error, "cannot store the result of run {}: it will not be reported", param.log_id);
+    crate::failpoint::hit("executor.before_report");
+    let now = journal::now_ms();
+    match ctx.outbox.push(&result) {
+        Ok(()) => {
+            if let Err(error) = ctx.journal.finished(param.log_id, handle_code, now) {
+                tracing::error!(%error, "cannot journal the end of run {}", param.log_id);
+            }
+        }
+        Err(error) => {
+            tracing::error!(
+                %error,
+                run.id = param.log_id,
+                "cannot store the result of run {} on disk: it is kept in memory and sent \
+                 directly, and is lost if this executor stops before an admin takes it",
+                param.log_id
+            );
+            ctx.journal.reported_in_memory(param.log_id, now);
+        }
     }
     ctx.logs.finished(param.log_id);
 }

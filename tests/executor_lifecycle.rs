@@ -1,0 +1,514 @@
+//! The executor's side of a run's lifecycle, through real executors on 127.0.0.1: a `logId` is
+//! accepted once, also across a restart and a `SIGKILL`; heartbeats list the runs held; the
+//! outbox quarantines unreadable entries and still delivers the rest.
+//!
+//! Triggers are sent with the executor protocol directly, so a test chooses its run ids and
+//! can send one again, the way an admin that lost track of a send does.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::json;
+use wasmjob::executor::{self, Executor};
+use wasmjob::protocol::{
+    self, ACCESS_TOKEN_HEADER, CallbackBody, JobIdParam, LogParam, LogResult, RegistryParam,
+    ReturnT, TriggerParam, run_reply,
+};
+
+use crate::support::app::executor_config;
+use crate::support::{ACCESS_TOKEN, Backend, TestApp, sample_job};
+
+/// The trigger time of the runs sent directly: now, so that log retention keeps their logs.
+fn trigger_time_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// A `BEAN` trigger of the handler `handler` (a sample job copied into the handlers dir).
+fn bean(job_id: i64, log_id: i64, handler: &str, param: &str) -> TriggerParam {
+    TriggerParam {
+        job_id,
+        log_id,
+        executor_handler: handler.to_owned(),
+        executor_params: param.to_owned(),
+        executor_block_strategy: "SERIAL_EXECUTION".to_owned(),
+        log_date_time: trigger_time_ms(),
+        glue_type: "BEAN".to_owned(),
+        broadcast_total: 1,
+        ..TriggerParam::default()
+    }
+}
+
+fn install_handlers(data_dir: &Path, names: &[&str]) {
+    let handlers = data_dir.join("handlers");
+    std::fs::create_dir_all(&handlers).unwrap();
+    for name in names {
+        std::fs::write(handlers.join(format!("{name}.wasm")), sample_job(name)).unwrap();
+    }
+}
+
+/// `POST {executor}/run`: the whole envelope.
+async fn send_run(executor_url: &str, param: &TriggerParam) -> ReturnT<String> {
+    let reply = reqwest::Client::new()
+        .post(protocol::join_url(executor_url, "run"))
+        .header(ACCESS_TOKEN_HEADER, ACCESS_TOKEN)
+        .json(param)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    reply.json().await.unwrap()
+}
+
+/// Sends `param` and checks the answer's `content`, and for a duplicate its message.
+async fn expect_run_reply(executor_url: &str, param: &TriggerParam, content: &str) {
+    let reply = send_run(executor_url, param).await;
+    assert_eq!((reply.code, reply.content.as_deref()), (200, Some(content)), "{reply:?}");
+    if content != run_reply::ACCEPTED {
+        let msg = format!("duplicate logId {}: {content}", param.log_id);
+        assert_eq!(reply.msg.as_deref(), Some(msg.as_str()));
+    }
+}
+
+async fn run_log(executor_url: &str, run: &TriggerParam) -> String {
+    let client = protocol::Client::new(ACCESS_TOKEN, Duration::from_secs(5)).unwrap();
+    let param = LogParam { log_date_tim: run.log_date_time, log_id: run.log_id, from_line_num: 1 };
+    let page: Option<LogResult> = client.call(executor_url, "log", &param).await.unwrap();
+    page.unwrap().log_content
+}
+
+async fn kill_job(executor_url: &str, job_id: i64) {
+    let client = protocol::Client::new(ACCESS_TOKEN, Duration::from_secs(5)).unwrap();
+    let param = JobIdParam { job_id, log_id: None };
+    client.call::<_, String>(executor_url, "kill", &param).await.unwrap();
+}
+
+/// Every line of the executor's run journal, in file order.
+fn journal_lines(data_dir: &Path) -> Vec<String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(data_dir.join("journal"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|path| {
+            std::fs::read_to_string(path).unwrap().lines().map(str::to_owned).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// How many journal lines are `<kind> <log_id> …`.
+fn journal_count(data_dir: &Path, kind: &str, log_id: i64) -> usize {
+    let prefix = format!("{kind} {log_id} ");
+    journal_lines(data_dir).iter().filter(|line| line.starts_with(&prefix)).count()
+}
+
+/// Polls `probe` until it answers (states reached over the network have no other signal).
+async fn wait_until<T, Fut: Future<Output = Option<T>>>(what: &str, probe: impl Fn() -> Fut) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn executor_url(executor: &Executor) -> String {
+    format!("http://{}", executor.local_addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_trigger_is_answered_with_the_run_state_and_not_run_again() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let api = &app.api;
+    let data_dir = app.executor_dir();
+    let url = executor_url(app.executor.as_ref().unwrap());
+
+    // A run the admin sent, ran and reported; the admin then sends it again.
+    let job_id = api.create_job(json!({"name": "hello"})).await;
+    let (_, version) = api.upload(job_id, sample_job("hello")).await;
+    let (_, triggered) =
+        api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({"param": "once"})).await;
+    let log_id = triggered["log_ids"][0].as_i64().unwrap();
+    assert_eq!(api.finished_run(log_id).await["handle_msg"], "hello, once");
+    let again = TriggerParam {
+        job_id,
+        log_id,
+        executor_params: "twice".to_owned(),
+        executor_block_strategy: "SERIAL_EXECUTION".to_owned(),
+        glue_type: protocol::GLUE_WASM.to_owned(),
+        glue_source: version["sha256"].as_str().unwrap().to_owned(),
+        broadcast_total: 1,
+        ..TriggerParam::default()
+    };
+    expect_run_reply(&url, &again, run_reply::REPORTED).await;
+    assert_eq!(journal_count(&data_dir, "accepted", log_id), 1);
+    assert_eq!(journal_count(&data_dir, "started", log_id), 1);
+
+    // Queued and running runs answer with where they are.
+    install_handlers(&data_dir, &["sleeper"]);
+    let running = bean(900, 1_000_001, "sleeper", "3600000");
+    let queued = bean(900, 1_000_002, "sleeper", "3600000");
+    expect_run_reply(&url, &running, run_reply::ACCEPTED).await;
+    expect_run_reply(&url, &queued, run_reply::ACCEPTED).await;
+    wait_until("the first sleeper sleeps", || async {
+        run_log(&url, &running).await.contains("sleeping").then_some(())
+    })
+    .await;
+    expect_run_reply(&url, &running, run_reply::RUNNING).await;
+    expect_run_reply(&url, &queued, run_reply::QUEUED).await;
+    kill_job(&url, 900).await;
+    for param in [&running, &queued] {
+        wait_until("the killed runs are reported", || async {
+            let reply = send_run(&url, param).await;
+            (reply.content.as_deref() == Some(run_reply::REPORTED)).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(journal_count(&data_dir, "started", running.log_id), 1);
+    assert_eq!(journal_count(&data_dir, "started", queued.log_id), 0);
+    assert_eq!(journal_count(&data_dir, "finished", queued.log_id), 1);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_executor_remembers_the_runs_it_reported() {
+    let mut app = TestApp::start(Backend::Sqlite).await;
+    let data_dir = app.executor_dir();
+    install_handlers(&data_dir, &["hello"]);
+    let url = executor_url(app.executor.as_ref().unwrap());
+    let param = bean(901, 2_000_001, "hello", "before");
+    expect_run_reply(&url, &param, run_reply::ACCEPTED).await;
+    wait_until("the run is reported", || async {
+        let reply = send_run(&url, &param).await;
+        (reply.content.as_deref() == Some(run_reply::REPORTED)).then_some(())
+    })
+    .await;
+    app.executor.take().unwrap().stop().await;
+
+    let restarted =
+        executor::start(executor_config(&app.api.base, data_dir.clone())).await.unwrap();
+    let url = executor_url(&restarted);
+    expect_run_reply(&url, &param, run_reply::REPORTED).await;
+    assert_eq!(journal_count(&data_dir, "started", param.log_id), 1);
+    // New runs are accepted as before.
+    expect_run_reply(&url, &bean(901, 2_000_002, "hello", "after"), run_reply::ACCEPTED).await;
+    app.executor = Some(restarted);
+    app.stop().await;
+}
+
+/// A `wasmjob executor` process, killed (`SIGKILL`) when dropped, also when a test fails.
+struct ExecutorProcess {
+    child: Child,
+}
+
+impl ExecutorProcess {
+    fn spawn(admin_url: &str, port: u16, data_dir: &Path) -> ExecutorProcess {
+        ExecutorProcess::spawn_with_failpoints(admin_url, port, data_dir, "")
+    }
+
+    /// Spawns with `--failpoints` armed (`NAME=abort`).
+    fn spawn_with_failpoints(
+        admin_url: &str,
+        port: u16,
+        data_dir: &Path,
+        failpoints: &str,
+    ) -> ExecutorProcess {
+        let address = format!("http://127.0.0.1:{port}");
+        let child = Command::new(env!("CARGO_BIN_EXE_wasmjob"))
+            .args(["executor", "--listen", &format!("127.0.0.1:{port}"), "--address", &address])
+            .args(["--admin-url", admin_url, "--app-name", "lifecycle"])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--handlers-dir")
+            .arg(data_dir.join("handlers"))
+            .env("WASMJOB_ACCESS_TOKEN", ACCESS_TOKEN)
+            .env("WASMJOB_FAILPOINTS", failpoints)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        ExecutorProcess { child }
+    }
+
+    /// `SIGKILL` by process id, and reap it.
+    fn kill(&mut self) {
+        // Already gone is fine: the point is that it is not running afterwards.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits until the process ends on its own (a failpoint aborted it).
+    async fn wait_for_exit(&mut self) {
+        let child = Mutex::new(&mut self.child);
+        wait_until("the executor process ends", || async {
+            child.lock().unwrap().try_wait().unwrap().map(drop)
+        })
+        .await;
+    }
+}
+
+impl Drop for ExecutorProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn wait_for_beat(url: &str) {
+    let client = protocol::Client::new(ACCESS_TOKEN, Duration::from_secs(2)).unwrap();
+    wait_until("the executor answers /beat", || async {
+        client.call::<_, String>(url, "beat", &json!({})).await.ok().map(drop)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cut_short_by_sigkill_is_lost_and_never_run() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("executor");
+    install_handlers(&data_dir, &["sleeper", "hello"]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+
+    let mut process = ExecutorProcess::spawn(&app.api.base, port, &data_dir);
+    wait_for_beat(&url).await;
+    let cut = bean(902, 3_000_001, "sleeper", "3600000");
+    expect_run_reply(&url, &cut, run_reply::ACCEPTED).await;
+    wait_until("the sleeper sleeps", || async {
+        run_log(&url, &cut).await.contains("sleeping").then_some(())
+    })
+    .await;
+    process.kill();
+
+    // The same address and data dir, as systemd or a stable pod name would restart it.
+    let mut process = ExecutorProcess::spawn(&app.api.base, port, &data_dir);
+    wait_for_beat(&url).await;
+    expect_run_reply(&url, &cut, run_reply::LOST).await;
+    let log = run_log(&url, &cut).await;
+    assert!(log.contains("lost: run 3000001 was accepted by this executor"), "{log}");
+    assert_eq!(journal_count(&data_dir, "accepted", cut.log_id), 1);
+    assert_eq!(journal_count(&data_dir, "started", cut.log_id), 1);
+    assert_eq!(journal_count(&data_dir, "finished", cut.log_id), 0);
+
+    // The restarted executor runs new triggers.
+    let fresh = bean(902, 3_000_002, "hello", "after");
+    expect_run_reply(&url, &fresh, run_reply::ACCEPTED).await;
+    wait_until("the new run is reported", || async {
+        let reply = send_run(&url, &fresh).await;
+        (reply.content.as_deref() == Some(run_reply::REPORTED)).then_some(())
+    })
+    .await;
+    // Killed once more: the lost run stays lost, its log says so once, the reported run stays
+    // reported.
+    process.kill();
+    let _process = ExecutorProcess::spawn(&app.api.base, port, &data_dir);
+    wait_for_beat(&url).await;
+    expect_run_reply(&url, &cut, run_reply::LOST).await;
+    expect_run_reply(&url, &fresh, run_reply::REPORTED).await;
+    let log = run_log(&url, &cut).await;
+    assert_eq!(log.matches("lost: run 3000001").count(), 1, "{log}");
+    assert_eq!(journal_count(&data_dir, "started", cut.log_id), 1);
+    assert_eq!(journal_count(&data_dir, "started", fresh.log_id), 1);
+    app.stop().await;
+}
+
+/// An admin that records what executors tell it and acknowledges callbacks unless told not to.
+#[derive(Clone, Default)]
+struct RecordingAdmin {
+    beats: Arc<Mutex<Vec<(String, RegistryParam)>>>,
+    delivered: Arc<Mutex<Vec<i64>>>,
+    refuse_callbacks: Arc<AtomicBool>,
+}
+
+impl RecordingAdmin {
+    async fn serve(&self) -> String {
+        async fn registry(
+            State(admin): State<RecordingAdmin>,
+            Json(param): Json<RegistryParam>,
+        ) -> Json<ReturnT<String>> {
+            admin.beats.lock().unwrap().push(("registry".to_owned(), param));
+            Json(ReturnT::success())
+        }
+        async fn registry_remove(
+            State(admin): State<RecordingAdmin>,
+            Json(param): Json<RegistryParam>,
+        ) -> Json<ReturnT<String>> {
+            admin.beats.lock().unwrap().push(("registryRemove".to_owned(), param));
+            Json(ReturnT::success())
+        }
+        async fn callback(
+            State(admin): State<RecordingAdmin>,
+            body: Bytes,
+        ) -> Json<ReturnT<String>> {
+            if admin.refuse_callbacks.load(Ordering::SeqCst) {
+                return Json(ReturnT::fail("not now"));
+            }
+            let results = serde_json::from_slice::<CallbackBody>(&body).unwrap().into_list();
+            admin.delivered.lock().unwrap().extend(results.iter().map(|result| result.log_id));
+            Json(ReturnT::success())
+        }
+        let app = Router::new()
+            .route("/api/registry", post(registry))
+            .route("/api/registryRemove", post(registry_remove))
+            .route("/api/callback", post(callback))
+            .with_state(self.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        url
+    }
+
+    /// The held runs of the first beat recorded after now that satisfies `accept`.
+    async fn next_beat(&self, what: &str, accept: impl Fn(&[i64]) -> bool) -> Vec<i64> {
+        let seen = self.beats.lock().unwrap().len();
+        wait_until(what, || async {
+            let beats = self.beats.lock().unwrap();
+            beats[seen..].iter().find_map(|(path, param)| {
+                let held = param.held_runs.clone()?;
+                (path == "registry" && accept(&held)).then_some(held)
+            })
+        })
+        .await
+    }
+
+    fn delivered(&self) -> Vec<i64> {
+        self.delivered.lock().unwrap().clone()
+    }
+}
+
+async fn start_executor(admin_url: &str, data_dir: PathBuf) -> Executor {
+    wasmjob::telemetry::init_for_test();
+    let mut config = executor_config(admin_url, data_dir);
+    config.heartbeat_interval = Duration::from_millis(100);
+    executor::start(config).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_list_the_runs_held() {
+    let admin = RecordingAdmin::default();
+    let admin_url = admin.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    install_handlers(dir.path(), &["sleeper"]);
+    let executor = start_executor(&admin_url, dir.path().to_owned()).await;
+    let url = executor_url(&executor);
+    admin.next_beat("the first beat", |held| held.is_empty()).await;
+
+    admin.refuse_callbacks.store(true, Ordering::SeqCst);
+    let running = bean(903, 4_000_001, "sleeper", "3600000");
+    let queued = bean(903, 4_000_002, "sleeper", "3600000");
+    expect_run_reply(&url, &running, run_reply::ACCEPTED).await;
+    expect_run_reply(&url, &queued, run_reply::ACCEPTED).await;
+    let held = admin.next_beat("a beat lists both runs", |held| held.len() == 2).await;
+    assert_eq!(held, [running.log_id, queued.log_id]);
+
+    // Killed, both have results the admin has not acknowledged yet: still held.
+    kill_job(&url, 903).await;
+    for param in [&running, &queued] {
+        wait_until("the killed runs are reported", || async {
+            let reply = send_run(&url, param).await;
+            (reply.content.as_deref() == Some(run_reply::REPORTED)).then_some(())
+        })
+        .await;
+    }
+    let held = admin.next_beat("a beat after the runs ended", |_| true).await;
+    assert_eq!(held, [running.log_id, queued.log_id]);
+
+    // Acknowledged: no longer held.
+    admin.refuse_callbacks.store(false, Ordering::SeqCst);
+    wait_until("the results are delivered", || async {
+        (admin.delivered().len() == 2).then_some(())
+    })
+    .await;
+    admin.next_beat("a beat without the runs", |held| held.is_empty()).await;
+
+    executor.stop().await;
+    let beats = admin.beats.lock().unwrap();
+    let (path, last) = beats.last().unwrap();
+    assert_eq!((path.as_str(), &last.held_runs), ("registryRemove", &None));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_outbox_entries_are_quarantined_and_the_rest_delivered() {
+    let admin = RecordingAdmin::default();
+    let admin_url = admin.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = dir.path().join("outbox");
+    std::fs::create_dir_all(&outbox).unwrap();
+    let corrupt = br#"{"logId":5000002,"handleCode":2"#;
+    std::fs::write(outbox.join("5000002.json"), corrupt).unwrap();
+    std::fs::write(outbox.join("5000003.json"), b"").unwrap();
+    for log_id in [5_000_001, 5_000_004] {
+        let result = json!({"logId": log_id, "logDateTim": trigger_time_ms(), "handleCode": 200});
+        std::fs::write(outbox.join(format!("{log_id}.json")), result.to_string()).unwrap();
+    }
+
+    let executor = start_executor(&admin_url, dir.path().to_owned()).await;
+    wait_until("the readable results are delivered", || async {
+        (admin.delivered().len() == 2).then_some(())
+    })
+    .await;
+    assert_eq!(admin.delivered(), [5_000_001, 5_000_004]);
+    let quarantine = outbox.join("quarantine");
+    assert_eq!(std::fs::read(quarantine.join("5000002.json")).unwrap(), corrupt);
+    assert_eq!(std::fs::read(quarantine.join("5000003.json")).unwrap(), b"");
+    let left: Vec<_> = std::fs::read_dir(&outbox)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["quarantine"]);
+    executor.stop().await;
+}
+
+/// The executor's failpoints stop it where fault tests need it, and the journal tells what the
+/// next start must do: a run confirmed to nobody, or ended without its result stored, is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failpoints_abort_where_the_journal_says_the_run_is_lost() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("executor");
+    install_handlers(&data_dir, &["hello", "sleeper"]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    // A durable acceptance may start its run before `/run` answers, so after `after_accept` the
+    // run may or may not have started (a sleeper, so that it cannot have ended).
+    let cases = [
+        ("executor.after_accept", bean(904, 6_000_001, "sleeper", "3600000"), 0..=1),
+        ("executor.before_report", bean(904, 6_000_002, "hello", "b"), 1..=1),
+    ];
+    for (failpoint, run, started) in cases {
+        let mut process = ExecutorProcess::spawn_with_failpoints(
+            &app.api.base,
+            port,
+            &data_dir,
+            &format!("{failpoint}=abort"),
+        );
+        wait_for_beat(&url).await;
+        // After `after_accept` the answer never comes; after `before_report` it does.
+        let _ = reqwest::Client::new()
+            .post(protocol::join_url(&url, "run"))
+            .header(ACCESS_TOKEN_HEADER, ACCESS_TOKEN)
+            .json(&run)
+            .send()
+            .await;
+        process.wait_for_exit().await;
+
+        let _process = ExecutorProcess::spawn(&app.api.base, port, &data_dir);
+        wait_for_beat(&url).await;
+        expect_run_reply(&url, &run, run_reply::LOST).await;
+        assert_eq!(journal_count(&data_dir, "accepted", run.log_id), 1, "{failpoint}");
+        assert!(started.contains(&journal_count(&data_dir, "started", run.log_id)), "{failpoint}");
+        assert_eq!(journal_count(&data_dir, "finished", run.log_id), 0, "{failpoint}");
+    }
+    app.stop().await;
+}

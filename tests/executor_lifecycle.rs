@@ -166,6 +166,19 @@ async fn a_duplicate_trigger_is_answered_with_the_run_state_and_not_run_again() 
     .await;
     expect_run_reply(&url, &running, run_reply::RUNNING).await;
     expect_run_reply(&url, &queued, run_reply::QUEUED).await;
+
+    // Refused triggers are not journaled: sent again once they can run, they are accepted.
+    let discarded = TriggerParam {
+        executor_block_strategy: "DISCARD_LATER".to_owned(),
+        ..bean(900, 1_000_003, "sleeper", "1")
+    };
+    let unknown =
+        TriggerParam { glue_type: "GLUE_SHELL".to_owned(), ..bean(901, 1_000_004, "x", "") };
+    for refused in [&discarded, &unknown] {
+        let reply = send_run(&url, refused).await;
+        assert_eq!((reply.code, reply.content.as_deref()), (500, None), "{reply:?}");
+        assert_eq!(journal_count(&data_dir, "accepted", refused.log_id), 0);
+    }
     kill_job(&url, 900).await;
     for param in [&running, &queued] {
         wait_until("the killed runs are reported", || async {
@@ -177,6 +190,7 @@ async fn a_duplicate_trigger_is_answered_with_the_run_state_and_not_run_again() 
     assert_eq!(journal_count(&data_dir, "started", running.log_id), 1);
     assert_eq!(journal_count(&data_dir, "started", queued.log_id), 0);
     assert_eq!(journal_count(&data_dir, "finished", queued.log_id), 1);
+    expect_run_reply(&url, &discarded, run_reply::ACCEPTED).await;
     app.stop().await;
 }
 

@@ -198,3 +198,36 @@ fn rotates_hourly_and_forgets_after_the_window() {
     assert_eq!((journal.state(2), journal.state(3)), (None, Some(RunState::Reported)));
     assert_eq!(journal.live(), [4]);
 }
+
+#[test]
+fn concurrent_acceptances_are_each_recorded_once_and_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = Journal::open(dir.path().to_owned(), BASE, |_| None).unwrap();
+    let journal = Arc::new(journal);
+    let threads: Vec<_> = (0..8)
+        .map(|thread| {
+            let journal = journal.clone();
+            std::thread::spawn(move || {
+                for n in 0..25 {
+                    // Every thread also tries the ids of the thread before it: one wins each.
+                    for log_id in [thread * 100 + n, ((thread + 7) % 8) * 100 + n] {
+                        if let Admission::New(ticket) = journal.accept(log_id, 1, BASE).unwrap() {
+                            journal.sync(ticket).unwrap();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let text = std::fs::read_to_string(segment_path(dir.path(), BASE / H)).unwrap();
+    let mut ids: Vec<i64> =
+        text.lines().map(|line| line.split(' ').nth(1).unwrap().parse().unwrap()).collect();
+    ids.sort_unstable();
+    let expected: Vec<i64> =
+        (0..8).flat_map(|thread| (0..25).map(move |n| thread * 100 + n)).collect();
+    assert_eq!(ids, expected);
+    assert_eq!(journal.live().len(), 200);
+}

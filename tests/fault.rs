@@ -44,15 +44,16 @@ const END_MARGIN_MS: i64 = 5_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_killed_while_firing() {
-    // 50 jobs firing every second for about 25 s: well over 1,000 fires.
+    // 50 jobs firing every second for about 25 s: well over 1,000 fires. The failpoint counts
+    // scheduler passes (about one a second), each committing every fire then due.
     let scenario = Scenario {
         workload: Workload { plain: 40, failing: 5, parents: 5, bean: true, ..Workload::default() },
         crashes: &[(
             Role::Admin(0),
             &[
-                Crash::at("scheduler.after_fire_commit=abort@250", 6_000),
+                Crash::at("scheduler.after_fire_commit=abort@4", 6_000),
                 Crash::sigkill(4_000),
-                Crash::at("scheduler.after_fire_commit=abort@300", 6_000),
+                Crash::at("scheduler.after_fire_commit=abort@3", 6_000),
             ],
         )],
         chaos_for: Duration::from_secs(22),
@@ -158,7 +159,7 @@ async fn two_admins_one_killed_repeatedly_on_postgres() {
             Role::Admin(0),
             &[
                 Crash::sigkill(3_000),
-                Crash::at("scheduler.after_fire_commit=abort@40", 5_000),
+                Crash::at("scheduler.after_fire_commit=abort@3", 5_000),
                 Crash::sigkill(3_500),
                 Crash::at("dispatch.after_send=abort@20", 5_000),
             ],

@@ -183,8 +183,10 @@ pub async fn unfinished_runs(database_url: &str) -> u64 {
 /// Finished runs that did not succeed.
 pub async fn unsuccessful_runs(database_url: &str) -> u64 {
     let (runs, _, _) = read_database(database_url).await;
-    let finished = |run: &&Run| !NON_TERMINAL.contains(&run.state.as_str());
-    runs.iter().filter(finished).filter(|run| run.state != "success").count() as u64
+    let unsuccessful =
+        |run: &&Run| !NON_TERMINAL.contains(&run.state.as_str()) && run.state != "success";
+    // A fire dropped because its job stopped did not fail.
+    runs.iter().filter(unsuccessful).filter(|run| run.state != "skipped").count() as u64
 }
 
 /// Runs the admin sent (or meant to send) to `address`.
@@ -394,5 +396,116 @@ fn count_executions(executor_dirs: &[PathBuf], report: &mut Report) {
     for (log_id, count) in starts.into_iter().filter(|(_, count)| *count > 1) {
         report.executed_twice += 1;
         report.note("executed_twice", format!("run {log_id} started {count} times"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(id, job, trigger type, fire time, attempt, state, parent run)`.
+    type Row = (i64, i64, &'static str, Option<i64>, i64, &'static str, Option<i64>);
+
+    /// Job 1 fires every second from 0 to 5 s (so 1, 2 and 3 s are expected with the 2 s end
+    /// margin), has one retry and the child job 2. Figures: fires expected, missing, duplicate
+    /// attempt-0 runs, failures without retry, successes without children.
+    fn check(rows: &[Row]) -> [u64; 5] {
+        let runs: Vec<Run> = rows
+            .iter()
+            .map(|&(id, job_id, trigger_type, fire_time, attempt, state, parent_run_id)| Run {
+                id,
+                job_id,
+                trigger_type: trigger_type.to_owned(),
+                trigger_time: fire_time.unwrap_or(0),
+                fire_time,
+                attempt,
+                shard_index: 0,
+                executor_address: None,
+                state: state.to_owned(),
+                parent_run_id,
+            })
+            .collect();
+        let jobs = HashMap::from([
+            (1, Job { retry_count: 1, child_job_ids: vec![2], timeout_secs: 0 }),
+            (2, Job { retry_count: 0, child_job_ids: Vec::new(), timeout_secs: 0 }),
+        ]);
+        let input = Check {
+            database_url: String::new(),
+            executor_dirs: Vec::new(),
+            windows: vec![Window {
+                job_id: 1,
+                cron: "* * * * * ?".to_owned(),
+                started_ms: 0,
+                stopped_ms: 5_000,
+            }],
+            end_margin_ms: 2_000,
+            terminal_bound_ms: 0,
+            now_ms: 0,
+        };
+        let mut report = Report::default();
+        count_fires(&input, &runs, &mut report);
+        count_duplicates(&runs, true, &mut report);
+        count_follow_ups(&runs, &jobs, &mut report);
+        [
+            report.fires_expected,
+            report.missing,
+            report.duplicate_attempt0,
+            report.failures_without_retry,
+            report.successes_without_children,
+        ]
+    }
+
+    #[test]
+    fn figures_of_run_tables() {
+        let cases: &[(&str, &[Row], [u64; 5])] = &[
+            (
+                "every fire on time, each success with its child",
+                &[
+                    (1, 1, "CRON", Some(1_000), 0, "success", None),
+                    (2, 1, "CRON", Some(2_000), 0, "success", None),
+                    (3, 1, "CRON", Some(3_000), 0, "success", None),
+                    (4, 2, "PARENT", None, 0, "success", Some(1)),
+                    (5, 2, "PARENT", None, 0, "success", Some(2)),
+                    (6, 2, "PARENT", None, 0, "success", Some(3)),
+                ],
+                [3, 0, 0, 0, 0],
+            ),
+            (
+                "a gap of two fires: one misfire stands for one of them",
+                &[
+                    (1, 1, "CRON", Some(1_000), 0, "success", None),
+                    (2, 1, "MISFIRE", Some(3_500), 0, "success", None),
+                    (3, 2, "PARENT", None, 0, "success", Some(1)),
+                    (4, 2, "PARENT", None, 0, "success", Some(2)),
+                ],
+                [3, 1, 0, 0, 0],
+            ),
+            (
+                "a doubled fire and a doubled child run",
+                &[
+                    (1, 1, "CRON", Some(1_000), 0, "success", None),
+                    (2, 1, "CRON", Some(1_000), 0, "success", None),
+                    (3, 1, "CRON", Some(2_000), 0, "skipped", None),
+                    (4, 1, "CRON", Some(3_000), 0, "running", None),
+                    (5, 2, "PARENT", None, 0, "success", Some(1)),
+                    (6, 2, "PARENT", None, 0, "success", Some(1)),
+                    (7, 2, "PARENT", None, 0, "success", Some(2)),
+                ],
+                [3, 0, 2, 0, 0],
+            ),
+            (
+                "a failure not retried, a retried one, a success without its child",
+                &[
+                    (1, 1, "CRON", Some(1_000), 0, "lost", None),
+                    (2, 1, "CRON", Some(2_000), 0, "failed", None),
+                    (3, 1, "RETRY", None, 1, "failed", Some(2)),
+                    (4, 1, "CRON", Some(3_000), 0, "success", None),
+                ],
+                [3, 0, 0, 1, 1],
+            ),
+        ];
+        for (name, rows, expected) in cases {
+            assert_eq!(check(rows), *expected, "{name}");
+        }
     }
 }

@@ -7,6 +7,10 @@
 //! shows. `kill` is `SIGKILL` by PID; dropping a `Proc` (hence a [`Cluster`], also while a test
 //! unwinds from a panic) kills its child, so no test leaves a process behind.
 //!
+//! Every process of a cluster runs one pinned copy of the binary (a hard link made when the
+//! cluster starts): a build that replaces the binary in the target dir meanwhile, as builds
+//! sharing a target dir do, cannot slip another version into a restart.
+//!
 //! This module does not decide when to kill; the scenarios in `fault.rs` do. It also does not
 //! drop a PostgreSQL database on panic (that needs async); the normal end does, in
 //! [`Cluster::finish`].
@@ -23,6 +27,9 @@ use super::{ACCESS_TOKEN, ADMIN_TOKEN, Api};
 /// The sample jobs every executor has as `BEAN` handlers (by the same name).
 pub const BEAN_HANDLERS: &[&str] = &["hello", "fail", "sleeper"];
 
+/// The name of the cluster's pinned copy of the binary, in its temp dir.
+const PINNED_BINARY: &str = "wasmjob";
+
 /// How long a process may take to log that it listens.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -32,6 +39,7 @@ pub struct Proc {
     pub name: String,
     /// The port it listens on, the same in every incarnation.
     pub port: u16,
+    binary: PathBuf,
     args: Vec<String>,
     log_path: PathBuf,
     child: Option<Child>,
@@ -42,7 +50,8 @@ pub struct Proc {
 impl Proc {
     fn new(name: String, port: u16, args: Vec<String>, dir: &Path) -> Proc {
         let log_path = dir.join(format!("{name}.log"));
-        Proc { name, port, args, log_path, child: None, starts: 0 }
+        let binary = dir.join(PINNED_BINARY);
+        Proc { name, port, binary, args, log_path, child: None, starts: 0 }
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -56,7 +65,7 @@ impl Proc {
         let mut log =
             std::fs::OpenOptions::new().create(true).append(true).open(&self.log_path).unwrap();
         let offset = log.seek(SeekFrom::End(0)).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_wasmjob"));
+        let mut command = Command::new(&self.binary);
         command
             .args(&self.args)
             .env("RUST_LOG", "info")
@@ -156,6 +165,7 @@ impl Cluster {
     /// the group `default`, and `executors` executors (started, online) pointed at every admin.
     pub async fn start(postgres_url: Option<String>, admins: usize, executors: usize) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
+        pin_binary(&dir.path().join(PINNED_BINARY));
         let postgres = postgres_url.is_some();
         let database_url = postgres_url
             .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("wasmjob.db").display()));
@@ -283,6 +293,15 @@ impl Drop for Cluster {
         for proc in self.admins.iter_mut().chain(self.executors.iter_mut()) {
             proc.kill();
         }
+    }
+}
+
+/// Pins the binary cargo built for this test run at `path`: a hard link (cheap, and it keeps
+/// the inode when the target dir's file is replaced), or a copy across file systems.
+fn pin_binary(path: &Path) {
+    let built = env!("CARGO_BIN_EXE_wasmjob");
+    if std::fs::hard_link(built, path).is_err() {
+        std::fs::copy(built, path).unwrap();
     }
 }
 

@@ -51,6 +51,12 @@ pub async fn cron_then_manual(api: &Api) {
         (run["trigger_type"].as_str(), run["param"].as_str()),
         (Some("MANUAL"), Some("by hand"))
     );
+    // Lateness is visible: when the admin saw the executor accept the run (after the executor
+    // may have started it already), and when the executor started it.
+    let (dispatched, started) =
+        (run["dispatched_at"].as_str().unwrap(), run["started_at"].as_str().unwrap());
+    let triggered = run["trigger_time"].as_str().unwrap();
+    assert!(triggered <= dispatched && triggered <= started, "{run}");
     let log = api.log_content(log_id).await;
     assert!(log.contains("hello, by hand"), "{log}");
 }

@@ -265,7 +265,7 @@ impl Workers {
         if let Ok(mut log) = self.ctx.logs.open(param.log_id, param.log_date_time) {
             log.line(Level::Warn, reason);
         }
-        finish(&self.ctx, param, code::FAILURE, reason, None);
+        finish(&self.ctx, param, code::FAILURE, reason, None, None);
     }
 }
 
@@ -276,9 +276,10 @@ async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken
     // began. This is normally already true (the `/run` answer waited for it).
     let journal = ctx.journal.clone();
     let log_id = param.log_id;
+    let started_at = journal::now_ms();
     let recorded = tokio::task::spawn_blocking(move || {
         journal.sync(ticket)?;
-        if let Err(error) = journal.started(log_id, journal::now_ms()) {
+        if let Err(error) = journal.started(log_id, started_at) {
             // The run goes on: without this line a restart counts it lost, which it would be.
             tracing::error!(%error, "cannot journal the start of run {log_id}");
         }
@@ -293,7 +294,7 @@ async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken
     if let Some(error) = not_recorded {
         tracing::error!(%error, "run {log_id} not started: its acceptance is not durable");
         let reason = format!("host error: the run could not be recorded durably: {error}");
-        finish_blocking(&ctx, &param, code::FAILURE, reason, None).await;
+        finish_blocking(&ctx, &param, code::FAILURE, reason, None, None).await;
         return;
     }
     let mut log = match ctx.logs.open(param.log_id, param.log_date_time) {
@@ -301,7 +302,7 @@ async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken
         Err(error) => {
             tracing::error!(%error, "cannot open the log of run {}", param.log_id);
             let reason = format!("host error: cannot open the run log: {error}");
-            finish_blocking(&ctx, &param, code::FAILURE, reason, None).await;
+            finish_blocking(&ctx, &param, code::FAILURE, reason, None, Some(started_at)).await;
             return;
         }
     };
@@ -336,7 +337,8 @@ async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken
         }
         _ => None,
     };
-    finish_blocking(&ctx, &param, outcome.handle_code(), outcome.handle_msg(), fuel_used).await;
+    let (handle_code, handle_msg) = (outcome.handle_code(), outcome.handle_msg());
+    finish_blocking(&ctx, &param, handle_code, handle_msg, fuel_used, Some(started_at)).await;
 }
 
 /// [`finish`] off the async runtime (it syncs files).
@@ -346,10 +348,11 @@ async fn finish_blocking(
     handle_code: i32,
     handle_msg: String,
     fuel_used: Option<i64>,
+    started_at: Option<i64>,
 ) {
     let (ctx, param_owned) = (ctx.clone(), param.clone());
     let finished = tokio::task::spawn_blocking(move || {
-        finish(&ctx, &param_owned, handle_code, &handle_msg, fuel_used);
+        finish(&ctx, &param_owned, handle_code, &handle_msg, fuel_used, started_at);
     })
     .await;
     if let Err(error) = finished {
@@ -364,6 +367,7 @@ fn finish(
     handle_code: i32,
     handle_msg: &str,
     fuel_used: Option<i64>,
+    started_at: Option<i64>,
 ) {
     let result = HandleCallbackParam {
         log_id: param.log_id,
@@ -371,7 +375,7 @@ fn finish(
         handle_code,
         handle_msg: Some(handle_msg.to_owned()),
         fuel_used,
-        started_at: None,
+        started_at,
         execute_result: None,
     };
     crate::failpoint::hit("executor.before_report");

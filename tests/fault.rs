@@ -45,15 +45,16 @@ const END_MARGIN_MS: i64 = 5_000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_killed_while_firing() {
     // 50 jobs firing every second for about 25 s: well over 1,000 fires. The failpoint counts
-    // scheduler passes (about one a second), each committing every fire then due.
+    // scheduler passes that committed fires (about one a second, each committing every fire
+    // then due), so starting the jobs does not reach it.
     let scenario = Scenario {
         workload: Workload { plain: 40, failing: 5, parents: 5, bean: true, ..Workload::default() },
         crashes: &[(
             Role::Admin(0),
             &[
-                Crash::at("scheduler.after_fire_commit=abort@4", 6_000),
+                Crash::at("scheduler.after_fire_commit=abort@5", 8_000),
                 Crash::sigkill(4_000),
-                Crash::at("scheduler.after_fire_commit=abort@3", 6_000),
+                Crash::at("scheduler.after_fire_commit=abort@4", 8_000),
             ],
         )],
         chaos_for: Duration::from_secs(22),
@@ -507,12 +508,22 @@ async fn upload(api: &Api, job_id: i64, bytes: Vec<u8>) {
 
 /// Starts the jobs; returns each with the time its start had returned.
 async fn start_jobs(api: &Api, jobs: &[i64]) -> Vec<(i64, i64)> {
-    let mut started = Vec::new();
-    for job_id in jobs {
-        let (status, job) = api.post(&format!("/api/v1/jobs/{job_id}/start"), json!({})).await;
-        assert_eq!(status, 200, "{job}");
-        started.push((*job_id, now_ms()));
+    // All at once, so that the scheduler passes woken by the starts (which count towards the
+    // firing failpoint) are few and the chaos begins with every job running.
+    let mut starts = tokio::task::JoinSet::new();
+    for job_id in jobs.iter().copied() {
+        let api = Api { http: api.http.clone(), base: api.base.clone(), token: api.token.clone() };
+        starts.spawn(async move {
+            let (status, job) = api.post(&format!("/api/v1/jobs/{job_id}/start"), json!({})).await;
+            assert_eq!(status, 200, "{job}");
+            (job_id, now_ms())
+        });
     }
+    let mut started = Vec::new();
+    while let Some(start) = starts.join_next().await {
+        started.push(start.unwrap());
+    }
+    started.sort_unstable();
     started
 }
 

@@ -117,7 +117,7 @@ fn parse_errors() {
             CRON `0/x * * * * ?` after Wed 2025-01-01 00:00:00 UTC: invalid cron expression `0/x * * * * ?`: second field, at character 2: `/` must be followed by a number
             CRON `0 0 12 ?xy * ?` after Wed 2025-01-01 00:00:00 UTC: invalid cron expression `0 0 12 ?xy * ?`: day-of-month field, at character 8: unexpected character after `?`
             CRON `0 0 12 1 1 ? 2031-2027` after Wed 2025-01-01 00:00:00 UTC: invalid cron expression `0 0 12 1 1 ? 2031-2027`: year field, at character 18: a year range must not end before it starts
-            CRON `0 0 12 ? * ,` after Wed 2025-01-01 00:00:00 UTC: invalid cron expression `0 0 12 ? * ,`: day-of-week field, at character 11: no value
+            CRON `0 0 12 ? * ,` after Wed 2025-01-01 00:00:00 UTC: invalid cron expression `0 0 12 ? * ,`: day-of-week field, at character 11: the field has no value
             CRON `L * * * * ?` after Wed 2025-01-01 00:00:00 UTC: invalid cron expression `L * * * * ?`: second field, at character 0: `L` is only allowed for day-of-month or day-of-week
             CRON `0 0 12 ? * MÖN` after Wed 2025-01-01 00:00:00 UTC: invalid cron expression `0 0 12 ? * MÖN`: day-of-week field, at character 11: unknown day-of-week name
             CRON `0 0 12 ? * 5-é` after Wed 2025-01-01 00:00:00 UTC: invalid cron expression `0 0 12 ? * 5-é`: day-of-week field, at character 13: a range must end with a number

@@ -33,7 +33,7 @@
 //! is ignored, a step of 0 means the start alone, fields after the seventh are ignored, and in
 //! day-of-month `W` and in day-of-week `#` and `nL` apply to the smallest value of the list
 //! (`1,15W` is `1W`, `6#1,2` is the first Monday). So is a quirk of `nW` for a day one past the
-//! end of a month, described at `CronExpr::overflow_weekday`.
+//! end of a month, described at `CronExpr::overflow_weekday` and `CronExpr::skipped_month`.
 //!
 //! Where Quartz itself breaks, this engine does not follow: `L-30W` (Quartz loops forever in
 //! short months) fires on the nearest weekday of day 1 in 31-day months; an empty list (`,`)

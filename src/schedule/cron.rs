@@ -114,13 +114,13 @@ impl CronExpr {
         if year < FIRST_YEAR {
             (year, month, day, floor) = (FIRST_YEAR, 1, 1, None);
         }
-        // The month of the first day with a matching time of day left: see `overflow_weekday`.
-        let first_month = match floor {
+        let skipped = match floor {
+            // The first day with a matching time of day left.
             Some((hour, minute, second)) if self.first_time(hour, minute, second).is_none() => {
                 let next = NaiveDate::from_ymd_opt(year, month, day)?.succ_opt()?;
-                (next.year(), next.month())
+                self.skipped_month(next)
             }
-            _ => (year, month),
+            _ => self.skipped_month(NaiveDate::from_ymd_opt(year, month, day)?),
         };
         while year <= LAST_YEAR {
             if !self.has_year(year) {
@@ -135,7 +135,7 @@ impl CronExpr {
                 (month, day, floor) = (next_month, 1, None);
             }
             let mut mask = self.day_mask(year, month);
-            if (year, month) == first_month {
+            if Some((year, month)) != skipped {
                 mask |= self.overflow_weekday(year, month);
             }
             let Some(next_day) = next_bit(mask, day, 31) else {
@@ -185,15 +185,11 @@ impl CronExpr {
         }
     }
 
-    /// Quartz's `nW` for a day one past the end of the month, in the month the search starts in.
+    /// Quartz's `nW` for a day one past the end of the month: "day 31 of April" is May 1st to
+    /// Quartz, and when that is a Saturday, `31W` fires on the Friday before, April 30th (and
+    /// likewise `29W` in a February of 28 days, `30W` in one of 29).
     ///
-    /// Quartz reads "day 31 of April" as May 1st, and when that is a Saturday, fires on the
-    /// Friday before, April 30th. It does so only while its search is in that month: a search
-    /// that enters the month from the month before jumps straight to day `n`, past the end, and
-    /// skips the month. So `31W` fires on April 30th 2027 when the search starts in April 2027,
-    /// or runs into it from the last day of March (fire after fire, as a scheduler does), but
-    /// not when it starts earlier in March past that month's fire. This module reproduces it so
-    /// that fire times stay those of Quartz.
+    /// See [`CronExpr::skipped_month`] for when Quartz skips it.
     fn overflow_weekday(&self, year: i32, month: u32) -> u64 {
         let last = days_in_month(year, month);
         let friday = NaiveDate::from_ymd_opt(year, month, last)
@@ -202,6 +198,28 @@ impl CronExpr {
             DayRule::NearestWeekday(day) if day == last + 1 && friday => 1 << last,
             _ => 0,
         }
+    }
+
+    /// The month whose [`CronExpr::overflow_weekday`] Quartz skips in a search from `start`.
+    ///
+    /// Quartz finds that fire only when its search is already in the month. When the search
+    /// starts in a month past that month's own `nW` day, Quartz moves on to day `n` of the next
+    /// month, which is past its end, and so lands in the month after. Fire after fire, as a
+    /// scheduler asks, this drops `29W` from a February of 28 days when January's fire fell on
+    /// the 29th. This module reproduces it so that fire times stay those of Quartz.
+    fn skipped_month(&self, start: NaiveDate) -> Option<(i32, u32)> {
+        let DayRule::NearestWeekday(day) = self.days else {
+            return None;
+        };
+        let (year, month) = (start.year(), start.month());
+        let in_fields = self.has_year(year) && self.months & (1 << month) != 0;
+        let target = next_bit(self.day_mask(year, month), 1, 31)?;
+        if !in_fields || day > days_in_month(year, month) || target >= start.day() {
+            return None;
+        }
+        let next =
+            NaiveDate::from_ymd_opt(year, month, 1)?.checked_add_months(chrono::Months::new(1))?;
+        Some((next.year(), next.month()))
     }
 
     /// The days of `month` in `year` that match, as bits 1–31.

@@ -440,7 +440,7 @@ fn quartz_vectors() {
         *counts.entry(vector.kind).or_insert(0) += 1;
     }
     assert!(wrong.is_empty(), "{} vectors disagree:\n{}", wrong.len(), wrong.join("\n"));
-    expect![[r#"{"agree": 1130, "dst": 65, "horizon": 4, "quartz_defect": 3}"#]]
+    expect![[r#"{"agree": 1138, "dst": 65, "horizon": 6, "quartz_defect": 3}"#]]
         .assert_eq(&format!("{counts:?}"));
 }
 

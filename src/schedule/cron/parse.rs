@@ -272,14 +272,15 @@ impl ItemParser<'_> {
     }
 
     /// The rest of the item from `at` as a step, checked against the field's largest step.
+    /// Quartz reads it as a signed integer, and a step of 0 or less as 1.
     fn whole_step(&mut self, at: usize) -> Result<u32, ItemError> {
-        let digits = &self.text[at..];
-        let step = std::str::from_utf8(digits)
-            .ok()
-            .filter(|text| text.bytes().all(|byte| byte.is_ascii_digit()))
-            .and_then(|text| text.parse::<u32>().ok());
+        let text = std::str::from_utf8(&self.text[at..]).unwrap_or_default();
+        let digits = text.strip_prefix(['+', '-']).unwrap_or(text);
+        let step = Some(text)
+            .filter(|_| !digits.is_empty() && digits.bytes().all(|byte| byte.is_ascii_digit()))
+            .and_then(|text| text.parse::<i32>().ok());
         match step {
-            Some(step) => self.check_step(step, self.text.len()),
+            Some(step) => self.check_step(u32::try_from(step).unwrap_or(0), self.text.len()),
             None => self.fail(at, "the step must be a number"),
         }
     }
@@ -375,10 +376,13 @@ impl ItemParser<'_> {
                 if !self.peek().is_some_and(|byte| byte.is_ascii_digit()) {
                     return self.fail(self.at, "`/` must be followed by a number");
                 }
+                let step_at = self.at;
                 let Some(step) = self.digits() else {
                     return self.fail(self.at, "number too large");
                 };
-                if self.peek().is_some() {
+                // As in Quartz, a one-digit step must end the item; after a longer one, the rest
+                // is ignored.
+                if self.at == step_at + 1 && self.peek().is_some() {
                     return self.fail(self.at, "unexpected character after the step");
                 }
                 let step = self.check_step(step, at + 1)?;

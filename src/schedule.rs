@@ -7,38 +7,70 @@
 //! deliberately does not store next fire times, lock jobs or create runs, and it never catches up
 //! on a backlog: a late fire yields at most one run (see [`decide`]).
 //!
-//! Cron expressions are Quartz's, with seconds: `sec min hour dom mon dow [year]`. The `croner`
-//! crate matches them against the wall clock of the job's time zone (UTC by default); this module
-//! turns the matching wall times into instants, with this daylight-saving policy:
+//! # Cron expressions
 //!
-//! - Spring forward: wall times in the gap do not exist, so every matching wall time in the gap
-//!   collapses into one fire at the first instant after the gap. A daily `0 30 2 * * ?` in
-//!   Europe/Berlin fires at 03:00 CEST on the transition day.
-//! - Fall back: a wall time fires at most once, at its first occurrence, so the second pass of
-//!   the repeated hour fires nothing, for fixed times and intervals alike: `0 0/10 * * * ?` is
-//!   silent for that hour rather than fire twice per wall time.
+//! Cron expressions are Quartz's, with seconds: `sec min hour dom mon dow [year]`, evaluated by
+//! our own engine (`cron.rs`) so that a job fires when it fired under XXL-JOB, which uses
+//! Quartz's `CronExpression`. `src/schedule/quartz_vectors.tsv` holds answers recorded from
+//! Quartz 2.3.2 and a test replays them all. The engine reads:
 //!
-//! Not supported by the underlying cron library (croner 3), and what this module does about it:
-//! - Its day-of-week numbering is Unix's (0 = SUN, 1 = MON); this module turns on its Quartz
-//!   mode (1 = SUN .. 7 = SAT, as in XXL-JOB), where `0` is rejected.
-//! - `LW`, `L-3` and a bare `W` in day-of-month are rejected.
-//! - Wrap-around ranges (`FRI-MON`, `22-2`, even `MON-SUN`) are rejected.
-//! - It ORs a restricted day-of-month with a restricted day-of-week; Quartz refuses the
-//!   combination, and so does this module. `*` is accepted where Quartz insists on `?`.
-//! - A bare `L` in day-of-week never matches; it is rewritten to `7` (Saturday), its Quartz
-//!   meaning.
-//! - Searches stop at the year 5000 (Quartz's year field stops at 2099), so an expression that
-//!   never matches (`0 0 0 30 2 ?`) has no next fire, found after a search of tens of
-//!   milliseconds.
+//! - Values, names in any case (`JAN`–`DEC`, `SUN`–`SAT`; day-of-week 1 is Sunday), lists,
+//!   ranges, ranges that wrap around (`FRI-MON`, `22-2`, `NOV-FEB`, `50-10`), and steps on all
+//!   of them and on `*` (`0/15`, `*/2`, `8-18/3`, `2025/2` in the year).
+//! - `?` in exactly one of day-of-month and day-of-week (Quartz refuses both or neither).
+//! - Day-of-month: `L` (last day), `L-n` (n days before it, n ≤ 30), `LW` and `L-nW` (the
+//!   nearest weekday to those), `nW` (the weekday nearest to day n, never leaving the month).
+//!   `L` takes no other values in the list.
+//! - Day-of-week: `L` alone (Saturday, 7), `nL` (the last such day of the month), `n#k` (the
+//!   k-th, k from 1 to 5). `L` takes no other values in the list and `#` appears at most once.
+//! - Years from 1970; a `*` year (or none) runs to 2099, the end of Quartz's documented range,
+//!   and years past 2099 never fire. So an expression that never matches (`0 0 0 30 2 ?`) has
+//!   no next fire, found within microseconds.
+//!
+//! Quartz's leniencies are kept, since expressions that work under XXL-JOB must keep working:
+//! what follows a complete value is ignored (`MONDAY` reads as `MON`, `5X` as `5`, and a step
+//! after a name too, so `JAN/3` is January and `MON-FRI/2` is every weekday), `W` after a range
+//! is ignored, a step of 0 means the start alone, fields after the seventh are ignored, and in
+//! day-of-month `W` and in day-of-week `#` and `nL` apply to the smallest value of the list
+//! (`1,15W` is `1W`, `6#1,2` is the first Monday). So is a quirk of `nW` for a day one past the
+//! end of a month, described at `CronExpr::overflow_weekday` and `CronExpr::skipped_month`.
+//!
+//! Where Quartz itself breaks, this engine does not follow: `L-30W` (Quartz loops forever in
+//! short months) fires on the nearest weekday of day 1 in 31-day months; an empty list (`,`)
+//! is refused; the year 99 is the year 99, not Quartz's internal marker for `*`. `L` fires on
+//! the last day of every month, including those shorter than 31 days: copies of the Quartz code
+//! bundled with XXL-JOB have been reported to skip them, and Quartz 2.3.2 does not.
+//! A refused expression gets an error naming the field and the character offset.
+//!
+//! # Daylight saving
+//!
+//! Expressions match the wall clock of the job's time zone (UTC by default). When that clock
+//! jumps, a job neither loses nor doubles a fixed-time fire, and a repeating job keeps its pace
+//! in real time (as cronie does):
+//!
+//! - A fixed-time schedule (its hour field is neither `*` nor a step) whose wall time falls in a
+//!   spring-forward gap fires once, at the first instant after the gap: a daily `0 30 2 * * ?`
+//!   in Europe/Berlin fires at 03:00 CEST on the transition day. Several matches in one gap
+//!   collapse into that one fire.
+//! - In a repeated hour (fall back), a fixed-time schedule fires once, on the first pass.
+//! - A schedule whose hour field is `*` or a step repeats across hours: it fires at each
+//!   matching wall time that exists, so wall times in a gap are skipped, and the repeated hour
+//!   fires on both passes. `0 0/10 * * * ?` fires every 10 real minutes through a fall-back
+//!   hour, 12 fires in that wall hour pair.
+//!
+//! Quartz instead skips fixed times that fall in a gap and fires a repeated hour's wall times on
+//! its second pass only; the recorded vectors mark those cases as deliberate differences.
 #![warn(missing_docs)]
+
+mod cron;
+mod zone;
 
 use std::str::FromStr;
 
-use chrono::{DateTime, MappedLocalTime, NaiveDateTime, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
-use croner::Cron;
-use croner::parser::{CronParser, Seconds};
 
+use self::cron::CronExpr;
+pub use self::cron::{CronError, Field as CronField};
 use crate::model::{MisfireStrategy, ScheduleType, TriggerType};
 
 /// A fire more than this late is a misfire (XXL-JOB uses 5 s).
@@ -47,26 +79,20 @@ pub const MISFIRE_THRESHOLD_MS: i64 = 5_000;
 /// The longest accepted `FIX_RATE`, in seconds: one year of 365 days.
 pub const MAX_FIX_RATE_SECS: i64 = 31_536_000;
 
-/// The first second croner can search from: 0001-01-01T00:00:00Z.
-const FIRST_SEARCHABLE_SEC: i64 = -62_135_596_800;
-
-/// The second at which croner gives up searching: 5000-01-01T00:00:00Z.
-const LAST_SEARCHABLE_SEC: i64 = 95_617_584_000;
-
-/// An upper bound on the length of a DST gap or overlap; Samoa's 2011 gap of a whole day is the
-/// longest on record.
-const MAX_TRANSITION_SECS: i64 = 3 * 86_400;
-
 /// Why a schedule configuration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
-    /// The `CRON` configuration is not a Quartz expression this module can evaluate.
+    /// The `CRON` configuration is not a Quartz expression (Quartz would refuse it too).
     #[error("invalid cron expression `{expr}`: {reason}")]
     InvalidCron {
         /// The expression as given.
         expr: String,
-        /// What is wrong with it.
+        /// What is wrong with it, naming the field and the position.
         reason: String,
+        /// The field at fault, or `None` when the expression has too few fields.
+        field: Option<CronField>,
+        /// The character offset (from 0) in the expression where the problem was found.
+        position: usize,
     },
     /// The `FIX_RATE` configuration is not a whole number of seconds in range.
     #[error(
@@ -101,7 +127,7 @@ pub struct Schedule {
 #[derive(Debug, Clone)]
 enum Rule {
     /// A cron expression read on the wall clock of `zone`.
-    Cron { cron: Box<Cron>, zone: Tz },
+    Cron { cron: Box<CronExpr>, zone: Tz },
     /// The previous fire plus `rate_ms`.
     FixRate { rate_ms: i64 },
     /// No fires of its own.
@@ -111,8 +137,7 @@ enum Rule {
 impl Schedule {
     /// Parses `conf` for `kind`.
     ///
-    /// `CRON` takes a Quartz expression of 6 or 7 fields (see the module doc for what is not
-    /// supported); `FIX_RATE` a whole number of seconds from 1 to [`MAX_FIX_RATE_SECS`];
+    /// `CRON` takes a Quartz expression of 6 or 7 fields (see the module doc); `FIX_RATE` a whole number of seconds from 1 to [`MAX_FIX_RATE_SECS`];
     /// `NONE` an empty or blank `conf` (anything else is [`ScheduleError::UnexpectedConf`]).
     /// Surrounding whitespace is allowed. `time_zone` is an IANA name, `None` meaning UTC; it is
     /// checked whatever the kind, though only cron expressions use it.
@@ -147,7 +172,7 @@ impl Schedule {
     }
 
     /// The first fire time strictly after `after_ms` (ms since the Unix epoch, UTC), or `None`
-    /// for a `NONE` schedule, a cron expression with no match before the year 5000, or an
+    /// for a `NONE` schedule, a cron expression with no match up to the end of 2099, or an
     /// overflow.
     ///
     /// A cron fire is always on a whole second; `FIX_RATE` returns `after_ms` plus the rate,
@@ -175,31 +200,14 @@ impl Schedule {
     }
 }
 
-/// Checks the Quartz rules croner does not enforce, then parses with croner in Quartz mode.
-fn parse_quartz(expr: &str) -> Result<Cron, ScheduleError> {
-    let invalid = |reason: String| ScheduleError::InvalidCron { expr: expr.to_owned(), reason };
-    let mut fields: Vec<&str> = expr.split_whitespace().collect();
-    if !(6..=7).contains(&fields.len()) {
-        return Err(invalid(format!(
-            "expected 6 or 7 fields (sec min hour dom mon dow [year]), found {}",
-            fields.len()
-        )));
-    }
-    let restricted = |field: &str| field != "*" && field != "?";
-    if restricted(fields[3]) && restricted(fields[5]) {
-        return Err(invalid(
-            "day-of-month and day-of-week are both set; one of them must be `?`".to_owned(),
-        ));
-    }
-    if fields[5].eq_ignore_ascii_case("L") {
-        fields[5] = "7";
-    }
-    CronParser::builder()
-        .seconds(Seconds::Required)
-        .alternative_weekdays(true)
-        .build()
-        .parse(&fields.join(" "))
-        .map_err(|error| invalid(error.to_string()))
+/// Parses a Quartz expression, keeping the field and position of a refusal.
+fn parse_quartz(expr: &str) -> Result<CronExpr, ScheduleError> {
+    CronExpr::parse(expr).map_err(|error| ScheduleError::InvalidCron {
+        expr: expr.to_owned(),
+        reason: error.to_string(),
+        field: error.field,
+        position: error.position,
+    })
 }
 
 /// Reads a rate in whole seconds; signs, fractions and out-of-range values are refused.
@@ -214,67 +222,11 @@ fn parse_rate(conf: &str) -> Result<i64, ScheduleError> {
 }
 
 /// The first cron fire strictly after `after_ms`, following the module's DST policy.
-fn next_cron(cron: &Cron, zone: Tz, after_ms: i64) -> Option<i64> {
+fn next_cron(cron: &CronExpr, zone: Tz, after_ms: i64) -> Option<i64> {
     // Fires fall on whole seconds, so "after the second containing `after_ms`" is the same as
     // "strictly after `after_ms`".
-    let after_sec = after_ms.div_euclid(1000);
-    if !(FIRST_SEARCHABLE_SEC..LAST_SEARCHABLE_SEC).contains(&after_sec) {
-        return None;
-    }
-    let after = DateTime::from_timestamp(after_sec, 0)?;
-    let mut wall = after.with_timezone(&zone).naive_local();
-    // In the second pass of a fall-back overlap, every wall time up to the end of the overlap
-    // already had its first occurrence, so the search resumes where the overlap ends.
-    if let MappedLocalTime::Ambiguous(_, second_pass) = zone.from_local_datetime(&wall)
-        && second_pass == after
-    {
-        let end = first_wall_where(wall, |w| {
-            !matches!(zone.from_local_datetime(&w), MappedLocalTime::Ambiguous(..))
-        })?;
-        wall = end.checked_sub_signed(TimeDelta::seconds(1))?;
-    }
-    // Croner runs on naive wall times dressed as UTC, which has no DST: its own zone handling can
-    // answer an instant before the start during a repeated hour.
-    let candidate =
-        cron.find_next_occurrence(&Utc.from_utc_datetime(&wall), false).ok()?.naive_utc();
-    let fire = match zone.from_local_datetime(&candidate) {
-        MappedLocalTime::Single(fire) | MappedLocalTime::Ambiguous(fire, _) => fire,
-        MappedLocalTime::None => {
-            let end =
-                first_wall_where(candidate, |w| zone.from_local_datetime(&w).earliest().is_some())?;
-            zone.from_local_datetime(&end).earliest()?
-        }
-    };
-    Some(fire.timestamp_millis())
-}
-
-/// The first whole-second wall time after `from` at which `found` holds, given that it does not
-/// hold at `from`: steps double until one lands, then bisection narrows it down. A transition
-/// lasts hours and they are months apart, so `found` flips once in the span searched.
-fn first_wall_where(
-    from: NaiveDateTime,
-    found: impl Fn(NaiveDateTime) -> bool,
-) -> Option<NaiveDateTime> {
-    let (mut before, mut step) = (from, 1);
-    let mut at = loop {
-        let probe = from.checked_add_signed(TimeDelta::seconds(step))?;
-        if found(probe) {
-            break probe;
-        }
-        if step > MAX_TRANSITION_SECS {
-            return None;
-        }
-        (before, step) = (probe, step * 2);
-    };
-    while (at - before).num_seconds() > 1 {
-        let mid = before + TimeDelta::seconds((at - before).num_seconds() / 2);
-        if found(mid) {
-            at = mid;
-        } else {
-            before = mid;
-        }
-    }
-    Some(at)
+    let fire = zone::next_fire(cron, zone, after_ms.div_euclid(1000))?;
+    fire.checked_mul(1000)
 }
 
 /// What the scheduler does when it reaches a job whose next fire time is `scheduled_ms` at

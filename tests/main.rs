@@ -15,6 +15,8 @@ mod fault;
 mod lifecycle;
 /// The sandbox through the real executor: hostile jobs, kills, block strategies, the cache.
 mod sandbox;
+/// `GET /api/v1/schedule/preview` through the router: fire times, DST, every refusal.
+mod schedule_preview;
 /// `wasmjob standalone` as a real process, the way the README runs it.
 mod standalone;
 /// Rules of the source tree: docs on every file, layering, migrations.

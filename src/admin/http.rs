@@ -11,6 +11,7 @@ mod extract;
 mod groups;
 mod jobs;
 mod logs;
+mod schedule;
 mod versions;
 
 use axum::Router;
@@ -31,6 +32,7 @@ pub fn router(state: AppState) -> Router {
         .merge(versions::router(&state))
         .merge(logs::router())
         .merge(executors::router())
+        .merge(schedule::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), require_bearer));
     Router::new()
         .nest("/api/v1", operator)

@@ -1,0 +1,85 @@
+//! `/api/v1/schedule/preview`: the next fire times of a schedule that is not a job's yet.
+//!
+//! An operator checks a cron expression (or a fixed rate) and a time zone before saving a job:
+//! the answer is what the scheduler would fire, shown with the zone's offset, and a refused
+//! expression gets the reason with the field and the position. It reads and stores nothing.
+
+use axum::Router;
+use axum::routing::get;
+use chrono::{DateTime, SecondsFormat};
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
+
+use super::error::ApiError;
+use super::extract::Query;
+use crate::admin::{AppState, now_ms};
+use crate::model::ScheduleType;
+use crate::schedule::Schedule;
+
+/// How many fire times a preview answers unless asked, and at most.
+const DEFAULT_COUNT: usize = 5;
+const MAX_COUNT: usize = 100;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/schedule/preview", get(preview_schedule))
+}
+
+/// The query of `GET /schedule/preview`. Numbers and instants arrive as text, so that a bad
+/// value gets our own reason rather than the deserializer's.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PreviewQuery {
+    schedule_type: Option<String>,
+    #[serde(default)]
+    schedule_conf: String,
+    time_zone: Option<String>,
+    from: Option<String>,
+    count: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Preview {
+    fire_times: Vec<String>,
+}
+
+async fn preview_schedule(
+    Query(query): Query<PreviewQuery>,
+) -> Result<axum::Json<Preview>, ApiError> {
+    let invalid = |message: String| ApiError::bad_request("invalid_query", message);
+    let kind: ScheduleType = match query.schedule_type.as_deref().map(str::trim) {
+        None | Some("") => {
+            return Err(invalid("schedule_type is required: CRON, FIX_RATE or NONE".to_owned()));
+        }
+        Some(text) => text.parse().map_err(|error| invalid(format!("schedule_type: {error}")))?,
+    };
+    let time_zone = query.time_zone.as_deref().map(str::trim).filter(|zone| !zone.is_empty());
+    let from_ms = match query.from.as_deref().map(str::trim) {
+        None | Some("") => now_ms(),
+        Some(text) => DateTime::parse_from_rfc3339(text)
+            .map_err(|_| {
+                invalid(format!(
+                    "from: `{text}` is not an RFC 3339 instant such as 2026-03-29T00:00:00Z"
+                ))
+            })?
+            .timestamp_millis(),
+    };
+    let count = match query.count.as_deref().map(str::trim) {
+        None | Some("") => DEFAULT_COUNT,
+        Some(text) => {
+            text.parse().ok().filter(|count| (1..=MAX_COUNT).contains(count)).ok_or_else(|| {
+                invalid(format!("count: `{text}` is not a number from 1 to {MAX_COUNT}"))
+            })?
+        }
+    };
+    let schedule = Schedule::parse(kind, &query.schedule_conf, time_zone)
+        .map_err(|error| ApiError::bad_request("invalid_schedule", error.to_string()))?;
+    // `Schedule::parse` has accepted the zone, so this parse cannot fail; UTC keeps it total.
+    let zone: Tz = time_zone.and_then(|name| name.parse().ok()).unwrap_or(Tz::UTC);
+    let fire_times = schedule
+        .next_n(from_ms, count)
+        .into_iter()
+        .filter_map(DateTime::from_timestamp_millis)
+        .map(|fire| fire.with_timezone(&zone).to_rfc3339_opts(SecondsFormat::AutoSi, false))
+        .collect();
+    Ok(axum::Json(Preview { fire_times }))
+}

@@ -174,23 +174,34 @@ impl Dispatcher {
     }
 
     /// Applies one batch of executor results. Each result is applied on its own, so one that
-    /// cannot be applied does not hold back the others; the answer is whether all were.
+    /// cannot be applied does not hold back the others, and all at once, so that their writes
+    /// share the database's group commits; the answer is whether all were applied.
     pub async fn apply_results(&self, results: &[HandleCallbackParam]) -> bool {
+        let mut applying = tokio::task::JoinSet::new();
+        for result in results {
+            let (this, result) = (self.clone(), result.clone());
+            applying.spawn(async move {
+                let (handle_code, message) = result.code_and_msg();
+                let event =
+                    Event::Result { handle_code, message, started_at_ms: result.started_at };
+                let applied = this.apply(result.log_id, event, None, result.fuel_used).await;
+                (result.log_id, applied)
+            });
+        }
         let mut all_applied = true;
-        for (index, result) in results.iter().enumerate() {
-            if index == 1 {
+        let mut done = 0;
+        while let Some(joined) = applying.join_next().await {
+            done += 1;
+            if done == 1 && results.len() > 1 {
                 failpoint::hit("callback.mid_batch");
             }
-            let (handle_code, message) = result.code_and_msg();
-            let event = Event::Result { handle_code, message, started_at_ms: result.started_at };
-            if let Err(error) = self.apply(result.log_id, event, None, result.fuel_used).await {
-                tracing::error!(
-                    error = format!("{error:#}"),
-                    "applying the result of run {} failed",
-                    result.log_id
-                );
-                all_applied = false;
-            }
+            let error = match joined {
+                Ok((_, Ok(_))) => continue,
+                Ok((log_id, Err(error))) => format!("run {log_id}: {error:#}"),
+                Err(error) => error.to_string(),
+            };
+            tracing::error!(%error, "applying a result failed");
+            all_applied = false;
         }
         all_applied
     }

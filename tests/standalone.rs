@@ -5,8 +5,26 @@ use std::time::Duration;
 use crate::end_to_end::cron_then_manual;
 use crate::support::Api;
 
+/// A standalone process that is killed (by PID) if the test ends without stopping it.
+struct Standalone(Option<Child>);
+
+impl Standalone {
+    fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Starts `wasmjob standalone` on port 0 and returns it with its admin URL (read from its log).
-fn spawn_standalone(data_dir: &std::path::Path) -> (Child, String) {
+fn spawn_standalone(data_dir: &std::path::Path) -> (Standalone, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_wasmjob"))
         .args([
             "standalone",
@@ -39,11 +57,12 @@ fn spawn_standalone(data_dir: &std::path::Path) -> (Child, String) {
     let url = receiver
         .recv_timeout(Duration::from_secs(60))
         .expect("standalone did not log its admin address");
-    (child, url)
+    (Standalone(Some(child)), url)
 }
 
 /// SIGTERM: a graceful stop that deregisters the executor and exits 0.
-fn stop_gracefully(mut child: Child) {
+fn stop_gracefully(mut standalone: Standalone) {
+    let mut child = standalone.0.take().expect("running");
     let pid = child.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let status = child.wait().unwrap();

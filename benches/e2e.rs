@@ -145,9 +145,21 @@ impl Platform {
             async move { http.get(url).send().await.is_ok().then_some(()) }
         })
         .await;
-        let mut platform = Platform {
+        // Executors register by application name, so the group may come after the executor.
+        let executor = Command::new(&args.binary)
+            .args(["executor", "--listen", &format!("127.0.0.1:{executor_port}")])
+            .args(["--admin-url", &api, "--app-name", "default"])
+            .arg("--data-dir")
+            .arg(dir.path().join("executor"))
+            .args(["--access-token", ACCESS_TOKEN, "--max-concurrent-runs", "512"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting the executor");
+        let platform = Platform {
             admin,
-            executor: Command::new("true").spawn().unwrap(),
+            executor,
             api,
             http,
             db_url,
@@ -161,17 +173,6 @@ impl Platform {
                 json!({"app_name": "default", "title": "Bench", "address_type": "AUTO"}),
             )
             .await;
-        platform.executor = Command::new(&args.binary)
-            .args(["executor", "--listen", &format!("127.0.0.1:{executor_port}")])
-            .args(["--admin-url", &platform.api, "--app-name", "default"])
-            .arg("--data-dir")
-            .arg(platform._dir.path().join("executor"))
-            .args(["--access-token", ACCESS_TOKEN, "--max-concurrent-runs", "512"])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting the executor");
         wait_for("the executor to register", || async {
             let group = platform.get("/api/v1/groups/1").await;
             (group["online_addresses"].as_array().map_or(0, Vec::len) == 1).then_some(())

@@ -141,37 +141,9 @@ async fn lost_runs_end_failed() {
     let job_id = app.api.create_job(json!({"name": "orphan"})).await;
     let db = &app.admin.as_ref().unwrap().state.db;
     let long_ago = wasmjob::admin::now_ms() - 120_000;
-    let run = wasmjob::storage::NewRun {
-        job_id,
-        trigger_type: wasmjob::model::TriggerType::Manual,
-        trigger_time_ms: long_ago,
-        fire_time_ms: None,
-        param: String::new(),
-        executor_address: None,
-        shard_index: 0,
-        shard_total: 1,
-        attempt: 0,
-        version: None,
-        parent_run_id: None,
-    };
-    let id = db.create_run(&run, long_ago).await.unwrap().unwrap();
     // Recorded as sent, two minutes ago, to an executor that never registered.
-    let claim = db.claim_run(id, "test", long_ago, long_ago).await.unwrap().unwrap();
-    let facts = wasmjob::lifecycle::RunFacts {
-        state: claim.run.state,
-        attempt: 0,
-        kill_requested: false,
-        trigger_type: claim.run.trigger_type,
-    };
-    let event = wasmjob::lifecycle::Event::Sent {
-        address: "http://127.0.0.1:9".to_owned(),
-        at_ms: long_ago,
-        timeout_secs: 0,
-        grace_ms: 0,
-    };
-    let sent = wasmjob::lifecycle::transition(&facts, None, &event).unwrap();
-    let lease = Some(("test", claim.fence));
-    db.apply_transition(id, &sent, lease, None, &[], long_ago).await.unwrap().unwrap();
+    let run = crate::lifecycle::manual_run(job_id, long_ago);
+    let id = crate::lifecycle::running_run(db, &run, "http://127.0.0.1:9", long_ago, 0).await;
     let finished = app.api.finished_run(id).await;
     assert_eq!(
         (finished["handle_code"].as_i64(), finished["state"].as_str()),

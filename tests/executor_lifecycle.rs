@@ -23,7 +23,7 @@ use wasmjob::protocol::{
 };
 
 use crate::support::app::executor_config;
-use crate::support::{ACCESS_TOKEN, Backend, TestApp, sample_job};
+use crate::support::{ACCESS_TOKEN, Backend, TestApp, sample_job, wait_until};
 
 /// The trigger time of the runs sent directly: now, so that log retention keeps their logs.
 fn trigger_time_ms() -> i64 {
@@ -108,18 +108,6 @@ fn journal_lines(data_dir: &Path) -> Vec<String> {
 fn journal_count(data_dir: &Path, kind: &str, log_id: i64) -> usize {
     let prefix = format!("{kind} {log_id} ");
     journal_lines(data_dir).iter().filter(|line| line.starts_with(&prefix)).count()
-}
-
-/// Polls `probe` until it answers (states reached over the network have no other signal).
-async fn wait_until<T, Fut: Future<Output = Option<T>>>(what: &str, probe: impl Fn() -> Fut) -> T {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn executor_url(executor: &Executor) -> String {

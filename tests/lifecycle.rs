@@ -14,7 +14,7 @@ use wasmjob::storage::{Db, NewRun};
 
 use crate::support::{ACCESS_TOKEN, Backend, TestApp, backends, sample_job};
 
-fn manual_run(job_id: i64, at_ms: i64) -> NewRun {
+pub fn manual_run(job_id: i64, at_ms: i64) -> NewRun {
     NewRun {
         job_id,
         trigger_type: TriggerType::Manual,
@@ -32,7 +32,13 @@ fn manual_run(job_id: i64, at_ms: i64) -> NewRun {
 
 /// A run that `address` accepted at `at_ms`, as a dispatcher records it, for a job with
 /// `timeout_secs`.
-async fn running_run(db: &Db, run: &NewRun, address: &str, at_ms: i64, timeout_secs: i64) -> i64 {
+pub async fn running_run(
+    db: &Db,
+    run: &NewRun,
+    address: &str,
+    at_ms: i64,
+    timeout_secs: i64,
+) -> i64 {
     let id = db.create_run(run, at_ms).await.unwrap().unwrap();
     let claim = db.claim_run(id, "dead-admin", at_ms, at_ms).await.unwrap().unwrap();
     let facts = RunFacts {

@@ -6,5 +6,5 @@ pub mod checker;
 pub mod cluster;
 mod sample_jobs;
 
-pub use app::{ACCESS_TOKEN, ADMIN_TOKEN, Api, Backend, TestApp, backends};
+pub use app::{ACCESS_TOKEN, ADMIN_TOKEN, Api, Backend, TestApp, backends, wait_until};
 pub use sample_jobs::sample_job;

@@ -167,14 +167,23 @@ impl Api {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(value) = probe().await {
-                return value;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        wait_until(what, probe).await
+    }
+}
+
+/// Polls `probe` every 50 ms until it answers, for at most 30 s.
+pub async fn wait_until<T, F, Fut>(what: &str, probe: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(value) = probe().await {
+            return value;
         }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -198,12 +198,8 @@ impl Outbox {
         for (result, home) in results {
             state.insert(result, home);
         }
-        let inner = Inner {
-            dir,
-            state: Mutex::new(state),
-            synced: Mutex::new(0),
-            notify: Notify::new(),
-        };
+        let inner =
+            Inner { dir, state: Mutex::new(state), synced: Mutex::new(0), notify: Notify::new() };
         Ok(Outbox { inner: Arc::new(inner) })
     }
 

@@ -136,6 +136,7 @@ async fn update_job(
     let next = schedule.next_after(now).unwrap_or(0);
     let updated =
         state.db.update_job(id, &job, next, now).await?.ok_or_else(|| job_not_found(id))?;
+    state.dispatcher.forget_job(id);
     state.scheduler_wake.notify_one();
     Ok(axum::Json(updated.into()))
 }
@@ -167,6 +168,7 @@ async fn delete_job(
     if !state.db.delete_job(id).await? {
         return Err(job_not_found(id));
     }
+    state.dispatcher.forget_job(id);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -191,6 +193,7 @@ async fn start_job(
         ApiError::bad_request("no_fire_time", "the schedule has no fire time in the future")
     })?;
     state.db.set_job_running(id, Some(next), now).await?;
+    state.dispatcher.forget_job(id);
     state.scheduler_wake.notify_one();
     Ok(axum::Json(load(&state, id).await?.into()))
 }
@@ -202,6 +205,7 @@ async fn stop_job(
     if !state.db.set_job_running(id, None, now_ms()).await? {
         return Err(job_not_found(id));
     }
+    state.dispatcher.forget_job(id);
     Ok(axum::Json(load(&state, id).await?.into()))
 }
 

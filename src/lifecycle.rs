@@ -208,8 +208,15 @@ pub fn transition(
                 }
             };
             let sent = (run.state == Dispatching).then_some(code::SUCCESS);
+            // The result overtook the record of the send: the executor had taken the run by
+            // the time it started it, the latest instant the send can have been confirmed.
+            let dispatched = match sent {
+                Some(_) => started_at_ms.map(|at_ms| (at_ms, 0)),
+                None => None,
+            };
             Transition {
                 trigger_code: sent,
+                dispatched,
                 started_at: *started_at_ms,
                 ..ended(base, run, job, to, handle_code, message)
             }

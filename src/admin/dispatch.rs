@@ -15,6 +15,7 @@
 //! `sweep.rs` is the periodic pass that finds work whose owner died or whose executor went away.
 
 mod events;
+mod sender;
 mod sweep;
 
 use std::collections::HashMap;
@@ -22,7 +23,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -31,11 +31,12 @@ use crate::failpoint;
 use crate::lifecycle::Event;
 use crate::model::{AddressType, GlueType, Group, Job, RouteStrategy, RunRecord, TriggerType};
 use crate::protocol::{
-    self, GLUE_WASM, JobIdParam, ProtocolError, REGISTRY_GROUP_EXECUTOR, TriggerParam, run_reply,
+    self, GLUE_WASM, JobIdParam, REGISTRY_GROUP_EXECUTOR, TriggerParam, run_reply,
 };
 use crate::routing::{Probe, Route, RouterState};
 use crate::storage::{Claim, Db, NewRun};
 
+use self::sender::{PostError, Senders};
 pub use self::sweep::sweep;
 
 /// How long a dispatcher's claim on a run lasts without renewal.
@@ -86,17 +87,13 @@ struct Inner {
     versions: Mutex<HashMap<(i64, i64), String>>,
     /// Online addresses by application name, with when they were read.
     online: Mutex<HashMap<String, (i64, Vec<String>)>>,
-    /// Per executor, the sends it may have in flight at once.
-    windows: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// The executors' send queues.
+    senders: Arc<Senders>,
     /// Jobs as read on the hot path, with when they were read.
     jobs: Mutex<HashMap<i64, (i64, Option<Job>)>>,
     /// Groups as read on the hot path, with when they were read.
     groups: Mutex<HashMap<i64, (i64, Option<Group>)>>,
 }
-
-/// The most `/run` requests in flight to one executor: beyond that, sends wait their turn
-/// instead of opening ever more connections to a slow executor.
-const SEND_WINDOW: usize = 64;
 
 /// How long a read of a group's online executors is reused. Heartbeats come every few seconds
 /// and an executor is offline only after three missed ones, so routing on a view this old
@@ -122,6 +119,7 @@ impl Dispatcher {
     ) -> Dispatcher {
         let inner = Inner {
             db,
+            senders: Senders::new(client.clone()),
             client,
             router: Mutex::new(RouterState::new()),
             online_window_ms,
@@ -130,7 +128,6 @@ impl Dispatcher {
             timers: CancellationToken::new(),
             versions: Mutex::default(),
             online: Mutex::default(),
-            windows: Mutex::default(),
             jobs: Mutex::default(),
             groups: Mutex::default(),
         };
@@ -453,35 +450,22 @@ impl Dispatcher {
             Ok(param) => param,
             Err(error) => return Sent::Refused(format!("{error:#}")),
         };
-        let window = self.window(&address);
-        let _in_flight = window.acquire().await;
         failpoint::hit("dispatch.before_send");
-        match self.inner.client.call::<_, String>(&address, "run", &param).await {
+        match self.inner.senders.post(&address, param).await {
             Ok(reply) => {
                 failpoint::hit("dispatch.after_send");
                 Sent::Accepted { address, reply }
             }
             // The executor answered and did not take it.
-            Err(error @ (ProtocolError::Refused { .. } | ProtocolError::BadReply { .. })) => {
-                Sent::Refused(error.to_string())
-            }
+            Err(PostError::Refused(reason)) => Sent::Refused(reason),
             // Nothing reached the executor, and no earlier holder may have sent it either.
-            Err(ProtocolError::Transport { source, .. }) if source.is_connect() && !resent => {
-                Sent::Refused(format!("{address} is unreachable: {source}"))
+            Err(PostError::Unreachable(reason)) if !resent => {
+                Sent::Refused(format!("{address} is unreachable: {reason}"))
             }
-            Err(error) => Sent::Unconfirmed(format!("no answer from {address} to /run: {error}")),
+            Err(PostError::Unreachable(reason) | PostError::NoAnswer(reason)) => {
+                Sent::Unconfirmed(format!("no answer from {address} to /run: {reason}"))
+            }
         }
-    }
-
-    /// The in-flight window of sends to `address`.
-    fn window(&self, address: &str) -> Arc<Semaphore> {
-        let Ok(mut windows) = self.inner.windows.lock() else {
-            return Arc::new(Semaphore::new(SEND_WINDOW));
-        };
-        windows
-            .entry(address.to_owned())
-            .or_insert_with(|| Arc::new(Semaphore::new(SEND_WINDOW)))
-            .clone()
     }
 
     /// Picks the executor of a run routed at send time.

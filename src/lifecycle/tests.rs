@@ -15,7 +15,7 @@ fn events() -> Vec<Event> {
             grace_ms: 100,
         },
         Event::NotSent { reason: "refused".to_owned() },
-        Event::Result { handle_code: 200, message: "ok".to_owned(), started_at_ms: None },
+        Event::Result { handle_code: 200, message: "ok".to_owned(), started_at_ms: Some(900) },
         Event::Result { handle_code: 500, message: "boom".to_owned(), started_at_ms: None },
         Event::Result { handle_code: 502, message: "slow".to_owned(), started_at_ms: None },
         Event::Kill,
@@ -98,7 +98,7 @@ fn first_try_of_a_job_with_a_retry_and_children() {
         dispatching + claim -> dispatching
         dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
         dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +retry
-        dispatching + result 200 -> success trigger 200, handle 200 `ok`, +children
+        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +children
         dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +retry
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
         dispatching + kill -> dispatching +kill requested
@@ -198,7 +198,7 @@ fn a_kill_was_requested() {
         dispatching + claim -> dispatching
         dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100, +send kill
         dispatching + not sent -> killed trigger 500, handle 500 `trigger failed: refused`
-        dispatching + result 200 -> success trigger 200, handle 200 `ok`, +children
+        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +children
         dispatching + result 500 -> killed trigger 200, handle 500 `boom`
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
         dispatching + kill -> illegal
@@ -299,7 +299,7 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         dispatching + claim -> dispatching
         dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
         dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`
-        dispatching + result 200 -> success trigger 200, handle 200 `ok`
+        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`
         dispatching + result 500 -> failed trigger 200, handle 500 `boom`
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`
         dispatching + kill -> dispatching +kill requested

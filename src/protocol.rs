@@ -104,6 +104,19 @@ pub struct TriggerParam {
     /// wasmjob: the memory cap of the run, in MiB.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_limit_mb: Option<i64>,
+    /// wasmjob: the ElasticJob sharding items this run processes, for a sharded job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sharding_items: Option<Vec<ShardingItemParam>>,
+}
+
+/// One sharding item of a trigger: `{"item": 0, "parameter": "Beijing"}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ShardingItemParam {
+    /// The item's number.
+    pub item: u32,
+    /// Its parameter (empty when the job gives none).
+    pub parameter: String,
 }
 
 /// `/idleBeat` and `/kill`.

@@ -6,6 +6,7 @@
 //! behind a mutex because ROUND, LEAST_FREQUENTLY_USED and LEAST_RECENTLY_USED remember per-job
 //! state between triggers, as XXL-JOB's static maps do, and forget all of it every 24 hours.
 //! CONSISTENT_HASH places jobs exactly where XXL-JOB would for the same addresses.
+//! `sharding` spreads ElasticJob-style sharding items over executors.
 //!
 //! What it deliberately does not do: no IO, no clock and no global randomness. The current time
 //! and the random source are parameters, so tests replay exactly. FAILOVER and BUSYOVER need
@@ -17,6 +18,7 @@
 
 mod consistent_hash;
 mod least_used;
+pub mod sharding;
 
 use std::collections::HashMap;
 

@@ -484,6 +484,19 @@ mod tests {
     }
 
     #[test]
+    fn sharding_items_travel_only_when_there_are_some() {
+        let plain = serde_json::to_string(&TriggerParam::default()).unwrap();
+        assert!(!plain.contains("shardingItems"), "{plain}");
+        let items = vec![ShardingItemParam { item: 2, parameter: "Guangzhou".to_owned() }];
+        let sharded =
+            TriggerParam { sharding_items: Some(items.clone()), ..TriggerParam::default() };
+        let json = serde_json::to_string(&sharded).unwrap();
+        assert!(json.contains(r#""shardingItems":[{"item":2,"parameter":"Guangzhou"}]"#), "{json}");
+        let read: TriggerParam = serde_json::from_str(&json).unwrap();
+        assert_eq!(read.sharding_items, Some(items));
+    }
+
+    #[test]
     fn callback_body_takes_both_forms() {
         let bare = r#"[{"logId":1,"logDateTim":5,"handleCode":200,"handleMsg":"ok"}]"#;
         let wrapped = r#"{"callbackList":[{"logId":1,"logDateTim":5,"handleCode":200}]}"#;

@@ -126,8 +126,7 @@ pub fn assign(
         ShardingStrategy::ConsistentHash => by_digit_sum(job_name, total, order.len()),
         _ => average_allocation(total, order.len()),
     };
-    let mut assignment: Vec<(String, Vec<u32>)> =
-        order.into_iter().map(|executor| executor.clone()).zip(items).collect();
+    let mut assignment: Vec<(String, Vec<u32>)> = order.into_iter().cloned().zip(items).collect();
     assignment.sort_by(|a, b| a.0.cmp(&b.0));
     assignment
 }

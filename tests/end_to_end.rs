@@ -439,3 +439,41 @@ async fn once_fires_once_then_stops() {
     assert_eq!((status.as_u16(), refused["code"].as_str()), (400, Some("no_fire_time")));
     app.stop().await;
 }
+
+/// Each job's misfire threshold: a fire 10 s late is on time for a job that allows 60 s, and a
+/// skipped misfire for one with the default 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misfire_thresholds_are_per_job() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let api = &app.api;
+    let db = &app.admin.as_ref().unwrap().state.db;
+    let yearly = json!({"schedule_type": "CRON", "schedule_conf": "0 0 0 1 1 ?", "misfire_strategy": "DO_NOTHING"});
+    let mut lenient = yearly.clone();
+    lenient["name"] = json!("lenient");
+    lenient["misfire_threshold_ms"] = json!(60_000);
+    let lenient = api.create_job(lenient).await;
+    let mut strict = yearly;
+    strict["name"] = json!("strict");
+    let strict = api.create_job(strict).await;
+    let late = wasmjob::admin::now_ms() - 10_000;
+    for job_id in [lenient, strict] {
+        api.upload(job_id, sample_job("hello")).await;
+        db.set_job_running(job_id, Some(late), late).await.unwrap();
+    }
+    let run = api
+        .wait_until("the lenient job fires its late fire", || async {
+            let (_, page) = api.get(&format!("/api/v1/logs?job_id={lenient}")).await;
+            page["items"].as_array().and_then(|items| items.first().cloned())
+        })
+        .await;
+    let ms = chrono::DateTime::parse_from_rfc3339(run["trigger_time"].as_str().unwrap()).unwrap();
+    assert_eq!((run["trigger_type"].as_str(), ms.timestamp_millis()), (Some("CRON"), late));
+    api.wait_until("the strict job moves past its misfire", || async {
+        let job = db.get_job(strict).await.unwrap().unwrap();
+        (job.next_fire_ms != late).then_some(())
+    })
+    .await;
+    let (_, page) = api.get(&format!("/api/v1/logs?job_id={strict}")).await;
+    assert_eq!(page["total"], 0, "a skipped misfire makes no run: {page}");
+    app.stop().await;
+}

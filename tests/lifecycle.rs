@@ -24,6 +24,7 @@ pub fn manual_run(job_id: i64, at_ms: i64) -> NewRun {
         executor_address: None,
         shard_index: 0,
         shard_total: 1,
+        sharding_items: Vec::new(),
         attempt: 0,
         version: None,
         parent_run_id: None,
@@ -46,6 +47,7 @@ pub async fn running_run(
         attempt: claim.run.attempt,
         kill_requested: false,
         trigger_type: claim.run.trigger_type,
+        from_fire: claim.run.fire_time_ms.is_some(),
     };
     let sent = Event::Sent { address: address.to_owned(), at_ms, timeout_secs, grace_ms: 0 };
     let transition = lifecycle::transition(&facts, None, &sent).unwrap();

@@ -410,7 +410,7 @@ fn a_fix_delay_fire_schedules_the_next_once_no_retry_follows() {
         dispatching + claim -> dispatching
         dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
         dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +retry
-        dispatching + result 200 -> success trigger 200, handle 200 `ok`, +next fire in 30000 ms
+        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +next fire in 30000 ms
         dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +retry
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
         dispatching + kill -> dispatching +kill requested
@@ -438,7 +438,7 @@ fn the_last_try_of_a_fix_delay_fire_schedules_the_next_whatever_its_end() {
         dispatching + claim -> dispatching
         dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
         dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +next fire in 30000 ms
-        dispatching + result 200 -> success trigger 200, handle 200 `ok`, +next fire in 30000 ms
+        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +next fire in 30000 ms
         dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +next fire in 30000 ms
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +next fire in 30000 ms
         dispatching + kill -> dispatching +kill requested
@@ -465,7 +465,7 @@ fn a_manual_run_of_a_fix_delay_job_schedules_nothing() {
         dispatching + claim -> dispatching
         dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
         dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +retry
-        dispatching + result 200 -> success trigger 200, handle 200 `ok`
+        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`
         dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +retry
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
         dispatching + kill -> dispatching +kill requested

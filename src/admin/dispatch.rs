@@ -444,7 +444,8 @@ impl Dispatcher {
                 }
             }
         };
-        self.apply_to(run.id, Some(job), event, Some(lease), None).await?;
+        let run_id = run.id;
+        self.apply_to(run_id, Some(run), Some(job), event, Some(lease), None).await?;
         Ok(())
     }
 

@@ -104,6 +104,24 @@ impl Db {
         }
     }
 
+    /// The runs among `ids` that exist, in no particular order (one query per 500 ids).
+    pub async fn get_runs(&self, ids: &[i64]) -> Result<Vec<RunRecord>> {
+        let mut runs = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            let placeholders: Vec<String> = (1..=chunk.len()).map(|n| format!("${n}")).collect();
+            let sql =
+                format!("select {COLUMNS} from runs where id in ({})", placeholders.join(", "));
+            let mut query = sqlx::query(&sql);
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            for row in query.fetch_all(&self.pool).await? {
+                runs.push(run_from_row(&row)?);
+            }
+        }
+        Ok(runs)
+    }
+
     /// Run `id`, if it exists.
     pub async fn get_run(&self, id: i64) -> Result<Option<RunRecord>> {
         let row = sqlx::query(&format!("select {COLUMNS} from runs where id = $1"))

@@ -32,15 +32,15 @@ impl Dispatcher {
         lease: Option<(&str, i64)>,
         fuel_used: Option<i64>,
     ) -> anyhow::Result<Option<RunRecord>> {
-        self.apply_to(run_id, None, event, lease, fuel_used).await
+        self.apply_to(run_id, None, None, event, lease, fuel_used).await
     }
 
-    /// [`Dispatcher::apply`] with the run's job as the caller just read it (a dispatcher that
-    /// holds the lease has it in hand). The run itself is always read afresh: a kill request
-    /// may have arrived since.
+    /// [`Dispatcher::apply`] with the run as the caller just read it (the first compare uses it;
+    /// if the run changed since, it is read afresh) and its job.
     pub(super) async fn apply_to(
         &self,
         run_id: i64,
+        mut known_run: Option<RunRecord>,
         mut known_job: Option<Option<Job>>,
         event: Event,
         lease: Option<(&str, i64)>,
@@ -48,7 +48,13 @@ impl Dispatcher {
     ) -> anyhow::Result<Option<RunRecord>> {
         let db = &self.inner.db;
         for _ in 0..RACE_RETRIES {
-            let Some(run) = db.get_run(run_id).await? else { return Ok(None) };
+            let run = match known_run.take() {
+                Some(run) => run,
+                None => match db.get_run(run_id).await? {
+                    Some(run) => run,
+                    None => return Ok(None),
+                },
+            };
             let job = match known_job.take() {
                 Some(job) => job,
                 None => self.job(run.job_id).await?,
@@ -184,14 +190,25 @@ impl Dispatcher {
     /// cannot be applied does not hold back the others, and all at once, so that their writes
     /// share the database's group commits; the answer is whether all were applied.
     pub async fn apply_results(&self, results: &[HandleCallbackParam]) -> bool {
+        // One read for the whole batch; a run that changed since is read again on its own.
+        let ids: Vec<i64> = results.iter().map(|result| result.log_id).collect();
+        let mut runs: std::collections::HashMap<i64, RunRecord> = match self.inner.db.get_runs(&ids).await {
+            Ok(runs) => runs.into_iter().map(|run| (run.id, run)).collect(),
+            Err(error) => {
+                tracing::warn!(%error, "reading a batch of runs failed: reading them one by one");
+                std::collections::HashMap::new()
+            }
+        };
         let mut applying = tokio::task::JoinSet::new();
         for result in results {
             let (this, result) = (self.clone(), result.clone());
+            let run = runs.remove(&result.log_id);
             applying.spawn(async move {
                 let (handle_code, message) = result.code_and_msg();
                 let event =
                     Event::Result { handle_code, message, started_at_ms: result.started_at };
-                let applied = this.apply(result.log_id, event, None, result.fuel_used).await;
+                let applied =
+                    this.apply_to(result.log_id, run, None, event, None, result.fuel_used).await;
                 (result.log_id, applied)
             });
         }

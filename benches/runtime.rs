@@ -2,11 +2,11 @@
 //!
 //! Both sides run the sample job `hello` with the same tuned engine configuration (pooling
 //! allocator, keep-resident slots with pagemap scanning where available, no component-model
-//! concurrency, fuel and epochs on). Bare wasmtime: a fresh store with an empty WASI context and
-//! a no-op `log`, instantiate, call `run`, drop, with no wasmjob code. wasmjob: `Runtime::run`,
-//! everything an executor does per run except HTTP and the log file write (limits, a fresh
-//! store with its limiter, deadline callback and output pipes, the async call with its
-//! cancellation, outcome classification, log lines formatted into memory).
+//! concurrency, fuel and epochs on). Bare wasmtime: a fresh store with an empty WASI context, a
+//! no-op `log` and no sharding items, instantiate, call `run`, drop, with no wasmjob code.
+//! wasmjob: `Runtime::run`, everything an executor does per run except HTTP and the log file
+//! write (limits, a fresh store with its limiter, deadline callback and output pipes, the async
+//! call with its cancellation, outcome classification, log lines formatted into memory).
 //! It prints `bare_us`, `wasmjob_us` (medians of single runs), their `ratio`, and
 //! `runs_per_sec` of wasmjob's path on all cores.
 
@@ -81,10 +81,11 @@ async fn wasmjob_run(runtime: &Runtime, job: &wasmjob::runtime::CompiledJob) {
         shard_total: 1,
         trigger_time_ms: 0,
         attempt: 0,
-        sharding_items: Vec::new(),
     };
     let cancel = CancellationToken::new();
-    let outcome = runtime.run(job, trigger, &limits, Box::new(MemoryLog::default()), &cancel).await;
+    let outcome = runtime
+        .run(job, trigger, Vec::new(), &limits, Box::new(MemoryLog::default()), &cancel)
+        .await;
     assert_eq!(outcome.handle_code(), 200, "{outcome}");
 }
 
@@ -150,6 +151,12 @@ impl bare::wasmjob::job::log::Host for BareState {
     fn log(&mut self, _level: bare::wasmjob::job::log::Level, _message: String) {}
 }
 
+impl bare::wasmjob::job::sharding::Host for BareState {
+    fn items(&mut self) -> Vec<bare::wasmjob::job::sharding::ShardingItem> {
+        Vec::new()
+    }
+}
+
 impl bare::wasmjob::job::types::Host for BareState {}
 
 impl Bare {
@@ -198,7 +205,6 @@ impl Bare {
             shard_total: 1,
             trigger_time_ms: 0,
             attempt: 0,
-            sharding_items: Vec::new(),
         };
         let job = self.pre.instantiate(&mut store).expect("instantiate");
         let result = job.call_run(&mut store, &trigger).expect("call");

@@ -152,7 +152,9 @@ impl Runtime {
         self.cache.stats()
     }
 
-    /// Runs `job` once for `trigger` in a fresh store with `limits`.
+    /// Runs `job` once for `trigger` in a fresh store with `limits`. The guest gets `trigger` as
+    /// the argument of its `run` and `sharding_items` from the `sharding` import, if it imports
+    /// it (give an empty list for a job that is not sharded).
     ///
     /// Returns when the guest returns, traps, runs out of fuel or time, or `cancel` fires;
     /// a guest waiting in a host call (a sleep) is stopped by the deadline or `cancel` as well.
@@ -160,11 +162,12 @@ impl Runtime {
         &self,
         job: &CompiledJob,
         trigger: Trigger,
+        sharding_items: Vec<ShardingItem>,
         limits: &RunLimits,
         log: Box<dyn LogSink>,
         cancel: &CancellationToken,
     ) -> RunOutcome {
-        let mut store = Store::new(&self.engine, RunState::new(limits, log));
+        let mut store = Store::new(&self.engine, RunState::new(limits, sharding_items, log));
         store.limiter(|state| &mut state.limiter);
         if let Err(error) = store.set_fuel(limits.fuel) {
             return RunOutcome::Host(format!("setting fuel: {error}"));

@@ -67,24 +67,6 @@ async fn app() -> (axum::Router, Db, tempfile::TempDir) {
     (router(state), db, dir)
 }
 
-/// A component of the job world before 0.2.0, whose trigger had no `sharding-items`: its `run`
-/// no longer has the world's type, so it must be rebuilt.
-const OLD_WORLD: &str = r#"(component
-  (type $trigger_def (record
-    (field "job-id" s64) (field "log-id" s64) (field "param" string)
-    (field "shard-index" u32) (field "shard-total" u32)
-    (field "trigger-time-ms" s64) (field "attempt" u32)))
-  (import "wasmjob:job/types@0.1.0" (instance $types (export "trigger" (type (eq $trigger_def)))))
-  (alias export $types "trigger" (type $trigger))
-  (core module $m
-    (memory (export "memory") 1)
-    (func (export "realloc") (param i32 i32 i32 i32) (result i32) (i32.const 1024))
-    (func (export "run") (param i64 i64 i32 i32 i32 i32 i64 i32) (result i32) (i32.const 16)))
-  (core instance $i (instantiate $m))
-  (func $run (param "t" $trigger) (result (result string (error string)))
-    (canon lift (core func $i "run") (memory (core memory $i "memory")) (realloc (core func $i "realloc"))))
-  (export "run" (func $run)))"#;
-
 #[tokio::test]
 async fn bad_input_gets_a_reason_and_changes_nothing() {
     let (app, db, _dir) = app().await;
@@ -133,7 +115,6 @@ async fn bad_input_gets_a_reason_and_changes_nothing() {
                 .wasm(wat::parse_str(r#"(component (import "evil:net/socket@1.0.0" (instance)))"#).unwrap()),
             "422 disallowed_import",
         ),
-        (case("POST", "/api/v1/jobs/1/versions").wasm(wat::parse_str(OLD_WORLD).unwrap()), "422 missing_export"),
         (case("POST", "/api/v1/jobs/1/versions").json("{}"), "415 unsupported_media_type"),
         (case("POST", "/api/v1/jobs/999/versions").wasm(sample_job("hello")), "404 job_not_found"),
         (case("POST", "/api/v1/jobs/1/versions/7/activate"), "404 version_not_found"),

@@ -134,6 +134,34 @@ async fn child_jobs_follow_success() {
     app.stop().await;
 }
 
+/// A handler built against the job world as first released (`legacy-hello`, without the
+/// `sharding` import) is accepted at upload and runs as it always did, alone or in a sharded job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_built_for_the_first_job_world_still_run() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let api = &app.api;
+    let plain = api.create_job(json!({"name": "old handler", "param": "old"})).await;
+    let sharded = api
+        .create_job(json!({"name": "old handler, sharded", "param": "old", "sharding_total_count": 2,
+            "sharding_item_parameters": "0=Beijing,1=Shanghai", "sharding_strategy": "AVERAGE_ALLOCATION"}))
+        .await;
+    for job_id in [plain, sharded] {
+        let (status, version) = api.upload(job_id, sample_job("legacy_hello")).await;
+        assert_eq!(status, StatusCode::CREATED, "{version}");
+        let (_, triggered) = api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({})).await;
+        let log_id = triggered["log_ids"][0].as_i64().unwrap();
+        let run = api.finished_run(log_id).await;
+        assert_eq!(
+            (run["handle_code"].as_i64(), run["handle_msg"].as_str()),
+            (Some(200), Some("hello, old")),
+            "{run}"
+        );
+        let log = api.log_content(log_id).await;
+        assert!(log.contains("[INFO] hello, old\n"), "{log}");
+    }
+    app.stop().await;
+}
+
 /// A run whose executor vanished without a result ends lost instead of running forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_runs_end_failed() {

@@ -323,8 +323,8 @@ async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken
     {
         Ok(job) => {
             let limits = limits(&ctx.defaults, &param);
-            let trigger = trigger(&param);
-            ctx.runtime.run(&job, trigger, &limits, Box::new(log.clone()), &cancel).await
+            let (trigger, items) = (trigger(&param), sharding_items(&param));
+            ctx.runtime.run(&job, trigger, items, &limits, Box::new(log.clone()), &cancel).await
         }
         Err(error) => RunOutcome::Host(format!("module unavailable: {error:#}")),
     };
@@ -428,11 +428,11 @@ fn trigger(param: &TriggerParam) -> Trigger {
         shard_total: u32::try_from(param.broadcast_total).unwrap_or(1).max(1),
         trigger_time_ms: param.log_date_time,
         attempt: param.attempt.and_then(|attempt| u32::try_from(attempt).ok()).unwrap_or(0),
-        sharding_items: param
-            .sharding_items
-            .iter()
-            .flatten()
-            .map(|item| ShardingItem { item: item.item, parameter: item.parameter.clone() })
-            .collect(),
     }
+}
+
+/// The run's sharding items, for the guest's `sharding` import (none for a job not sharded).
+fn sharding_items(param: &TriggerParam) -> Vec<ShardingItem> {
+    let items = param.sharding_items.iter().flatten();
+    items.map(|item| ShardingItem { item: item.item, parameter: item.parameter.clone() }).collect()
 }

@@ -1,4 +1,5 @@
-//! What a guest sees of the host: the per-run store data, the `log` import and the WASI subset.
+//! What a guest sees of the host: the per-run store data, the `log` and `sharding` imports and
+//! the WASI subset.
 //!
 //! The linker built here holds only the interfaces a job may import (see [`ALLOWED_IMPORTS`]):
 //! io streams, cli stdio/environment/exit/terminal, clocks and random.
@@ -12,13 +13,14 @@ use wasmtime::component::{HasData, Linker, ResourceTable};
 use wasmtime_wasi::p2::bindings::{cli, clocks, random};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::bindings::{self, Level};
+use super::bindings::{self, Level, ShardingItem};
 use super::output::{LogStream, SharedSink};
 use super::{LogSink, RunLimits};
 
 /// Interfaces (by name without version) a job component may import.
 pub const ALLOWED_IMPORTS: &[&str] = &[
     "wasmjob:job/log",
+    "wasmjob:job/sharding",
     "wasmjob:job/types",
     "wasi:io/error",
     "wasi:io/poll",
@@ -48,16 +50,23 @@ pub struct RunState {
     log: SharedSink,
     stdout: LogStream,
     stderr: LogStream,
+    /// What the `sharding` import answers: the items of this run's trigger.
+    sharding_items: Vec<ShardingItem>,
 }
 
 impl RunState {
-    pub(super) fn new(limits: &RunLimits, log: Box<dyn LogSink>) -> RunState {
+    pub(super) fn new(
+        limits: &RunLimits,
+        sharding_items: Vec<ShardingItem>,
+        log: Box<dyn LogSink>,
+    ) -> RunState {
         let log: SharedSink = Arc::new(Mutex::new(log));
         let stdout = LogStream::new(log.clone(), Level::Info);
         let stderr = LogStream::new(log.clone(), Level::Warn);
         let wasi = WasiCtx::builder().stdout(stdout.clone()).stderr(stderr.clone()).build();
         let limiter = Limiter { limits: limits.clone(), denied: None };
-        RunState { wasi, table: ResourceTable::new(), limiter, log, stdout, stderr }
+        let table = ResourceTable::new();
+        RunState { wasi, table, limiter, log, stdout, stderr, sharding_items }
     }
 
     /// The last lines the guest wrote to stderr (a Rust panic message lands there).
@@ -136,6 +145,12 @@ impl bindings::wasmjob::job::log::Host for RunState {
         if let Ok(mut sink) = self.log.lock() {
             sink.line(level, &message);
         }
+    }
+}
+
+impl bindings::wasmjob::job::sharding::Host for RunState {
+    fn items(&mut self) -> Vec<ShardingItem> {
+        self.sharding_items.clone()
     }
 }
 

@@ -15,15 +15,11 @@ use super::*;
 fn job_wat(pages: u32, body: &str, extra: &str) -> String {
     format!(
         r#"(component
-  (import "wasmjob:job/types@0.2.0" (instance $types
-    (type $item_def (record (field "item" u32) (field "parameter" string)))
-    (export "sharding-item" (type $item (eq $item_def)))
-    (type $trigger_def (record
-      (field "job-id" s64) (field "log-id" s64) (field "param" string)
-      (field "shard-index" u32) (field "shard-total" u32)
-      (field "trigger-time-ms" s64) (field "attempt" u32)
-      (field "sharding-items" (list $item))))
-    (export "trigger" (type (eq $trigger_def)))))
+  (type $trigger_def (record
+    (field "job-id" s64) (field "log-id" s64) (field "param" string)
+    (field "shard-index" u32) (field "shard-total" u32)
+    (field "trigger-time-ms" s64) (field "attempt" u32)))
+  (import "wasmjob:job/types@0.1.0" (instance $types (export "trigger" (type (eq $trigger_def)))))
   (alias export $types "trigger" (type $trigger))
   (core module $m
     (memory (export "memory") {pages})
@@ -38,7 +34,7 @@ fn job_wat(pages: u32, body: &str, extra: &str) -> String {
       (global.set $bump (i32.add (local.get $p) (local.get 3)))
       (local.get $p))
     {extra}
-    (func (export "run") (param i64 i64 i32 i32 i32 i32 i64 i32 i32 i32) (result i32)
+    (func (export "run") (param i64 i64 i32 i32 i32 i32 i64 i32) (result i32)
       {body}
       (i32.store8 (i32.const 16) (i32.const 0))
       (i32.store (i32.const 20) (i32.const 64))
@@ -69,7 +65,6 @@ fn trigger() -> Trigger {
         shard_total: 1,
         trigger_time_ms: 0,
         attempt: 0,
-        sharding_items: Vec::new(),
     }
 }
 
@@ -96,7 +91,9 @@ async fn run_case(runtime: &Runtime, case: Case) -> RunOutcome {
             cancel.cancel();
         });
     }
-    runtime.run(&job, trigger(), &case.limits, Box::new(Lines::default()), &cancel).await
+    runtime
+        .run(&job, trigger(), Vec::new(), &case.limits, Box::new(Lines::default()), &cancel)
+        .await
 }
 
 async fn check(runtime: &Runtime, case: Case, expect: Expect) {
@@ -180,8 +177,10 @@ async fn a_full_pool_refuses_instead_of_waiting() {
     let wat = job_wat(1, "", "");
     let sha256 = hex::encode(Sha256::digest(wat.as_bytes()));
     let job = rt.load(&sha256, || Ok(wat.into_bytes())).unwrap();
-    let mut holder =
-        Store::new(&rt.engine, RunState::new(&RunLimits::default(), Box::new(Lines::default())));
+    let mut holder = Store::new(
+        &rt.engine,
+        RunState::new(&RunLimits::default(), Vec::new(), Box::new(Lines::default())),
+    );
     let held = job.pre.instantiate_async(&mut holder).await.unwrap();
     let refused = run_case(&rt, case("")).await;
     assert!(
@@ -244,4 +243,84 @@ fn concurrent_loads_of_one_module_compile_it_once() {
         .filter(|name| !name.ends_with(".cwasm"))
         .collect();
     assert!(leftovers.is_empty(), "temporary files left behind: {leftovers:?}");
+}
+
+/// A component that imports `sharding` and returns the parameter of the last item it is given,
+/// or `none` when it gets no items.
+const SHARDING_WAT: &str = r#"(component
+  (type $trigger_def (record
+    (field "job-id" s64) (field "log-id" s64) (field "param" string)
+    (field "shard-index" u32) (field "shard-total" u32)
+    (field "trigger-time-ms" s64) (field "attempt" u32)))
+  (import "wasmjob:job/types@0.1.0" (instance $types (export "trigger" (type (eq $trigger_def)))))
+  (alias export $types "trigger" (type $trigger))
+  (import "wasmjob:job/sharding@0.1.0" (instance $sharding
+    (type $item_def (record (field "item" u32) (field "parameter" string)))
+    (export "sharding-item" (type $item (eq $item_def)))
+    (export "items" (func (result (list $item))))))
+  (alias export $sharding "items" (func $items))
+  (core module $libc
+    (memory (export "memory") 1)
+    (global $bump (mut i32) (i32.const 1024))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $p i32)
+      (local.set $p (i32.and
+        (i32.add (global.get $bump) (i32.sub (local.get 2) (i32.const 1)))
+        (i32.sub (i32.const 0) (local.get 2))))
+      (global.set $bump (i32.add (local.get $p) (local.get 3)))
+      (local.get $p)))
+  (core instance $libc (instantiate $libc))
+  (core func $items_lowered (canon lower (func $items)
+    (memory (core memory $libc "memory")) (realloc (core func $libc "realloc"))))
+  (core module $m
+    (import "libc" "memory" (memory 1))
+    (import "sharding" "items" (func $items (param i32)))
+    (data (i32.const 64) "none")
+    (func (export "run") (param i64 i64 i32 i32 i32 i32 i64 i32) (result i32)
+      (local $last i32)
+      ;; items() writes the list's pointer at 32 and its length at 36; an item is 12 bytes:
+      ;; the number, then the parameter's pointer and length.
+      (call $items (i32.const 32))
+      (i32.store8 (i32.const 16) (i32.const 0))
+      (i32.store (i32.const 20) (i32.const 64))
+      (i32.store (i32.const 24) (i32.const 4))
+      (if (i32.load (i32.const 36))
+        (then
+          (local.set $last (i32.add (i32.load (i32.const 32))
+            (i32.mul (i32.sub (i32.load (i32.const 36)) (i32.const 1)) (i32.const 12))))
+          (i32.store (i32.const 20) (i32.load offset=4 (local.get $last)))
+          (i32.store (i32.const 24) (i32.load offset=8 (local.get $last)))))
+      (i32.const 16)))
+  (core instance $i (instantiate $m
+    (with "libc" (instance $libc))
+    (with "sharding" (instance (export "items" (func $items_lowered))))))
+  (func $run (param "t" $trigger) (result (result string (error string)))
+    (canon lift (core func $i "run") (memory (core memory $libc "memory"))
+      (realloc (core func $libc "realloc"))))
+  (export "run" (func $run)))"#;
+
+#[tokio::test]
+async fn the_sharding_import_gives_the_runs_items() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let info = rt.validate(&wat::parse_str(SHARDING_WAT).unwrap()).unwrap();
+    assert!(info.imports.contains(&"wasmjob:job/sharding@0.1.0".to_owned()), "{:?}", info.imports);
+    let sha256 = hex::encode(Sha256::digest(SHARDING_WAT.as_bytes()));
+    let job = rt.load(&sha256, || Ok(SHARDING_WAT.as_bytes().to_vec())).unwrap();
+    let run = |items: Vec<ShardingItem>| {
+        let (job, cancel) = (job.clone(), CancellationToken::new());
+        let log = Box::new(Lines::default());
+        let rt = &rt;
+        async move { rt.run(&job, trigger(), items, &RunLimits::default(), log, &cancel).await }
+    };
+    let item = |item, parameter: &str| ShardingItem { item, parameter: parameter.to_owned() };
+    let outcome = run(vec![item(0, "Beijing"), item(3, "Shenzhen")]).await;
+    assert!(
+        matches!(&outcome, RunOutcome::Success { message, .. } if message == "Shenzhen"),
+        "{outcome}"
+    );
+    let outcome = run(Vec::new()).await;
+    assert!(
+        matches!(&outcome, RunOutcome::Success { message, .. } if message == "none"),
+        "{outcome}"
+    );
 }

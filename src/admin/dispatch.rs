@@ -346,9 +346,50 @@ impl Dispatcher {
         trigger: PlannedTrigger,
         addresses: Option<&[String]>,
     ) -> Result<Vec<i64>, TriggerError> {
-        let runs = self.plan_runs(job, trigger, addresses).await?;
-        let created =
-            self.inner.db.create_runs(&runs, now_ms()).await.map_err(anyhow::Error::from)?;
+        let mut runs = self.plan_runs(job, trigger, addresses).await?;
+        let now = now_ms();
+        // Runs due now whose executor can be chosen without asking one (every strategy but the
+        // probing ones) are routed here and created already claimed: one write instead of a
+        // creation, a claim and the record of the executor. A crash before the send leaves
+        // them `dispatching` under a lease that runs out, and the sweep sends them to the
+        // recorded executor, as it would after a crash between that record and the send.
+        let probing =
+            matches!(job.spec.route_strategy, RouteStrategy::Failover | RouteStrategy::Busyover);
+        let due_now = runs.iter().all(|run| run.trigger_time_ms <= now);
+        if !probing && due_now {
+            for run in runs.iter_mut().filter(|run| run.executor_address.is_none()) {
+                run.executor_address = self.route_run(job).await.ok();
+            }
+        }
+        if !probing && due_now && runs.iter().all(|run| run.executor_address.is_some()) {
+            let owner = self.inner.owner.clone();
+            let claims = self
+                .inner
+                .db
+                .create_claimed_runs(&runs, &owner, now, now + LEASE_MS)
+                .await
+                .map_err(anyhow::Error::from)?;
+            let mut ids = Vec::with_capacity(claims.len());
+            for claim in claims.into_iter().flatten() {
+                ids.push(claim.run.id);
+                let this = self.clone();
+                let span = tracing::info_span!("dispatch", run.id = claim.run.id);
+                tokio::spawn(
+                    async move {
+                        let run_id = claim.run.id;
+                        if let Err(error) = this.send_claimed(claim).await {
+                            tracing::error!(
+                                error = format!("{error:#}"),
+                                "dispatching run {run_id} failed"
+                            );
+                        }
+                    }
+                    .instrument(span),
+                );
+            }
+            return Ok(ids);
+        }
+        let created = self.inner.db.create_runs(&runs, now).await.map_err(anyhow::Error::from)?;
         let mut ids = Vec::with_capacity(runs.len());
         for (run, id) in runs.iter().zip(created) {
             if let Some(id) = id {
@@ -383,13 +424,19 @@ impl Dispatcher {
 
     /// Claims run `run_id` and sends it to an executor, recording what came of it.
     pub async fn send(&self, run_id: i64) -> anyhow::Result<()> {
-        let db = &self.inner.db;
         let now = now_ms();
         let owner = self.inner.owner.as_str();
-        let Some(Claim { run, fence }) = db.claim_run(run_id, owner, now, now + LEASE_MS).await?
-        else {
-            return Ok(());
-        };
+        let claim = self.inner.db.claim_run(run_id, owner, now, now + LEASE_MS).await?;
+        match claim {
+            Some(claim) => self.send_claimed(claim).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Sends a run this admin holds the lease of, recording what came of it.
+    async fn send_claimed(&self, Claim { run, fence }: Claim) -> anyhow::Result<()> {
+        let now = now_ms();
+        let owner = self.inner.owner.as_str();
         let lease = (owner, fence);
         let job = self.job(run.job_id).await?;
         let scheduled = matches!(run.trigger_type, TriggerType::Cron | TriggerType::Misfire);

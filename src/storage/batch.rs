@@ -27,6 +27,12 @@ pub(super) enum Write {
         runs: Vec<NewRun>,
         now_ms: i64,
     },
+    CreateClaimed {
+        runs: Vec<NewRun>,
+        owner: String,
+        now_ms: i64,
+        lease_until_ms: i64,
+    },
     Claim {
         id: i64,
         owner: String,
@@ -60,6 +66,7 @@ pub(super) enum Write {
 pub(super) enum Written {
     Ids(Vec<Option<i64>>),
     Claim(Option<Claim>),
+    Claims(Vec<Option<Claim>>),
     Done(bool),
     Applied(Option<(RunRecord, Vec<i64>)>),
 }
@@ -179,6 +186,15 @@ async fn execute(conn: &mut AnyConnection, write: &Write) -> Result<Written> {
                 ids.push(runs::insert_run(conn, run, *now_ms).await?);
             }
             Written::Ids(ids)
+        }
+        Write::CreateClaimed { runs, owner, now_ms, lease_until_ms } => {
+            let mut claims = Vec::with_capacity(runs.len());
+            for run in runs {
+                claims.push(
+                    runs::insert_claimed_run(conn, run, owner, *now_ms, *lease_until_ms).await?,
+                );
+            }
+            Written::Claims(claims)
         }
         Write::Claim { id, owner, now_ms, lease_until_ms } => {
             Written::Claim(runs::claim(conn, *id, owner, *now_ms, *lease_until_ms).await?)

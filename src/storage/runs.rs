@@ -122,6 +122,29 @@ impl Db {
         Ok(runs)
     }
 
+    /// Creates runs already claimed by `owner` until `lease_until_ms` (`dispatching`, fence 1),
+    /// for a dispatcher that sends them at once: one write instead of a creation and a claim.
+    /// Each claim is `None` when a run with the same fire, shard and attempt exists already.
+    /// Like [`Db::create_runs`], all or none.
+    pub async fn create_claimed_runs(
+        &self,
+        runs: &[NewRun],
+        owner: &str,
+        now_ms: i64,
+        lease_until_ms: i64,
+    ) -> Result<Vec<Option<Claim>>> {
+        let write = Write::CreateClaimed {
+            runs: runs.to_vec(),
+            owner: owner.to_owned(),
+            now_ms,
+            lease_until_ms,
+        };
+        match self.batch(write).await? {
+            Written::Claims(claims) => Ok(claims),
+            other => Err(other.unexpected()),
+        }
+    }
+
     /// Run `id`, if it exists.
     pub async fn get_run(&self, id: i64) -> Result<Option<RunRecord>> {
         let row = sqlx::query(&format!("select {COLUMNS} from runs where id = $1"))
@@ -524,6 +547,49 @@ pub(super) async fn insert_run(
     .fetch_optional(&mut *conn)
     .await?;
     row.map(|row| Ok(row.try_get("id")?)).transpose()
+}
+
+/// Inserts a run claimed by `owner` on `conn` (see [`Db::create_claimed_runs`]).
+pub(super) async fn insert_claimed_run(
+    conn: &mut AnyConnection,
+    run: &NewRun,
+    owner: &str,
+    now_ms: i64,
+    lease_until_ms: i64,
+) -> Result<Option<Claim>> {
+    let (version, sha256) = match &run.version {
+        Some((version, sha256)) => (Some(*version), Some(sha256.as_str())),
+        None => (None, None),
+    };
+    let row = sqlx::query(&format!(
+        "insert into runs (job_id, executor_address, trigger_type, trigger_time, fire_time, param,
+            shard_index, shard_total, attempt, version, sha256, parent_run_id, created_at,
+            sharding_items, state, lease_owner, lease_until, fence, claimed_at)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'dispatching',
+            $15, $16, 1, $13)
+         on conflict (job_id, fire_time, shard_index, attempt) do nothing
+         returning {COLUMNS}, fence"
+    ))
+    .bind(run.job_id)
+    .bind(run.executor_address.as_deref())
+    .bind(run.trigger_type.as_str())
+    .bind(run.trigger_time_ms)
+    .bind(run.fire_time_ms)
+    .bind(&run.param)
+    .bind(run.shard_index)
+    .bind(run.shard_total)
+    .bind(run.attempt)
+    .bind(version)
+    .bind(sha256)
+    .bind(run.parent_run_id)
+    .bind(now_ms)
+    .bind(format_items(&run.sharding_items))
+    .bind(owner)
+    .bind(lease_until_ms)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    Ok(Some(Claim { run: run_from_row(&row)?, fence: row.try_get("fence")? }))
 }
 
 fn run_from_row(row: &AnyRow) -> Result<RunRecord> {

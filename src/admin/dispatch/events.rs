@@ -192,7 +192,12 @@ impl Dispatcher {
     pub async fn apply_results(&self, results: &[HandleCallbackParam]) -> bool {
         // One read for the whole batch; a run that changed since is read again on its own.
         let ids: Vec<i64> = results.iter().map(|result| result.log_id).collect();
-        let mut runs: std::collections::HashMap<i64, RunRecord> = match self.inner.db.get_runs(&ids).await {
+        let mut runs: std::collections::HashMap<i64, RunRecord> = match self
+            .inner
+            .db
+            .get_runs(&ids)
+            .await
+        {
             Ok(runs) => runs.into_iter().map(|run| (run.id, run)).collect(),
             Err(error) => {
                 tracing::warn!(%error, "reading a batch of runs failed: reading them one by one");

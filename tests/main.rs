@@ -3,6 +3,8 @@
 
 mod support;
 
+/// Users, sessions and roles through the router: every route with every caller, login, logout.
+mod access;
 /// The operator and executor APIs' answers to bad input, through the router (no socket).
 mod api_errors;
 /// The whole platform on 127.0.0.1: cron fires, manual triggers, logs, on each database.

@@ -344,8 +344,18 @@ async fn logout_ends_the_session_and_changes_are_audited() {
     let update = json!({"group_id": 1, "name": "b", "schedule_type": "NONE"});
     assert_eq!(console.api("PUT", "/api/v1/jobs/1", &session, update).await.status, StatusCode::OK);
 
+    let cron = json!({"group_id": 1, "name": "b", "schedule_type": "CRON", "schedule_conf": "0 0 3 * * ?"});
+    assert_eq!(console.api("PUT", "/api/v1/jobs/1", &session, cron).await.status, StatusCode::OK);
+    let started = console.api("POST", "/api/v1/jobs/1/start", &session, Value::Null).await;
+    assert_eq!(started.status, StatusCode::OK, "{}", started.text);
     let audit = console.api("GET", "/api/v1/audit?action=job.", &session, Value::Null).await.json();
-    let change = &audit["items"][0];
+    let start = &audit["items"][0];
+    assert_eq!(start["action"], "job.start");
+    assert_eq!(
+        (&start["before"]["running"], &start["after"]["running"]),
+        (&json!(false), &json!(true))
+    );
+    let change = &audit["items"][2];
     assert_eq!(
         (change["action"].as_str(), change["actor"].as_str()),
         (Some("job.update"), Some("root"))
@@ -354,7 +364,7 @@ async fn logout_ends_the_session_and_changes_are_audited() {
         (change["before"]["name"].as_str(), change["after"]["name"].as_str()),
         (Some("a"), Some("b"))
     );
-    assert_eq!(audit["items"][1]["action"], "job.create");
+    assert_eq!(audit["items"][3]["action"], "job.create");
 
     // Logging out needs the page's token, and then the cookie opens nothing.
     let form = |csrf: &str| Some(("application/x-www-form-urlencoded", format!("csrf={csrf}")));

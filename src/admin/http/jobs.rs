@@ -210,7 +210,8 @@ async fn start_job(
     state.db.set_job_running(id, Some(next), now).await?;
     state.scheduler_wake.notify_one();
     let started = JobResponse::from(load(&state, id).await?);
-    actor.audit::<JobResponse>(&state, "job.start", format!("job {id}"), None, None).await;
+    let before = JobResponse::from(job);
+    actor.audit(&state, "job.start", format!("job {id}"), Some(&before), Some(&started)).await;
     Ok(axum::Json(started))
 }
 
@@ -219,12 +220,14 @@ async fn stop_job(
     actor: Actor,
     Path(id): Path<i64>,
 ) -> Result<axum::Json<JobResponse>, ApiError> {
-    actor.require_group(load(&state, id).await?.spec.group_id)?;
+    let before = JobResponse::from(load(&state, id).await?);
+    actor.require_group(before.group_id)?;
     if !state.db.set_job_running(id, None, now_ms()).await? {
         return Err(job_not_found(id));
     }
-    actor.audit::<JobResponse>(&state, "job.stop", format!("job {id}"), None, None).await;
-    Ok(axum::Json(load(&state, id).await?.into()))
+    let stopped = JobResponse::from(load(&state, id).await?);
+    actor.audit(&state, "job.stop", format!("job {id}"), Some(&before), Some(&stopped)).await;
+    Ok(axum::Json(stopped))
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -69,7 +69,7 @@ pub async fn dashboard(State(state): State<AppState>, signed: Signed) -> Page {
     for group in state.db.list_groups().await? {
         online += state.dispatcher.online_addresses(&group, now).await?.len();
     }
-    let midnight = now - now.rem_euclid(86_400_000);
+    let midnight = now - now.rem_euclid(DAY_MS);
     let runs_today: Vec<Value> = state
         .db
         .count_runs_by_state(midnight)
@@ -77,11 +77,36 @@ pub async fn dashboard(State(state): State<AppState>, signed: Signed) -> Page {
         .into_iter()
         .map(|(state, n)| json!({"state": state.as_str(), "count": n}))
         .collect();
+    let week_start = midnight - 6 * DAY_MS;
+    let by_day = state.db.count_runs_by_day(week_start).await?;
+    let tallest = by_day.iter().map(|day| day.succeeded.max(day.failed)).max().unwrap_or(0).max(1);
+    let days: Vec<Value> = (0..7)
+        .map(|index| {
+            let day_ms = week_start + index * DAY_MS;
+            let found = by_day.iter().find(|day| day.day_ms == day_ms);
+            let (succeeded, failed, total) = found.map_or((0, 0, 0), |d| (d.succeeded, d.failed, d.total));
+            let label = DateTime::<Utc>::from_timestamp_millis(day_ms).map(|d| d.format("%m-%d").to_string());
+            json!({
+                "label": label.unwrap_or_default(), "succeeded": succeeded, "failed": failed, "total": total,
+                "x": 20 + index * 90, "ok_height": succeeded * 110 / tallest, "bad_height": failed * 110 / tallest,
+            })
+        })
+        .collect();
+    let mut failing = Vec::new();
+    for (job_id, failures) in state.db.top_failing_jobs(week_start, 5).await? {
+        let name = jobs.iter().find(|job| job.id == job_id).map(|job| job.spec.name.clone());
+        failing.push(json!({"id": job_id, "name": name.unwrap_or_default(), "failures": failures}));
+    }
     render(
         "dashboard.html",
-        context! { frame => frame(&signed, "dashboard"), jobs => jobs.len(), running, online, runs_today },
+        context! {
+            frame => frame(&signed, "dashboard"), jobs => jobs.len(), running, online, runs_today, days, failing,
+        },
     )
 }
+
+/// A day's milliseconds.
+const DAY_MS: i64 = 86_400_000;
 
 #[derive(Debug, Deserialize)]
 pub struct JobFilter {

@@ -1,9 +1,10 @@
 //! Users, sessions, API tokens, the audit log and the dashboard's figures, on each backend.
 
-use super::each_backend;
+use super::{each_backend, failed, sent};
 use crate::access::Role;
+use crate::lifecycle::{self, Event, RunFacts};
 use crate::model::{AddressType, RunState, TriggerType};
-use crate::storage::{AuditEntry, NewRun};
+use crate::storage::{AuditEntry, DailyRuns, Db, NewRun};
 
 #[tokio::test]
 async fn users_sessions_and_tokens() {
@@ -117,6 +118,49 @@ async fn runs_are_counted_by_state_since_an_instant() {
         let counts = db.count_runs_by_state(15).await.unwrap();
         assert_eq!(counts, [(RunState::Pending, 2)]);
         assert!(db.count_runs_by_state(31).await.unwrap().is_empty());
+
+        // Two days: job 1 fails twice and succeeds once on the second, job 2 fails once.
+        const DAY: i64 = 86_400_000;
+        for (job_id, code) in [(1, 500), (1, 500), (1, 200), (2, 500)] {
+            let id =
+                db.create_run(&NewRun { job_id, ..run(DAY + 5) }, DAY + 5).await.unwrap().unwrap();
+            end(&db, id, code).await;
+        }
+        let days = db.count_runs_by_day(0).await.unwrap();
+        assert_eq!(
+            days,
+            [
+                DailyRuns { day_ms: 0, succeeded: 0, failed: 0, total: 3 },
+                DailyRuns { day_ms: DAY, succeeded: 1, failed: 3, total: 4 },
+            ]
+        );
+        assert_eq!(db.count_runs_by_day(DAY).await.unwrap().len(), 1);
+        assert_eq!(db.top_failing_jobs(0, 5).await.unwrap(), [(1, 2), (2, 1)]);
+        assert_eq!(db.top_failing_jobs(0, 1).await.unwrap(), [(1, 2)]);
     })
     .await;
+}
+
+/// Takes run `id` from pending to running, then to its result `handle_code`.
+async fn end(db: &Db, id: i64, handle_code: i32) {
+    let claim = db.claim_run(id, "admin", 1, 1_000).await.unwrap().unwrap();
+    assert!(db.set_run_target(id, "admin", claim.fence, "http://e:9999").await.unwrap());
+    let running = sent("http://e:9999", 2, 5);
+    db.apply_transition(id, &running, Some(("admin", claim.fence)), None, &[], 2)
+        .await
+        .unwrap()
+        .unwrap();
+    let result = if handle_code == 200 {
+        let facts = RunFacts {
+            state: RunState::Running,
+            attempt: 0,
+            kill_requested: false,
+            trigger_type: TriggerType::Manual,
+        };
+        let event = Event::Result { handle_code, message: "ok".to_owned(), started_at_ms: Some(3) };
+        lifecycle::transition(&facts, None, &event).unwrap()
+    } else {
+        failed(RunState::Running)
+    };
+    db.apply_transition(id, &result, None, None, &[], 4).await.unwrap().unwrap();
 }

@@ -419,6 +419,7 @@ async fn console_pages_by_role() {
         "/executors",
         "/users",
         "/audit",
+        "/tokens",
         "/jobs/99",
         "/runs/99",
     ];
@@ -437,9 +438,9 @@ async fn console_pages_by_role() {
         table.push_str(&format!("{name}: {}\n", statuses.join(" ")));
     }
     expect![[r#"
-        nobody: 303 303 303 303 303 303 303 303 303 303 303 303
-        root: 200 200 200 200 200 200 200 200 200 200 404 404
-        watcher: 200 200 200 403 200 200 200 200 403 403 404 404
+        nobody: 303 303 303 303 303 303 303 303 303 303 303 303 303
+        root: 200 200 200 200 200 200 200 200 200 200 200 404 404
+        watcher: 200 200 200 403 200 200 200 200 403 403 200 404 404
     "#]]
     .assert_eq(&table);
 

@@ -172,6 +172,16 @@ async fn an_operator_works_in_the_console_and_the_admin_audits_it() {
         .await;
     assert_eq!(status, 403);
     visit.shoot("job-other-group-refused").await;
+
+    // A personal token, made in the console, works on the REST API with the operator's role.
+    visit.page("/tokens", "tokens", "#token-form").await;
+    browser.fill("#token-name", "ci").await;
+    browser.click("#token-form button[type=submit]").await;
+    let secret = browser.wait_for_text("#new-token-value", "wjt_").await;
+    let with_token =
+        |path: &str| http.post(format!("{base}/api/v1{path}")).bearer_auth(secret.trim()).send();
+    assert_eq!(with_token(&format!("/jobs/{job_id}/stop")).await.unwrap().status(), 200);
+    assert_eq!(with_token(&format!("/jobs/{other_id}/stop")).await.unwrap().status(), 403);
     visit.logout().await;
 
     // The admin sees both in the audit log.
@@ -182,6 +192,7 @@ async fn an_operator_works_in_the_console_and_the_admin_audits_it() {
         format!("ops 127.0.0.1 job.create job {job_id}"),
         format!("ops 127.0.0.1 version.upload job {job_id}"),
         format!("ops 127.0.0.1 job.trigger job {job_id}"),
+        format!("ops 127.0.0.1 job.stop job {job_id}"),
         "admin 127.0.0.1 user.create user ops".to_owned(),
     ] {
         assert!(audit.contains(&wanted), "the audit log lacks `{wanted}`:\n{audit}");

@@ -47,6 +47,7 @@ pub fn router() -> Router<AppState> {
         .route("/executors", get(pages::executors))
         .route("/users", get(pages::users))
         .route("/audit", get(pages::audit))
+        .route("/tokens", get(pages::tokens))
         .route("/assets/console.js", get(script))
         .route("/assets/console.css", get(stylesheet))
 }

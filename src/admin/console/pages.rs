@@ -37,6 +37,7 @@ pub const TEMPLATES: &[(&str, &str)] = &[
     ("executors.html", include_str!("templates/executors.html")),
     ("users.html", include_str!("templates/users.html")),
     ("audit.html", include_str!("templates/audit.html")),
+    ("tokens.html", include_str!("templates/tokens.html")),
 ];
 
 type Page = Result<Html<String>, PageError>;
@@ -47,6 +48,7 @@ fn frame(signed: &Signed, tab: &str) -> Value {
         "user": signed.principal.name,
         "role": signed.principal.role.as_str(),
         "is_admin": signed.principal.role == Role::Admin,
+        "has_user": signed.principal.user_id.is_some(),
         "csrf": signed.csrf_token,
         "tab": tab,
     })
@@ -387,4 +389,23 @@ pub async fn audit(
         "audit.html",
         context! { frame => frame(&signed, "audit"), entries, total => page.total, actor, action },
     )
+}
+
+pub async fn tokens(State(state): State<AppState>, signed: Signed) -> Page {
+    let Some(user_id) = signed.principal.user_id else {
+        return Err(PageError::Forbidden("The operator token has no personal tokens.".to_owned()));
+    };
+    let tokens: Vec<Value> = state
+        .db
+        .list_api_tokens(user_id)
+        .await?
+        .into_iter()
+        .map(|token| {
+            json!({
+                "id": token.id, "name": token.name, "created_at": time(token.created_at_ms),
+                "last_used_at": time(token.last_used_at_ms),
+            })
+        })
+        .collect();
+    render("tokens.html", context! { frame => frame(&signed, "tokens"), tokens })
 }

@@ -62,6 +62,12 @@ document.addEventListener("submit", async (event) => {
     event.preventDefault();
     const result = await api(form.dataset.method ?? "POST", form.dataset.api, formBody(form));
     if (!result.ok) return showError(form, result);
+    if (form.dataset.show) {
+      // A secret shown once: on this page, never in a URL.
+      document.getElementById("new-token-value").textContent = result.data[form.dataset.show];
+      document.getElementById("new-token").hidden = false;
+      return;
+    }
     if (form.dataset.redirect) location.assign(fill(form.dataset.redirect, result.data ?? {}));
     else location.reload();
   } else if (form.dataset.upload) {

@@ -451,3 +451,57 @@ async fn console_pages_by_role() {
     let script = console.send("GET", "/assets/console.js", &Caller::default(), None).await;
     assert_eq!(script.headers.get(header::CONTENT_TYPE).unwrap(), "text/javascript; charset=utf-8");
 }
+
+/// Runs `wasmjob user create ARGS` on `database_url` with `password` on stdin: success, and
+/// what it printed on stderr.
+fn user_create(database_url: &str, args: &[&str], password: &str) -> (bool, String) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmjob"))
+        .args(["user", "create"])
+        .args(args)
+        .args(["--database-url", database_url])
+        .env_remove("WASMJOB_DATABASE_URL")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
+    let output = child.wait_with_output().unwrap();
+    (output.status.success(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[tokio::test]
+async fn users_are_made_on_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("cli.db").display());
+    let db = Db::connect(&url).await.unwrap();
+    db.ensure_group("default", "Default", 0).await.unwrap();
+
+    let refusals = [
+        (vec!["--admin", "--name", "alice"], "short", "password: 10 to 1024 characters"),
+        (vec!["--admin", "--viewer", "--name", "alice"], PASSWORD, "cannot be used with"),
+        (vec!["--name", "alice"], PASSWORD, "required"),
+        (vec!["--operator", "nosuch", "--name", "bob"], PASSWORD, "there is no group `nosuch`"),
+        (vec!["--viewer", "--name", "no spaces"], PASSWORD, "--name `no spaces`"),
+    ];
+    for (args, password, reason) in refusals {
+        let (ok, stderr) = user_create(&url, &args, password);
+        assert!(!ok && stderr.contains(reason), "{args:?}: {stderr}");
+    }
+    assert_eq!(db.count_users().await.unwrap(), 0, "a refusal makes no user");
+
+    assert!(user_create(&url, &["--admin", "--name", "alice"], PASSWORD).0);
+    assert!(user_create(&url, &["--operator", "default", "--name", "bob"], PASSWORD).0);
+    let (ok, stderr) = user_create(&url, &["--viewer", "--name", "alice"], PASSWORD);
+    assert!(!ok && stderr.contains("exists already"), "{stderr}");
+    let alice = db.get_user_by_name("alice").await.unwrap().unwrap();
+    let bob = db.get_user_by_name("bob").await.unwrap().unwrap();
+    assert_eq!(
+        (alice.role.as_str(), bob.role.as_str(), bob.group_ids),
+        ("admin", "operator", vec![1])
+    );
+    assert!(alice.password_hash.starts_with("$argon2id$"), "{}", alice.password_hash);
+    db.close().await;
+}

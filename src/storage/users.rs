@@ -97,7 +97,7 @@ impl Db {
     pub async fn get_user_by_name(&self, name: &str) -> Result<Option<User>> {
         let row = sqlx::query(&format!("select {COLUMNS} from users where name = $1"))
             .bind(name)
-            .fetch_optional(self.writer())
+            .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(user_from_row).transpose()
     }
@@ -305,16 +305,23 @@ impl Db {
         Ok(done.rows_affected() == 1)
     }
 
-    /// The user of the API token that hashes to `token_hash`, noting its use.
+    /// The user of the API token that hashes to `token_hash`, noting its use. The use is
+    /// written at most once a minute per token, so a busy script does not queue a write per
+    /// request behind the scheduler's.
     pub async fn get_api_token_user(&self, token_hash: &str, now_ms: i64) -> Result<Option<User>> {
-        let row = sqlx::query(
-            "update api_tokens set last_used_at = $1 where token_hash = $2 returning user_id",
-        )
-        .bind(now_ms)
-        .bind(token_hash)
-        .fetch_optional(self.writer())
-        .await?;
+        let row = sqlx::query("select user_id, last_used_at from api_tokens where token_hash = $1")
+            .bind(token_hash)
+            .fetch_optional(&self.pool)
+            .await?;
         let Some(row) = row else { return Ok(None) };
+        let last_used_at: i64 = row.try_get("last_used_at")?;
+        if last_used_at == 0 || now_ms - last_used_at >= 60_000 {
+            sqlx::query("update api_tokens set last_used_at = $1 where token_hash = $2")
+                .bind(now_ms)
+                .bind(token_hash)
+                .execute(self.writer())
+                .await?;
+        }
         self.get_user(row.try_get("user_id")?).await
     }
 }

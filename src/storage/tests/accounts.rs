@@ -45,6 +45,14 @@ async fn users_sessions_and_tokens() {
         assert_eq!(db.get_api_token_user("t-hash", 30).await.unwrap().map(|u| u.id), Some(bob.id));
         assert!(db.get_api_token_user("nope", 30).await.unwrap().is_none());
         assert_eq!(db.list_api_tokens(bob.id).await.unwrap()[0].last_used_at_ms, 30);
+        db.get_api_token_user("t-hash", 31).await.unwrap();
+        assert_eq!(
+            db.list_api_tokens(bob.id).await.unwrap()[0].last_used_at_ms,
+            30,
+            "once a minute"
+        );
+        db.get_api_token_user("t-hash", 60_030).await.unwrap();
+        assert_eq!(db.list_api_tokens(bob.id).await.unwrap()[0].last_used_at_ms, 60_030);
         assert!(!db.delete_api_token(alice.id, token.id).await.unwrap(), "not alice's");
         assert!(db.delete_api_token(bob.id, token.id).await.unwrap());
         assert!(db.get_api_token_user("t-hash", 40).await.unwrap().is_none());

@@ -88,6 +88,10 @@ struct Inner {
     online: Mutex<HashMap<String, (i64, Vec<String>)>>,
     /// Per executor, the sends it may have in flight at once.
     windows: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Jobs as read on the hot path, with when they were read.
+    jobs: Mutex<HashMap<i64, (i64, Option<Job>)>>,
+    /// Groups as read on the hot path, with when they were read.
+    groups: Mutex<HashMap<i64, (i64, Option<Group>)>>,
 }
 
 /// The most `/run` requests in flight to one executor: beyond that, sends wait their turn
@@ -100,6 +104,12 @@ const SEND_WINDOW: usize = 64;
 const ONLINE_TTL_MS: i64 = 1_000;
 /// The most cached version digests before the cache starts over.
 const MAX_CACHED_VERSIONS: usize = 100_000;
+/// How long a job or a group read on the hot path (sending a run, applying its result) is
+/// reused. This admin forgets its copy the moment it changes one through its API; a change
+/// made through another admin of the same database is seen within this long.
+const CACHE_TTL_MS: i64 = 1_000;
+/// The most cached jobs or groups before a cache starts over.
+const MAX_CACHED: usize = 200_000;
 
 impl Dispatcher {
     /// A dispatcher over `db`; an executor is online if it beat within `online_window_ms`;
@@ -121,6 +131,8 @@ impl Dispatcher {
             versions: Mutex::default(),
             online: Mutex::default(),
             windows: Mutex::default(),
+            jobs: Mutex::default(),
+            groups: Mutex::default(),
         };
         Dispatcher { inner: Arc::new(inner) }
     }
@@ -172,6 +184,42 @@ impl Dispatcher {
         }
     }
 
+    /// Job `id` as read at most [`CACHE_TTL_MS`] ago (`None`: it does not exist).
+    pub async fn job(&self, id: i64) -> anyhow::Result<Option<Job>> {
+        let now = now_ms();
+        if let Some(job) = cached(&self.inner.jobs, id, now) {
+            return Ok(job);
+        }
+        let job = self.inner.db.get_job(id).await?;
+        remember(&self.inner.jobs, id, now, job.clone());
+        Ok(job)
+    }
+
+    /// Group `id` as read at most [`CACHE_TTL_MS`] ago (`None`: it does not exist).
+    pub async fn group(&self, id: i64) -> anyhow::Result<Option<Group>> {
+        let now = now_ms();
+        if let Some(group) = cached(&self.inner.groups, id, now) {
+            return Ok(group);
+        }
+        let group = self.inner.db.get_group(id).await?;
+        remember(&self.inner.groups, id, now, group.clone());
+        Ok(group)
+    }
+
+    /// Forgets the cached copy of job `id`: call it after changing the job.
+    pub fn forget_job(&self, id: i64) {
+        if let Ok(mut jobs) = self.inner.jobs.lock() {
+            jobs.remove(&id);
+        }
+    }
+
+    /// Forgets the cached copy of group `id`: call it after changing the group.
+    pub fn forget_group(&self, id: i64) {
+        if let Ok(mut groups) = self.inner.groups.lock() {
+            groups.remove(&id);
+        }
+    }
+
     /// The digest of version `version` of job `job_id`.
     async fn version_digest(&self, job_id: i64, version: i64) -> anyhow::Result<Option<String>> {
         let cached = self
@@ -203,7 +251,6 @@ impl Dispatcher {
         trigger: PlannedTrigger,
         addresses: Option<&[String]>,
     ) -> Result<Vec<NewRun>, TriggerError> {
-        let db = &self.inner.db;
         let version = match (job.spec.glue_type, job.active_version) {
             (GlueType::GlueWasm, Some(version)) => {
                 self.version_digest(job.id, version).await?.map(|sha256| (version, sha256))
@@ -233,7 +280,7 @@ impl Dispatcher {
         if addresses.is_none() && !broadcast {
             return Ok(vec![run(None, 0, 1)]);
         }
-        let group = db.get_group(job.spec.group_id).await.map_err(anyhow::Error::from)?;
+        let group = self.group(job.spec.group_id).await?;
         let group = group.ok_or(TriggerError::NoGroup(job.spec.group_id))?;
         let online = self.online_addresses(&group, trigger.at_ms.max(now_ms())).await?;
         let targets = match addresses {
@@ -316,7 +363,7 @@ impl Dispatcher {
             return Ok(());
         };
         let lease = (owner, fence);
-        let job = db.get_job(run.job_id).await?;
+        let job = self.job(run.job_id).await?;
         let scheduled = matches!(run.trigger_type, TriggerType::Cron | TriggerType::Misfire);
         let event = match &job {
             // The fire was committed just before the job was stopped: an operator who stopped
@@ -439,7 +486,7 @@ impl Dispatcher {
 
     /// Picks the executor of a run routed at send time.
     async fn route_run(&self, job: &Job) -> Result<String, String> {
-        let group = self.inner.db.get_group(job.spec.group_id).await.map_err(|e| e.to_string())?;
+        let group = self.group(job.spec.group_id).await.map_err(|e| format!("{e:#}"))?;
         let group = group.ok_or_else(|| format!("group {} does not exist", job.spec.group_id))?;
         let online = self.online_addresses(&group, now_ms()).await.map_err(|e| format!("{e:#}"))?;
         if online.is_empty() {
@@ -518,6 +565,22 @@ impl PlannedTrigger {
     /// A trigger for now.
     pub fn now(trigger_type: TriggerType, param: String) -> PlannedTrigger {
         PlannedTrigger { trigger_type, at_ms: now_ms(), fire_time_ms: None, param }
+    }
+}
+
+/// The entry `id` of `cache` if it was read within [`CACHE_TTL_MS`] of `now_ms`.
+fn cached<T: Clone>(cache: &Mutex<HashMap<i64, (i64, T)>>, id: i64, now_ms: i64) -> Option<T> {
+    let cache = cache.lock().ok()?;
+    let (read_at, value) = cache.get(&id)?;
+    (now_ms - read_at < CACHE_TTL_MS && *read_at <= now_ms).then(|| value.clone())
+}
+
+fn remember<T>(cache: &Mutex<HashMap<i64, (i64, T)>>, id: i64, now_ms: i64, value: T) {
+    if let Ok(mut cache) = cache.lock() {
+        if cache.len() >= MAX_CACHED {
+            cache.clear();
+        }
+        cache.insert(id, (now_ms, value));
     }
 }
 

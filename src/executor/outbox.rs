@@ -1,24 +1,32 @@
 //! The durable callback outbox: results are written to disk first, then delivered to the admin
-//! in batches, and deleted only once an admin acknowledged them.
+//! in batches, and forgotten only once an admin acknowledged them.
 //!
-//! One small JSON file per result (`outbox/<logId>.json`): written to a temporary file, synced,
-//! renamed into place, and the directory synced, so a crash or a power cut between a run's end
-//! and its delivery loses nothing: the next start delivers it. An in-memory index (loaded at
-//! start) says what is pending, so a batch does not list the directory. A file that cannot be
-//! read or parsed is moved to `outbox/quarantine/` with an error log, never deleted.
+//! Results are appended as JSON lines to segment files (`outbox/results-<n>.log`), and a push
+//! returns once its line is synced. Syncs are shared: concurrent pushes append under one lock
+//! and the first of them to sync makes every line appended so far durable with one
+//! `sync_data` (group commit), so a burst of results costs a few syncs, not two per result.
+//! A crash or a power cut between a run's end and its delivery loses nothing: the next start
+//! delivers it. An acknowledgement appends an `ack <logId>` line (not synced: a result
+//! delivered twice is harmless, the admin applies a result at most once). A segment rotates
+//! after [`SEGMENT_LINES`] lines and is deleted once every result in it was acknowledged.
+//! Results also stay in memory until acknowledged, so delivering never reads the disk.
+//! A line that cannot be parsed at start is copied to `outbox/quarantine/` with an error log,
+//! never dropped silently. Single-file entries (`<logId>.json`) of earlier versions are
+//! delivered like the others, and unreadable ones quarantined.
 //!
-//! A result that cannot be stored (disk full, permissions) is logged as an error and kept in
-//! memory, delivered like the others; it does not survive a restart.
+//! A result that cannot be stored (disk full, permissions, a failed sync) is logged as an
+//! error and kept in memory, delivered like the others; it does not survive a restart. After
+//! a failed sync nothing written since can be promised durable, so every later result is
+//! kept in memory too, until the executor restarts.
 //!
 //! When an admin refuses a batch, its entries are sent one by one, and an entry refused alone
 //! waits behind the others with its own backoff, so one result the admin cannot apply does not
 //! hold back the rest. An admin that cannot be reached backs the whole outbox off.
-//! The admin applies a result at most once, so delivering one twice is harmless.
 //! This module does not decide what a result says; the workers do.
 
-use std::collections::VecDeque;
-use std::fs::File;
-use std::io::Write;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,7 +38,9 @@ use tokio_util::sync::CancellationToken;
 use crate::protocol::{self, HandleCallbackParam, ProtocolError};
 
 /// The most results sent in one `/api/callback`.
-const BATCH: usize = 100;
+const BATCH: usize = 500;
+/// Lines in a segment before the next one starts.
+const SEGMENT_LINES: usize = 4096;
 /// The first wait of an entry an admin refused alone; it doubles up to [`MAX_ENTRY_BACKOFF`].
 const ENTRY_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_ENTRY_BACKOFF: Duration = Duration::from_secs(300);
@@ -52,20 +62,52 @@ pub struct Outbox {
 
 struct Inner {
     dir: PathBuf,
-    quarantine: PathBuf,
-    pending: Mutex<VecDeque<Entry>>,
+    state: Mutex<State>,
+    /// The last line known durable; held while syncing so that waiters queue behind one sync.
+    synced: Mutex<u64>,
     notify: Notify,
+}
+
+struct State {
+    /// The pending results by run id.
+    entries: HashMap<i64, Entry>,
+    /// Delivery order: run ids with the stamp of the entry they were queued for (an id whose
+    /// entry has another stamp, or none, is a stale place in the line and is skipped).
+    order: VecDeque<(i64, u64)>,
+    stamps: u64,
+    /// The segment being appended to; `None` once a write or a sync failed.
+    writer: Option<Writer>,
+    /// Pending results per segment, closed or current.
+    live: BTreeMap<u64, usize>,
+    /// Lines appended so far.
+    written: u64,
+}
+
+struct Writer {
+    seq: u64,
+    file: Arc<File>,
+    lines: usize,
 }
 
 /// One pending result.
 struct Entry {
-    log_id: i64,
-    handle_code: i32,
-    /// The result itself when it could not be stored on disk.
-    in_memory: Option<HandleCallbackParam>,
+    result: HandleCallbackParam,
+    stamp: u64,
+    home: Home,
     /// Set after an admin refused this entry alone: not sent again before then.
     retry_at: Option<Instant>,
     refusals: u32,
+}
+
+/// Where a pending result is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Home {
+    /// A line of segment `n`.
+    Segment(u64),
+    /// A `<logId>.json` file of an earlier version.
+    File,
+    /// Nowhere but memory.
+    Memory,
 }
 
 /// What one delivery round did.
@@ -86,26 +128,31 @@ enum Sent {
 }
 
 impl Outbox {
-    /// The outbox in `dir`: loads the index of stored results, quarantining unreadable ones.
+    /// The outbox in `dir`: loads the stored results, quarantining unreadable ones, and starts
+    /// a new segment.
     pub fn open(dir: PathBuf) -> std::io::Result<Outbox> {
         let quarantine = dir.join("quarantine");
         std::fs::create_dir_all(&quarantine)?;
-        let mut found = Vec::new();
+        let mut loaded: Vec<(HandleCallbackParam, Home)> = Vec::new();
+        let mut segments = Vec::new();
         for entry in std::fs::read_dir(&dir)? {
             let path = entry?.path();
             let Some(name) = path.file_name().and_then(|name| name.to_str()) else { continue };
+            if let Some(seq) = segment_seq(name) {
+                segments.push((seq, path));
+                continue;
+            }
             if name.ends_with(".json.tmp") {
                 // A write cut short: its result never counted as stored. Keep it for a human.
                 tracing::warn!("outbox: moving the unfinished write {} aside", path.display());
                 move_aside(&path, &quarantine);
                 continue;
             }
-            let Some(log_id) = name.strip_suffix(".json").and_then(|id| id.parse::<i64>().ok())
-            else {
+            if name.strip_suffix(".json").and_then(|id| id.parse::<i64>().ok()).is_none() {
                 continue;
-            };
+            }
             match read_entry(&path) {
-                Ok(result) => found.push((log_id, result.handle_code)),
+                Ok(result) => loaded.push((result, Home::File)),
                 Err(error) => {
                     tracing::error!(
                         "outbox: entry {} cannot be read ({error}); moved to {}",
@@ -116,53 +163,127 @@ impl Outbox {
                 }
             }
         }
-        found.sort_unstable();
-        let pending = found
-            .into_iter()
-            .map(|(log_id, handle_code)| Entry {
-                log_id,
-                handle_code,
-                in_memory: None,
-                retry_at: None,
-                refusals: 0,
+        segments.sort_unstable();
+        let mut by_id: HashMap<i64, (HandleCallbackParam, Home)> =
+            loaded.into_iter().map(|(result, home)| (result.log_id, (result, home))).collect();
+        for (seq, path) in &segments {
+            replay(*seq, path, &quarantine, &mut by_id)?;
+        }
+        let holding: std::collections::HashSet<u64> = by_id
+            .values()
+            .filter_map(|(_, home)| match home {
+                Home::Segment(seq) => Some(*seq),
+                _ => None,
             })
             .collect();
-        let inner = Inner { dir, quarantine, pending: Mutex::new(pending), notify: Notify::new() };
+        for (seq, path) in &segments {
+            if !holding.contains(seq) {
+                remove(path);
+            }
+        }
+        let next_seq = segments.last().map_or(1, |(seq, _)| seq + 1);
+        let writer = open_segment(&dir, next_seq)?;
+        // `insert` counts the loaded results into their segments.
+        let live = BTreeMap::from([(next_seq, 0)]);
+        let mut results: Vec<(HandleCallbackParam, Home)> = by_id.into_values().collect();
+        results.sort_unstable_by_key(|(result, _)| result.log_id);
+        let mut state = State {
+            entries: HashMap::with_capacity(results.len()),
+            order: VecDeque::with_capacity(results.len()),
+            stamps: 0,
+            writer: Some(writer),
+            live,
+            written: 0,
+        };
+        for (result, home) in results {
+            state.insert(result, home);
+        }
+        let inner =
+            Inner { dir, state: Mutex::new(state), synced: Mutex::new(0), notify: Notify::new() };
         Ok(Outbox { inner: Arc::new(inner) })
     }
 
     /// Stores one result durably and wakes the sender. On error the result is still queued for
-    /// delivery, in memory only.
+    /// delivery, in memory only. Blocks on a disk sync (shared with concurrent pushes).
     pub fn push(&self, result: &HandleCallbackParam) -> Result<(), OutboxError> {
-        let stored = self.store(result);
-        let entry = Entry {
+        let error = |path: &Path, source| OutboxError {
             log_id: result.log_id,
-            handle_code: result.handle_code,
-            in_memory: stored.is_err().then(|| result.clone()),
-            retry_at: None,
-            refusals: 0,
+            path: path.to_owned(),
+            source,
         };
-        if let Ok(mut pending) = self.inner.pending.lock() {
-            pending.retain(|queued| queued.log_id != result.log_id);
-            pending.push_back(entry);
+        let appended = {
+            let Ok(mut state) = self.inner.state.lock() else {
+                let poisoned = std::io::Error::other("outbox lock poisoned");
+                return Err(error(&self.inner.dir, poisoned));
+            };
+            let appended = state.append(&self.inner.dir, result);
+            let home = match &appended {
+                Ok((seq, _)) => Home::Segment(*seq),
+                Err(_) => Home::Memory,
+            };
+            let replaced = state.insert(result.clone(), home);
+            if let Some(home) = replaced {
+                state.release(&self.inner.dir, result.log_id, home);
+            }
+            appended
+        };
+        let stored = match appended {
+            Ok((_, line)) => self.sync(line).map_err(|(path, source)| error(&path, source)),
+            Err((path, source)) => Err(error(&path, source)),
+        };
+        if stored.is_err()
+            && let Ok(mut state) = self.inner.state.lock()
+            && let Some(entry) = state.entries.get_mut(&result.log_id)
+            && let Home::Segment(seq) = std::mem::replace(&mut entry.home, Home::Memory)
+        {
+            state.unlive(&self.inner.dir, seq);
         }
         self.inner.notify.notify_one();
         stored
     }
 
-    /// The handle code of the stored result of run `log_id`, if one waits here.
-    pub fn stored_code(&self, log_id: i64) -> Option<i32> {
-        let pending = self.inner.pending.lock().ok()?;
-        pending.iter().find(|entry| entry.log_id == log_id).map(|entry| entry.handle_code)
+    /// Returns once line `line` (and every line before it) is on disk.
+    fn sync(&self, line: u64) -> Result<(), (PathBuf, std::io::Error)> {
+        let poisoned = || (self.inner.dir.clone(), std::io::Error::other("outbox lock poisoned"));
+        let mut synced = self.inner.synced.lock().map_err(|_| poisoned())?;
+        if *synced >= line {
+            return Ok(());
+        }
+        let (target, file, seq) = {
+            let state = self.inner.state.lock().map_err(|_| poisoned())?;
+            let Some(writer) = &state.writer else {
+                let broken = std::io::Error::other("an earlier write or sync failed");
+                return Err((self.inner.dir.clone(), broken));
+            };
+            (state.written, writer.file.clone(), writer.seq)
+        };
+        // Lines of earlier segments were synced when their segment was closed.
+        if let Err(source) = file.sync_data() {
+            if let Ok(mut state) = self.inner.state.lock() {
+                state.writer = None;
+            }
+            return Err((segment_path(&self.inner.dir, seq), source));
+        }
+        *synced = target;
+        Ok(())
     }
 
-    /// The runs whose results wait for an admin's acknowledgement.
+    /// The handle code of the stored result of run `log_id`, if one waits here.
+    pub fn stored_code(&self, log_id: i64) -> Option<i32> {
+        let state = self.inner.state.lock().ok()?;
+        state.entries.get(&log_id).map(|entry| entry.result.handle_code)
+    }
+
+    /// The runs whose results wait for an admin's acknowledgement, sorted.
     pub fn pending_ids(&self) -> Vec<i64> {
-        self.inner
-            .pending
+        let mut ids: Vec<i64> = self
+            .inner
+            .state
             .lock()
-            .map(|pending| pending.iter().map(|entry| entry.log_id).collect())
-            .unwrap_or_default()
+            .map(|state| state.entries.keys().copied().collect())
+            .unwrap_or_default();
+        ids.sort_unstable();
+        ids
     }
 
     /// Delivers results until `shutdown`, then makes one last attempt.
@@ -211,20 +332,14 @@ impl Outbox {
         client: &protocol::Client,
         admin_urls: &[String],
     ) -> anyhow::Result<Round> {
-        let due = self.due(BATCH);
-        if due.is_empty() {
-            return Ok(Round::Idle(self.next_due()));
-        }
-        let outbox = self.clone();
-        let batch = tokio::task::spawn_blocking(move || outbox.load(due)).await?;
+        let batch = self.due(BATCH);
         if batch.is_empty() {
-            // Everything due was unreadable and went to quarantine.
-            return Ok(Round::More);
+            return Ok(Round::Idle(self.next_due()));
         }
         let results: Vec<&HandleCallbackParam> = batch.iter().collect();
         match send(client, admin_urls, &results).await {
             Sent::Acknowledged => {
-                self.acknowledged(&batch);
+                self.acknowledged(&batch).await;
                 tracing::debug!(count = batch.len(), "delivered {} results", batch.len());
                 return Ok(if batch.len() == BATCH {
                     Round::More
@@ -242,7 +357,9 @@ impl Outbox {
                 );
                 for result in &batch {
                     match send(client, admin_urls, &[result]).await {
-                        Sent::Acknowledged => self.acknowledged(std::slice::from_ref(result)),
+                        Sent::Acknowledged => {
+                            self.acknowledged(std::slice::from_ref(result)).await;
+                        }
                         Sent::Refused(error) => self.refused_alone(result, &error),
                         Sent::Unreachable(error) => return Err(error),
                     }
@@ -252,77 +369,71 @@ impl Outbox {
         Ok(Round::More)
     }
 
-    /// Up to `limit` pending entries not waiting for their own backoff, oldest first: the run
-    /// id, and the result itself if only memory holds it.
-    fn due(&self, limit: usize) -> Vec<(i64, Option<HandleCallbackParam>)> {
+    /// Up to `limit` pending results not waiting for their own backoff, oldest first.
+    fn due(&self, limit: usize) -> Vec<HandleCallbackParam> {
         let now = Instant::now();
-        let Ok(pending) = self.inner.pending.lock() else { return Vec::new() };
-        pending
+        let Ok(mut state) = self.inner.state.lock() else { return Vec::new() };
+        state.drop_stale_front();
+        let State { entries, order, .. } = &*state;
+        order
             .iter()
+            .filter_map(|(log_id, stamp)| entries.get(log_id).filter(|entry| entry.stamp == *stamp))
             .filter(|entry| entry.retry_at.is_none_or(|at| at <= now))
             .take(limit)
-            .map(|entry| (entry.log_id, entry.in_memory.clone()))
+            .map(|entry| entry.result.clone())
             .collect()
     }
 
     fn next_due(&self) -> Option<Instant> {
-        let pending = self.inner.pending.lock().ok()?;
-        pending.iter().filter_map(|entry| entry.retry_at).min()
+        let state = self.inner.state.lock().ok()?;
+        state.entries.values().filter_map(|entry| entry.retry_at).min()
     }
 
-    /// The results of `due` entries, from memory or disk; unreadable files go to quarantine.
-    fn load(&self, due: Vec<(i64, Option<HandleCallbackParam>)>) -> Vec<HandleCallbackParam> {
-        let mut results = Vec::with_capacity(due.len());
-        for (log_id, in_memory) in due {
-            if let Some(result) = in_memory {
-                results.push(result);
-                continue;
-            }
-            let path = self.path(log_id);
-            match read_entry(&path) {
-                Ok(result) => results.push(result),
-                Err(error) => {
-                    tracing::error!(
-                        run.id = log_id,
-                        "outbox: entry {} cannot be read ({error}); moved to {}",
-                        path.display(),
-                        self.inner.quarantine.display()
-                    );
-                    move_aside(&path, &self.inner.quarantine);
-                    self.forget(&[log_id]);
-                }
-            }
-        }
-        results
-    }
-
-    fn acknowledged(&self, results: &[HandleCallbackParam]) {
+    /// Forgets acknowledged results: an `ack` line each, and their segments or files deleted
+    /// once nothing in them is pending.
+    async fn acknowledged(&self, results: &[HandleCallbackParam]) {
         let log_ids: Vec<i64> = results.iter().map(|result| result.log_id).collect();
-        self.forget(&log_ids);
-        for result in results {
-            let path = self.path(result.log_id);
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                // It will be delivered again after a restart, which the admin ignores.
-                Err(error) => tracing::warn!(%error, "outbox: cannot delete {}", path.display()),
+        let outbox = self.clone();
+        let done = tokio::task::spawn_blocking(move || outbox.forget(&log_ids)).await;
+        if let Err(error) = done {
+            tracing::error!(%error, "outbox: forgetting acknowledged results failed");
+        }
+    }
+
+    fn forget(&self, log_ids: &[i64]) {
+        let Ok(mut state) = self.inner.state.lock() else { return };
+        let mut acks = String::new();
+        for log_id in log_ids {
+            let Some(entry) = state.entries.remove(log_id) else { continue };
+            if matches!(entry.home, Home::Segment(_)) {
+                acks.push_str(&format!("ack {log_id}\n"));
             }
+            state.release(&self.inner.dir, *log_id, entry.home);
+        }
+        // Not synced: an acknowledgement lost in a crash only means a harmless re-delivery.
+        if !acks.is_empty()
+            && let Some(writer) = &state.writer
+            && let Err(error) = (&*writer.file).write_all(acks.as_bytes())
+        {
+            tracing::warn!(%error, "outbox: cannot record acknowledgements");
         }
     }
 
     /// Puts an entry an admin refused alone behind the others, with its own backoff.
     fn refused_alone(&self, result: &HandleCallbackParam, error: &ProtocolError) {
-        let Ok(mut pending) = self.inner.pending.lock() else { return };
-        let Some(index) = pending.iter().position(|entry| entry.log_id == result.log_id) else {
-            return;
-        };
-        let Some(mut entry) = pending.remove(index) else { return };
+        let Ok(mut state) = self.inner.state.lock() else { return };
+        state.stamps += 1;
+        let stamp = state.stamps;
+        let Some(entry) = state.entries.get_mut(&result.log_id) else { return };
         entry.refusals += 1;
+        entry.stamp = stamp;
         let wait = ENTRY_BACKOFF
             .saturating_mul(1 << entry.refusals.min(16).saturating_sub(1))
             .min(MAX_ENTRY_BACKOFF);
         entry.retry_at = Some(Instant::now() + wait);
-        if entry.refusals == 1 {
+        let refusals = entry.refusals;
+        state.order.push_back((result.log_id, stamp));
+        if refusals == 1 {
             tracing::error!(
                 run.id = result.log_id,
                 %error,
@@ -334,47 +445,168 @@ impl Outbox {
             tracing::warn!(
                 run.id = result.log_id,
                 %error,
-                "the admin refused the result of run {} again ({} times)",
+                "the admin refused the result of run {} again ({refusals} times)",
                 result.log_id,
-                entry.refusals
             );
         }
-        pending.push_back(entry);
     }
+}
 
-    fn forget(&self, log_ids: &[i64]) {
-        let log_ids: std::collections::HashSet<i64> = log_ids.iter().copied().collect();
-        if let Ok(mut pending) = self.inner.pending.lock() {
-            pending.retain(|entry| !log_ids.contains(&entry.log_id));
+impl State {
+    /// Queues `result` for delivery, replacing a pending result of the same run: returns where
+    /// that one was stored.
+    fn insert(&mut self, result: HandleCallbackParam, home: Home) -> Option<Home> {
+        self.stamps += 1;
+        let (log_id, stamp) = (result.log_id, self.stamps);
+        if let Home::Segment(seq) = home {
+            *self.live.entry(seq).or_default() += 1;
         }
+        self.order.push_back((log_id, stamp));
+        let entry = Entry { result, stamp, home, retry_at: None, refusals: 0 };
+        self.entries.insert(log_id, entry).map(|old| old.home)
     }
 
-    /// Writes the result whole: temporary file, synced, renamed, directory synced.
-    fn store(&self, result: &HandleCallbackParam) -> Result<(), OutboxError> {
-        let path = self.path(result.log_id);
-        let tmp = self.inner.dir.join(format!("{}.json.tmp", result.log_id));
-        let error = |path: &Path, source| OutboxError {
-            log_id: result.log_id,
-            path: path.to_owned(),
-            source,
+    /// Appends `result` to the current segment (rotating first if it is full): the segment and
+    /// the line's number, to sync.
+    fn append(
+        &mut self,
+        dir: &Path,
+        result: &HandleCallbackParam,
+    ) -> Result<(u64, u64), (PathBuf, std::io::Error)> {
+        let broken = || (dir.to_owned(), std::io::Error::other("an earlier write or sync failed"));
+        let full = self.writer.as_ref().ok_or_else(broken)?.lines >= SEGMENT_LINES;
+        if full {
+            self.rotate(dir)?;
+        }
+        let mut line = serde_json::to_vec(result)
+            .map_err(|source| (dir.to_owned(), std::io::Error::other(source)))?;
+        line.push(b'\n');
+        let writer = self.writer.as_mut().ok_or_else(broken)?;
+        if let Err(source) = (&*writer.file).write_all(&line) {
+            let path = segment_path(dir, writer.seq);
+            self.writer = None;
+            return Err((path, source));
+        }
+        writer.lines += 1;
+        self.written += 1;
+        Ok((writer.seq, self.written))
+    }
+
+    /// Closes the current segment (synced, so lines in it stay durable) and starts the next.
+    fn rotate(&mut self, dir: &Path) -> Result<(), (PathBuf, std::io::Error)> {
+        let Some(writer) = self.writer.take() else {
+            return Err((dir.to_owned(), std::io::Error::other("an earlier write or sync failed")));
         };
-        let bytes = serde_json::to_vec(result).map_err(|source| error(&tmp, source.into()))?;
-        let written = File::create(&tmp).and_then(|mut file| {
-            file.write_all(&bytes)?;
-            file.sync_all()
-        });
-        if let Err(source) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(error(&tmp, source));
+        writer.file.sync_data().map_err(|source| (segment_path(dir, writer.seq), source))?;
+        let next = open_segment(dir, writer.seq + 1)
+            .map_err(|source| (segment_path(dir, writer.seq + 1), source))?;
+        self.live.insert(next.seq, 0);
+        self.writer = Some(next);
+        if self.live.get(&writer.seq) == Some(&0) {
+            self.live.remove(&writer.seq);
+            remove(&segment_path(dir, writer.seq));
         }
-        std::fs::rename(&tmp, &path).map_err(|source| error(&path, source))?;
-        File::open(&self.inner.dir)
-            .and_then(|dir| dir.sync_all())
-            .map_err(|source| error(&self.inner.dir, source))
+        Ok(())
     }
 
-    fn path(&self, log_id: i64) -> PathBuf {
-        self.inner.dir.join(format!("{log_id}.json"))
+    /// A pending result of run `log_id` stored at `home` is no longer needed there.
+    fn release(&mut self, dir: &Path, log_id: i64, home: Home) {
+        match home {
+            Home::Segment(seq) => self.unlive(dir, seq),
+            Home::File => remove(&dir.join(format!("{log_id}.json"))),
+            Home::Memory => {}
+        }
+    }
+
+    /// One result fewer pending in segment `seq`; a closed segment left with none is deleted.
+    fn unlive(&mut self, dir: &Path, seq: u64) {
+        let Some(live) = self.live.get_mut(&seq) else { return };
+        *live = live.saturating_sub(1);
+        let current = self.writer.as_ref().is_some_and(|writer| writer.seq == seq);
+        if *live == 0 && !current {
+            self.live.remove(&seq);
+            remove(&segment_path(dir, seq));
+        }
+    }
+
+    /// Drops stale places at the front of the delivery line.
+    fn drop_stale_front(&mut self) {
+        while let Some((log_id, stamp)) = self.order.front() {
+            if self.entries.get(log_id).is_some_and(|entry| entry.stamp == *stamp) {
+                return;
+            }
+            self.order.pop_front();
+        }
+    }
+}
+
+/// Reads segment `seq` into `by_id`: results replace earlier ones of the same run, `ack` lines
+/// drop them; a line that is neither is copied to the quarantine.
+fn replay(
+    seq: u64,
+    path: &Path,
+    quarantine: &Path,
+    by_id: &mut HashMap<i64, (HandleCallbackParam, Home)>,
+) -> std::io::Result<()> {
+    let reader = BufReader::new(File::open(path)?);
+    let mut bad = Vec::new();
+    for line in reader.split(b'\n') {
+        let line = line?;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if let Some(log_id) = std::str::from_utf8(&line)
+            .ok()
+            .and_then(|text| text.strip_prefix("ack "))
+            .and_then(|id| id.trim().parse::<i64>().ok())
+        {
+            by_id.remove(&log_id);
+            continue;
+        }
+        match serde_json::from_slice::<HandleCallbackParam>(&line) {
+            Ok(result) => {
+                by_id.insert(result.log_id, (result, Home::Segment(seq)));
+            }
+            Err(error) => {
+                tracing::error!(
+                    "outbox: a line of {} cannot be read ({error}); copied to {}",
+                    path.display(),
+                    quarantine.display()
+                );
+                bad.extend_from_slice(&line);
+                bad.push(b'\n');
+            }
+        }
+    }
+    if !bad.is_empty() {
+        let name = path.file_name().map(|name| name.to_string_lossy().into_owned());
+        let target = quarantine.join(format!("{}.bad", name.unwrap_or_default()));
+        OpenOptions::new().create(true).append(true).open(&target)?.write_all(&bad)?;
+    }
+    Ok(())
+}
+
+fn segment_seq(name: &str) -> Option<u64> {
+    name.strip_prefix("results-")?.strip_suffix(".log")?.parse().ok()
+}
+
+fn segment_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("results-{seq}.log"))
+}
+
+/// Creates segment `seq` and makes its name durable in the directory.
+fn open_segment(dir: &Path, seq: u64) -> std::io::Result<Writer> {
+    let file = OpenOptions::new().create(true).append(true).open(segment_path(dir, seq))?;
+    File::open(dir)?.sync_all()?;
+    Ok(Writer { seq, file: Arc::new(file), lines: 0 })
+}
+
+fn remove(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        // Its results are delivered again after a restart, which the admin ignores.
+        Err(error) => tracing::warn!(%error, "outbox: cannot delete {}", path.display()),
     }
 }
 

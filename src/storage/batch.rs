@@ -1,9 +1,10 @@
 //! Group commit for the run lifecycle's writes: claims, lease renewals, targets, transitions
 //! and new runs from many tasks queue up and commit together.
 //!
-//! One task per [`Db`] takes every write waiting in the queue (up to [`MAX_BATCH`]), runs each in
-//! a savepoint of one transaction, commits, and only then answers each caller. A write that
-//! fails rolls back its own savepoint and gets its own error; the others still commit. A caller
+//! One task per [`Db`] takes every write waiting in the queue (up to [`MAX_BATCH`]), runs them in
+//! one transaction, commits, and only then answers each caller. A write that fails gets its own
+//! error and the others still commit: the batch is then run again with each write in its own
+//! savepoint, which the common case, where nothing fails, does not pay for. A caller
 //! is told its write happened only once it is committed, so batching changes when things
 //! commit, never what commits together: each write (a transition with its follow-up runs, say)
 //! is still all or nothing.
@@ -106,20 +107,54 @@ async fn commit_loop(pool: AnyPool, mut receiver: mpsc::UnboundedReceiver<Reques
 }
 
 async fn commit(pool: &AnyPool, batch: Vec<Request>) {
+    // Writes rarely fail, so the batch first runs as plain statements in one transaction. Only
+    // if one fails is the transaction rolled back and the batch run again, each write in its
+    // own savepoint, so that the failure is that write's alone (on PostgreSQL a failed
+    // statement aborts the whole transaction).
+    let (writes, replies): (Vec<Write>, Vec<_>) = batch.into_iter().unzip();
+    let answers = match run_plain(pool, &writes).await {
+        Ok(answers) => answers,
+        Err(()) => run_isolated(pool, &writes).await,
+    };
+    for (reply, answer) in replies.into_iter().zip(answers) {
+        let _ = reply.send(answer);
+    }
+}
+
+/// Runs every write in one transaction and commits: `Err` if a write failed (nothing is
+/// committed then).
+async fn run_plain(
+    pool: &AnyPool,
+    writes: &[Write],
+) -> std::result::Result<Vec<Result<Written>>, ()> {
+    let Ok(mut tx) = pool.begin().await else { return Err(()) };
+    let mut answers = Vec::with_capacity(writes.len());
+    for write in writes {
+        match execute(&mut tx, write).await {
+            Ok(written) => answers.push(Ok(written)),
+            Err(_) => {
+                let _ = tx.rollback().await;
+                return Err(());
+            }
+        }
+    }
+    tx.commit().await.map_err(drop)?;
+    Ok(answers)
+}
+
+/// Runs each write in its own savepoint of one transaction, so a failed write rolls back alone.
+async fn run_isolated(pool: &AnyPool, writes: &[Write]) -> Vec<Result<Written>> {
+    let failed = |message: String| {
+        writes.iter().map(|_| Err(StorageError::Batch(message.clone()))).collect()
+    };
     let mut tx = match pool.begin().await {
         Ok(tx) => tx,
-        Err(error) => {
-            let message = format!("starting a transaction: {error}");
-            for (_, reply) in batch {
-                let _ = reply.send(Err(StorageError::Batch(message.clone())));
-            }
-            return;
-        }
+        Err(error) => return failed(format!("starting a transaction: {error}")),
     };
-    let mut answers = Vec::with_capacity(batch.len());
-    for (write, reply) in batch {
+    let mut answers = Vec::with_capacity(writes.len());
+    for write in writes {
         let answer = match sqlx::Connection::begin(&mut *tx).await {
-            Ok(mut savepoint) => match execute(&mut savepoint, &write).await {
+            Ok(mut savepoint) => match execute(&mut savepoint, write).await {
                 Ok(written) => savepoint.commit().await.map(|()| written).map_err(Into::into),
                 Err(error) => {
                     let _ = savepoint.rollback().await;
@@ -128,20 +163,11 @@ async fn commit(pool: &AnyPool, batch: Vec<Request>) {
             },
             Err(error) => Err(error.into()),
         };
-        answers.push((reply, answer));
+        answers.push(answer);
     }
     match tx.commit().await {
-        Ok(()) => {
-            for (reply, answer) in answers {
-                let _ = reply.send(answer);
-            }
-        }
-        Err(error) => {
-            let message = format!("committing: {error}");
-            for (reply, _) in answers {
-                let _ = reply.send(Err(StorageError::Batch(message.clone())));
-            }
-        }
+        Ok(()) => answers,
+        Err(error) => failed(format!("committing: {error}")),
     }
 }
 

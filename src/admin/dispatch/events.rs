@@ -50,7 +50,7 @@ impl Dispatcher {
             let Some(run) = db.get_run(run_id).await? else { return Ok(None) };
             let job = match known_job.take() {
                 Some(job) => job,
-                None => db.get_job(run.job_id).await?,
+                None => self.job(run.job_id).await?,
             };
             let facts = RunFacts {
                 state: run.state,

@@ -145,6 +145,7 @@ async fn update_job(
     let next = schedule.next_after(now).unwrap_or(0);
     let updated =
         state.db.update_job(id, &job, next, now).await?.ok_or_else(|| job_not_found(id))?;
+    state.dispatcher.forget_job(id);
     state.scheduler_wake.notify_one();
     let updated = JobResponse::from(updated);
     actor.audit(&state, "job.update", format!("job {id}"), Some(&before), Some(&updated)).await;
@@ -181,6 +182,7 @@ async fn delete_job(
     if !state.db.delete_job(id).await? {
         return Err(job_not_found(id));
     }
+    state.dispatcher.forget_job(id);
     actor.audit(&state, "job.delete", format!("job {id}"), Some(&before), None).await;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -208,6 +210,7 @@ async fn start_job(
         ApiError::bad_request("no_fire_time", "the schedule has no fire time in the future")
     })?;
     state.db.set_job_running(id, Some(next), now).await?;
+    state.dispatcher.forget_job(id);
     state.scheduler_wake.notify_one();
     let started = JobResponse::from(load(&state, id).await?);
     let before = JobResponse::from(job);
@@ -225,6 +228,7 @@ async fn stop_job(
     if !state.db.set_job_running(id, None, now_ms()).await? {
         return Err(job_not_found(id));
     }
+    state.dispatcher.forget_job(id);
     let stopped = JobResponse::from(load(&state, id).await?);
     actor.audit(&state, "job.stop", format!("job {id}"), Some(&before), Some(&stopped)).await;
     Ok(axum::Json(stopped))

@@ -108,6 +108,7 @@ async fn upload_version(
     let info = validate(&state, body.clone()).await?;
     let version =
         state.db.add_job_version(id, &info.sha256, &body, &query.remark, now_ms()).await?;
+    state.dispatcher.forget_job(id);
     tracing::info!(job.id = id, module.sha256 = %info.sha256, "job {id}: version {} uploaded", version.version);
     let active = Some(version.version);
     let version = VersionResponse::new(version, active);
@@ -184,6 +185,7 @@ async fn activate_version(
             format!("version {version} of job {id}"),
         ));
     }
+    state.dispatcher.forget_job(id);
     let found = state.db.get_job_version(id, version).await?;
     let found = found.ok_or_else(|| {
         ApiError::not_found("version_not_found", format!("version {version} of job {id}"))

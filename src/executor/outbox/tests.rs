@@ -1,4 +1,5 @@
-//! Tests of the outbox: quarantine, the in-memory fallback, and one refused result among many.
+//! Tests of the outbox: segments across restarts, quarantine, the in-memory fallback, and one
+//! refused result among many.
 //!
 //! A tiny local HTTP server stands in for the admin, refusing any batch that holds a chosen
 //! `logId` (as an admin does when it cannot apply one entry), so the outbox's fallback is tested
@@ -83,7 +84,7 @@ fn unreadable_entries_are_quarantined_not_deleted() {
     let outbox = Outbox::open(outbox_dir.clone()).unwrap();
     assert_eq!(outbox.pending_ids(), [1]);
     assert_eq!(outbox.stored_code(1), Some(200));
-    assert_eq!(names(&outbox_dir), ["1.json", "quarantine"]);
+    assert_eq!(names(&outbox_dir), ["1.json", "quarantine", "results-1.log"]);
     assert_eq!(names(&outbox_dir.join("quarantine")), ["2.json", "3.json", "4.json.tmp"]);
     // The quarantined bytes are kept as they were.
     assert_eq!(std::fs::read(outbox_dir.join("quarantine/3.json")).unwrap(), b"");
@@ -104,7 +105,7 @@ async fn a_refused_result_does_not_hold_back_the_others() {
     assert!(matches!(round, Round::More));
     assert_eq!(admin.calls(), [vec![1, 2, 3, 4, 5], vec![1], vec![2], vec![3], vec![4], vec![5]]);
     assert_eq!(outbox.pending_ids(), [3]);
-    assert_eq!(names(&dir.path().join("outbox")), ["3.json", "quarantine"]);
+    assert_eq!(names(&dir.path().join("outbox")), ["quarantine", "results-1.log"]);
 
     // Refused alone, it waits for its own backoff while later results go first.
     outbox.push(&result(6)).unwrap();
@@ -114,15 +115,15 @@ async fn a_refused_result_does_not_hold_back_the_others() {
     assert_eq!(outbox.pending_ids(), [3]);
 
     // Refused again alone: no batch fallback for a single entry, a longer backoff.
-    outbox.inner.pending.lock().unwrap()[0].retry_at = None;
+    due_now(&outbox, 3);
     outbox.deliver_once(&client(), std::slice::from_ref(&url)).await.unwrap();
     assert_eq!(admin.calls(), [vec![3]]);
-    let entry_refusals = outbox.inner.pending.lock().unwrap()[0].refusals;
+    let entry_refusals = outbox.inner.state.lock().unwrap().entries[&3].refusals;
     assert_eq!(entry_refusals, 2);
 
     // Once the admin can apply it, it goes.
     admin.refuse.lock().unwrap().clear();
-    outbox.inner.pending.lock().unwrap()[0].retry_at = None;
+    due_now(&outbox, 3);
     outbox.deliver_once(&client(), std::slice::from_ref(&url)).await.unwrap();
     assert_eq!(admin.calls(), [vec![3]]);
     assert!(outbox.pending_ids().is_empty());
@@ -139,7 +140,7 @@ async fn an_unreachable_admin_keeps_everything() {
     drop(listener);
     assert!(outbox.deliver_once(&client(), &[url]).await.is_err());
     assert_eq!(outbox.pending_ids(), [1]);
-    assert!(outbox.inner.pending.lock().unwrap()[0].retry_at.is_none());
+    assert!(outbox.inner.state.lock().unwrap().entries[&1].retry_at.is_none());
 }
 
 #[tokio::test]
@@ -149,13 +150,118 @@ async fn a_result_the_disk_refuses_is_kept_in_memory_and_delivered() {
     let dir = tempfile::tempdir().unwrap();
     let outbox_dir = dir.path().join("outbox");
     let outbox = Outbox::open(outbox_dir.clone()).unwrap();
-    // The directory disappears under the executor: writes fail whatever the user's rights.
-    std::fs::remove_dir_all(&outbox_dir).unwrap();
+    // The segment's handle turns read-only under the outbox: every write fails with a real IO
+    // error, whatever the user's rights.
+    {
+        let mut state = outbox.inner.state.lock().unwrap();
+        let writer = state.writer.as_mut().unwrap();
+        writer.file = Arc::new(File::open(outbox_dir.join("results-1.log")).unwrap());
+    }
 
     let error = outbox.push(&result(9)).unwrap_err();
     assert!(error.to_string().contains("storing the result of run 9"), "{error}");
-    assert_eq!(outbox.pending_ids(), [9]);
+    // Nothing written since a failure is promised durable: later results stay in memory too.
+    let error = outbox.push(&result(10)).unwrap_err();
+    assert!(error.to_string().contains("an earlier write or sync failed"), "{error}");
+    assert_eq!(outbox.pending_ids(), [9, 10]);
     outbox.deliver_once(&client(), &[url]).await.unwrap();
-    assert_eq!(admin.calls(), [vec![9]]);
+    assert_eq!(admin.calls(), [vec![9, 10]]);
     assert!(outbox.pending_ids().is_empty());
+}
+
+#[tokio::test]
+async fn a_restart_delivers_what_was_not_acknowledged_and_only_that() {
+    let admin = FakeAdmin::default();
+    let url = admin.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    let outbox_dir = dir.path().join("outbox");
+    let outbox = Outbox::open(outbox_dir.clone()).unwrap();
+    for log_id in 1..=3 {
+        outbox.push(&result(log_id)).unwrap();
+    }
+    outbox.deliver_once(&client(), std::slice::from_ref(&url)).await.unwrap();
+    assert_eq!(admin.calls(), [vec![1, 2, 3]]);
+    outbox.push(&result(4)).unwrap();
+    // A result pushed again (a killed run reported twice) replaces the first.
+    let mut again = result(4);
+    again.handle_code = 500;
+    outbox.push(&again).unwrap();
+    drop(outbox);
+
+    let outbox = Outbox::open(outbox_dir.clone()).unwrap();
+    assert_eq!(outbox.pending_ids(), [4]);
+    assert_eq!(outbox.stored_code(4), Some(500));
+    // The first segment still held run 4; the new one starts empty.
+    assert_eq!(names(&outbox_dir), ["quarantine", "results-1.log", "results-2.log"]);
+    outbox.deliver_once(&client(), std::slice::from_ref(&url)).await.unwrap();
+    assert_eq!(admin.calls(), [vec![4]]);
+    // Everything acknowledged: the closed segment is gone.
+    assert_eq!(names(&outbox_dir), ["quarantine", "results-2.log"]);
+    drop(outbox);
+    let outbox = Outbox::open(outbox_dir.clone()).unwrap();
+    assert!(outbox.pending_ids().is_empty());
+    assert_eq!(names(&outbox_dir), ["quarantine", "results-3.log"]);
+}
+
+#[test]
+fn full_segments_rotate_and_go_once_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox_dir = dir.path().join("outbox");
+    let outbox = Outbox::open(outbox_dir.clone()).unwrap();
+    let total = SEGMENT_LINES as i64 + 10;
+    for log_id in 1..=total {
+        outbox.push(&result(log_id)).unwrap();
+    }
+    assert_eq!(names(&outbox_dir), ["quarantine", "results-1.log", "results-2.log"]);
+    outbox.forget(&(1..SEGMENT_LINES as i64).collect::<Vec<_>>());
+    assert_eq!(names(&outbox_dir), ["quarantine", "results-1.log", "results-2.log"]);
+    outbox.forget(&[SEGMENT_LINES as i64]);
+    assert_eq!(names(&outbox_dir), ["quarantine", "results-2.log"]);
+    assert_eq!(outbox.pending_ids(), (SEGMENT_LINES as i64 + 1..=total).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_line_that_cannot_be_read_is_quarantined_and_the_rest_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox_dir = dir.path().join("outbox");
+    std::fs::create_dir_all(&outbox_dir).unwrap();
+    let mut segment = serde_json::to_vec(&result(1)).unwrap();
+    segment.extend_from_slice(b"\n{\"logId\": 2, \"handle\n");
+    segment.extend_from_slice(&serde_json::to_vec(&result(3)).unwrap());
+    segment.extend_from_slice(b"\nack 1\n");
+    // A line cut short by a crash: its push never returned.
+    segment.extend_from_slice(b"{\"logId\": 4");
+    std::fs::write(outbox_dir.join("results-7.log"), segment).unwrap();
+
+    let outbox = Outbox::open(outbox_dir.clone()).unwrap();
+    assert_eq!(outbox.pending_ids(), [3]);
+    assert_eq!(names(&outbox_dir), ["quarantine", "results-7.log", "results-8.log"]);
+    let bad = std::fs::read_to_string(outbox_dir.join("quarantine/results-7.log.bad")).unwrap();
+    assert_eq!(bad, "{\"logId\": 2, \"handle\n{\"logId\": 4\n");
+}
+
+#[test]
+fn concurrent_pushes_share_syncs_and_all_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox_dir = dir.path().join("outbox");
+    let outbox = Outbox::open(outbox_dir.clone()).unwrap();
+    std::thread::scope(|scope| {
+        for thread in 0..8_i64 {
+            let outbox = &outbox;
+            scope.spawn(move || {
+                for n in 0..50 {
+                    outbox.push(&result(thread * 1000 + n + 1)).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(*outbox.inner.synced.lock().unwrap(), 400);
+    drop(outbox);
+    let outbox = Outbox::open(outbox_dir).unwrap();
+    assert_eq!(outbox.pending_ids().len(), 400);
+}
+
+/// Lifts the backoff of run `log_id`'s entry.
+fn due_now(outbox: &Outbox, log_id: i64) {
+    outbox.inner.state.lock().unwrap().entries.get_mut(&log_id).unwrap().retry_at = None;
 }

@@ -177,8 +177,10 @@ fn set_cookie(
     HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-async fn login_form(State(state): State<AppState>, parts: Parts) -> Result<Response, PageError> {
-    let mut parts = parts;
+async fn login_form(
+    State(state): State<AppState>,
+    mut parts: Parts,
+) -> Result<Response, PageError> {
     if Signed::from_request_parts(&mut parts, &state).await.is_ok() {
         return Ok(Redirect::to("/").into_response());
     }
@@ -246,10 +248,9 @@ struct LogoutForm {
 
 async fn logout(
     State(state): State<AppState>,
-    parts: Parts,
+    mut parts: Parts,
     Form(form): Form<LogoutForm>,
 ) -> Result<Response, PageError> {
-    let mut parts = parts;
     let signed = Signed::from_request_parts(&mut parts, &state).await?;
     if !constant_time_eq(form.csrf.as_bytes(), signed.csrf_token.as_bytes()) {
         return Err(PageError::Forbidden(

@@ -81,6 +81,7 @@ async fn wasmjob_run(runtime: &Runtime, job: &wasmjob::runtime::CompiledJob) {
         shard_total: 1,
         trigger_time_ms: 0,
         attempt: 0,
+        sharding_items: Vec::new(),
     };
     let cancel = CancellationToken::new();
     let outcome = runtime.run(job, trigger, &limits, Box::new(MemoryLog::default()), &cancel).await;
@@ -197,6 +198,7 @@ impl Bare {
             shard_total: 1,
             trigger_time_ms: 0,
             attempt: 0,
+            sharding_items: Vec::new(),
         };
         let job = self.pre.instantiate(&mut store).expect("instantiate");
         let result = job.call_run(&mut store, &trigger).expect("call");

@@ -10,7 +10,14 @@
 //! ```
 //!
 //! [`transition`] is pure: it takes the run's facts, the job's settings and an event, and returns
-//! the [`Transition`] to apply, or why the event does not apply. Storage applies a transition as
+//! the [`Transition`] to apply, or why the event does not apply.
+//!
+//! A `FIX_DELAY` job's next fire is a consequence too: when a run of one of its fires ends and
+//! no retry follows, [`Transition::next_fire_delay_ms`] asks storage to set the job's next fire
+//! to the run's end plus the delay, in the same transaction, provided no other run of that fire
+//! (another shard, a retry) is still unfinished. So the job never fires while a run of its
+//! previous fire is pending or running, and with retries the delay counts from the end of the
+//! last attempt. Storage applies a transition as
 //! one compare-and-set on the run's state (and, for a dispatcher's events, its lease) in the same
 //! transaction as the runs it implies, so a follow-up exists exactly when its cause committed.
 //! This module does not read the clock, route, or talk to anyone; it also does not decide *when*
@@ -79,6 +86,8 @@ pub struct RunFacts {
     pub kill_requested: bool,
     /// Why it exists.
     pub trigger_type: TriggerType,
+    /// Whether it belongs to a schedule fire (a fire's run, or a retry of one).
+    pub from_fire: bool,
 }
 
 /// What the transition needs to know about the run's job (`None` when the job was deleted).
@@ -88,6 +97,8 @@ pub struct JobFacts {
     pub retry_count: i64,
     /// Whether the job has child jobs.
     pub has_children: bool,
+    /// For a `FIX_DELAY` job, its delay in ms.
+    pub fix_delay_ms: Option<i64>,
 }
 
 /// The changes one event makes to a run, and their consequences.
@@ -120,6 +131,9 @@ pub struct Transition {
     pub children: bool,
     /// Consequence: ask the executor to stop the run.
     pub send_kill: bool,
+    /// Consequence, for a `FIX_DELAY` job: set the job's next fire this many ms after now (the
+    /// run's end), unless another run of the same fire is unfinished.
+    pub next_fire_delay_ms: Option<i64>,
 }
 
 /// Why an event does not apply to a run in its state.
@@ -170,6 +184,7 @@ pub fn transition(
         retry: false,
         children: false,
         send_kill: false,
+        next_fire_delay_ms: None,
     };
     let transition = match (run.state, event) {
         (Pending, Event::Claim) => Transition { to: Dispatching, ..base },
@@ -208,8 +223,15 @@ pub fn transition(
                 }
             };
             let sent = (run.state == Dispatching).then_some(code::SUCCESS);
+            // The result overtook the record of the send: the executor had taken the run by
+            // the time it started it, the latest instant the send can have been confirmed.
+            let dispatched = match sent {
+                Some(_) => started_at_ms.map(|at_ms| (at_ms, 0)),
+                None => None,
+            };
             Transition {
                 trigger_code: sent,
+                dispatched,
                 started_at: *started_at_ms,
                 ..ended(base, run, job, to, handle_code, message)
             }
@@ -257,11 +279,17 @@ fn ended(
     message: &str,
 ) -> Transition {
     let retries_left = job.is_some_and(|job| run.attempt < job.retry_count);
+    let retry =
+        matches!(to, RunState::Failed | RunState::TimedOut | RunState::Lost) && retries_left;
     Transition {
         to,
         handle: Some((handle_code, clean_message(message))),
-        retry: matches!(to, RunState::Failed | RunState::TimedOut | RunState::Lost) && retries_left,
+        retry,
         children: to == RunState::Success && job.is_some_and(|job| job.has_children),
+        // A retry continues the fire: the delay counts from the end of the last attempt.
+        next_fire_delay_ms: job
+            .and_then(|job| job.fix_delay_ms)
+            .filter(|_| run.from_fire && !retry),
         ..base
     }
 }

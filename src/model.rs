@@ -67,6 +67,10 @@ spelled_enum! {
         Cron => "CRON",
         /// Every N seconds from the previous fire.
         FixRate => "FIX_RATE",
+        /// N seconds after the previous fire's runs ended (Spring's `fixedDelay`).
+        FixDelay => "FIX_DELAY",
+        /// Once, at one instant.
+        Once => "ONCE",
         /// Never fires on its own: manual, API and parent triggers only.
         None => "NONE",
     }
@@ -105,6 +109,21 @@ spelled_enum! {
         Busyover => "BUSYOVER",
         /// One run per online executor, each with its shard index.
         ShardingBroadcast => "SHARDING_BROADCAST",
+    }
+}
+
+spelled_enum! {
+    /// How a sharded job's items are spread over its online executors (ElasticJob's strategies).
+    pub enum ShardingStrategy {
+        /// Equal runs of consecutive items; the remainder one each to the first executors.
+        AverageAllocation => "AVERAGE_ALLOCATION",
+        /// Average allocation over the executors in descending order when the job name's hash
+        /// is even, ascending when odd.
+        OdevitySortByName => "ODEVITY_SORT_BY_NAME",
+        /// Average allocation over the executors rotated by the job name's hash.
+        RotateServerByName => "ROTATE_SERVER_BY_NAME",
+        /// Each item to the executor whose bucket holds the digit sum of name and item.
+        ConsistentHash => "CONSISTENT_HASH",
     }
 }
 
@@ -231,6 +250,8 @@ pub struct JobSpec {
     pub time_zone: Option<String>,
     /// What to do with a late fire.
     pub misfire_strategy: MisfireStrategy,
+    /// How late a fire may be and still count as on time, in ms (XXL-JOB: 5 000).
+    pub misfire_threshold_ms: i64,
     /// How to pick executors.
     pub route_strategy: RouteStrategy,
     /// What an executor does when the job is already running.
@@ -253,6 +274,24 @@ pub struct JobSpec {
     pub fuel_limit: Option<i64>,
     /// The memory cap of one run in MiB; `None` means the executor's default.
     pub memory_limit_mb: Option<i64>,
+    /// ElasticJob sharding: how many items each fire is split into; 0 when not sharded.
+    pub sharding_total_count: i64,
+    /// ElasticJob sharding: the items' parameters as given, `0=Beijing,1=Shanghai`.
+    pub sharding_item_parameters: String,
+    /// ElasticJob sharding: how items are spread over the executors.
+    pub sharding_strategy: ShardingStrategy,
+}
+
+/// The default [`JobSpec::misfire_threshold_ms`]: XXL-JOB's fixed 5 s.
+pub const DEFAULT_MISFIRE_THRESHOLD_MS: i64 = 5_000;
+
+/// One ElasticJob sharding item a run processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardingItem {
+    /// The item's number, from 0 to the job's `sharding_total_count` - 1.
+    pub item: u32,
+    /// Its parameter (empty when the job gives none).
+    pub parameter: String,
 }
 
 /// A job: its spec plus what the platform keeps about it.
@@ -304,6 +343,9 @@ pub struct RunRecord {
     pub trigger_type: TriggerType,
     /// The scheduled instant (ms): the cron fire time, or the request time for manual runs.
     pub trigger_time_ms: i64,
+    /// The schedule fire this run belongs to (its retries too); `None` for manual, API and
+    /// parent runs.
+    pub fire_time_ms: Option<i64>,
     /// The parameter it runs with.
     pub param: String,
     /// 0 pending, 200 sent, 500 could not be sent.
@@ -320,6 +362,9 @@ pub struct RunRecord {
     pub shard_index: i64,
     /// The number of shards.
     pub shard_total: i64,
+    /// The ElasticJob sharding items it processes, in increasing order; empty when the job is
+    /// not sharded.
+    pub sharding_items: Vec<ShardingItem>,
     /// 0 for the first try, n for the n-th retry.
     pub attempt: i64,
     /// The module version it ran, for `GLUE_WASM` jobs.

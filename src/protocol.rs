@@ -104,6 +104,19 @@ pub struct TriggerParam {
     /// wasmjob: the memory cap of the run, in MiB.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_limit_mb: Option<i64>,
+    /// wasmjob: the ElasticJob sharding items this run processes, for a sharded job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sharding_items: Option<Vec<ShardingItemParam>>,
+}
+
+/// One sharding item of a trigger: `{"item": 0, "parameter": "Beijing"}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ShardingItemParam {
+    /// The item's number.
+    pub item: u32,
+    /// Its parameter (empty when the job gives none).
+    pub parameter: String,
 }
 
 /// `/idleBeat` and `/kill`.
@@ -468,6 +481,19 @@ mod tests {
         assert_eq!((param.job_id, param.log_id, param.attempt), (7, 42, None));
         let wrong = serde_json::from_str::<TriggerParam>(r#"{"jobId":"seven"}"#).unwrap_err();
         assert!(wrong.to_string().contains("invalid type"), "{wrong}");
+    }
+
+    #[test]
+    fn sharding_items_travel_only_when_there_are_some() {
+        let plain = serde_json::to_string(&TriggerParam::default()).unwrap();
+        assert!(!plain.contains("shardingItems"), "{plain}");
+        let items = vec![ShardingItemParam { item: 2, parameter: "Guangzhou".to_owned() }];
+        let sharded =
+            TriggerParam { sharding_items: Some(items.clone()), ..TriggerParam::default() };
+        let json = serde_json::to_string(&sharded).unwrap();
+        assert!(json.contains(r#""shardingItems":[{"item":2,"parameter":"Guangzhou"}]"#), "{json}");
+        let read: TriggerParam = serde_json::from_str(&json).unwrap();
+        assert_eq!(read.sharding_items, Some(items));
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! behind a mutex because ROUND, LEAST_FREQUENTLY_USED and LEAST_RECENTLY_USED remember per-job
 //! state between triggers, as XXL-JOB's static maps do, and forget all of it every 24 hours.
 //! CONSISTENT_HASH places jobs exactly where XXL-JOB would for the same addresses.
+//! `sharding` spreads ElasticJob-style sharding items over executors (and, unlike the route
+//! strategies, sorts the addresses itself, since ElasticJob's answers depend on that order).
 //!
 //! What it deliberately does not do: no IO, no clock and no global randomness. The current time
 //! and the random source are parameters, so tests replay exactly. FAILOVER and BUSYOVER need
@@ -17,6 +19,7 @@
 
 mod consistent_hash;
 mod least_used;
+pub mod sharding;
 
 use std::collections::HashMap;
 

@@ -29,7 +29,7 @@ use wasmtime::{
     UpdateDeadline,
 };
 
-pub use self::bindings::{Level, Trigger};
+pub use self::bindings::{Level, ShardingItem, Trigger};
 pub use self::cache::{CacheStats, CompiledJob};
 pub use self::host::{ALLOWED_IMPORTS, is_allowed_import};
 pub use self::outcome::RunOutcome;

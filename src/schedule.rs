@@ -1,5 +1,5 @@
-//! Fire times: parses a job's schedule (`CRON`, `FIX_RATE`, `NONE`) and answers "when does it
-//! fire next?" and "what happens to the fire that is due now?".
+//! Fire times: parses a job's schedule (`CRON`, `FIX_RATE`, `FIX_DELAY`, `ONCE`, `NONE`) and
+//! answers "when does it fire next?" and "what happens to the fire that is due now?".
 //!
 //! The scheduler loop owns the clock and the database; it hands this module a job's schedule
 //! configuration and instants in milliseconds since the Unix epoch (UTC), and gets instants back.
@@ -60,6 +60,23 @@
 //!
 //! Quartz instead skips fixed times that fall in a gap and fires a repeated hour's wall times on
 //! its second pass only; the recorded vectors mark those cases as deliberate differences.
+//!
+//! # Fixed delay and one-shot schedules
+//!
+//! `FIX_DELAY` (Spring's `fixedDelay`, PowerJob's fixed delay) fires N seconds after the previous
+//! fire's runs ended, so it never overlaps itself. Its next fire is not a function of the
+//! previous fire: [`decide`] answers [`NextFire::WhenRunsEnd`], and the run lifecycle sets the
+//! next fire (the end plus the delay) in the transaction that ends the fire's last run, after
+//! its retries (`lifecycle`). [`Schedule::next_after`] therefore answers only the first fire of a
+//! job started at that instant, and [`Schedule::next_n`] gives at most that one.
+//!
+//! `ONCE` fires at one RFC 3339 instant (`2026-05-01T09:00:00+02:00`) and then has no next fire:
+//! the scheduler stops the job, which stays defined, as XXL-JOB stops a job without a next fire.
+//!
+//! # Misfires
+//!
+//! A fire later than the job's misfire threshold ([`DEFAULT_MISFIRE_THRESHOLD_MS`], 5 s as in
+//! XXL-JOB, unless the job sets its own) follows its misfire strategy; see [`decide`].
 #![warn(missing_docs)]
 
 mod cron;
@@ -71,10 +88,8 @@ use chrono_tz::Tz;
 
 use self::cron::CronExpr;
 pub use self::cron::{CronError, Field as CronField};
+pub use crate::model::DEFAULT_MISFIRE_THRESHOLD_MS;
 use crate::model::{MisfireStrategy, ScheduleType, TriggerType};
-
-/// A fire more than this late is a misfire (XXL-JOB uses 5 s).
-pub const MISFIRE_THRESHOLD_MS: i64 = 5_000;
 
 /// The longest accepted `FIX_RATE`, in seconds: one year of 365 days.
 pub const MAX_FIX_RATE_SECS: i64 = 31_536_000;
@@ -99,6 +114,22 @@ pub enum ScheduleError {
         "invalid fix rate `{conf}`: expected a whole number of seconds from 1 to {MAX_FIX_RATE_SECS}"
     )]
     InvalidFixRate {
+        /// The configuration as given.
+        conf: String,
+    },
+    /// The `FIX_DELAY` configuration is not a whole number of seconds in range.
+    #[error(
+        "invalid fix delay `{conf}`: expected a whole number of seconds from 1 to {MAX_FIX_RATE_SECS}"
+    )]
+    InvalidFixDelay {
+        /// The configuration as given.
+        conf: String,
+    },
+    /// The `ONCE` configuration is not an RFC 3339 instant.
+    #[error(
+        "invalid instant `{conf}`: expected an RFC 3339 instant with its offset, such as 2026-05-01T09:00:00+02:00"
+    )]
+    InvalidInstant {
         /// The configuration as given.
         conf: String,
     },
@@ -130,6 +161,10 @@ enum Rule {
     Cron { cron: Box<CronExpr>, zone: Tz },
     /// The previous fire plus `rate_ms`.
     FixRate { rate_ms: i64 },
+    /// The end of the previous fire's runs plus `delay_ms`.
+    FixDelay { delay_ms: i64 },
+    /// Only at `at_ms`.
+    Once { at_ms: i64 },
     /// No fires of its own.
     None,
 }
@@ -137,8 +172,10 @@ enum Rule {
 impl Schedule {
     /// Parses `conf` for `kind`.
     ///
-    /// `CRON` takes a Quartz expression of 6 or 7 fields (see the module doc); `FIX_RATE` a whole number of seconds from 1 to [`MAX_FIX_RATE_SECS`];
-    /// `NONE` an empty or blank `conf` (anything else is [`ScheduleError::UnexpectedConf`]).
+    /// `CRON` takes a Quartz expression of 6 or 7 fields (see the module doc); `FIX_RATE` and
+    /// `FIX_DELAY` a whole number of seconds from 1 to [`MAX_FIX_RATE_SECS`]; `ONCE` an RFC 3339
+    /// instant with its offset; `NONE` an empty or blank `conf` (anything else is
+    /// [`ScheduleError::UnexpectedConf`]).
     /// Surrounding whitespace is allowed. `time_zone` is an IANA name, `None` meaning UTC; it is
     /// checked whatever the kind, though only cron expressions use it.
     pub fn parse(
@@ -153,7 +190,21 @@ impl Schedule {
         };
         let rule = match kind {
             ScheduleType::Cron => Rule::Cron { cron: Box::new(parse_quartz(conf)?), zone },
-            ScheduleType::FixRate => Rule::FixRate { rate_ms: parse_rate(conf)? * 1000 },
+            ScheduleType::FixRate => Rule::FixRate {
+                rate_ms: parse_rate(conf)
+                    .ok_or_else(|| ScheduleError::InvalidFixRate { conf: conf.to_owned() })?
+                    * 1000,
+            },
+            ScheduleType::FixDelay => Rule::FixDelay {
+                delay_ms: parse_rate(conf)
+                    .ok_or_else(|| ScheduleError::InvalidFixDelay { conf: conf.to_owned() })?
+                    * 1000,
+            },
+            ScheduleType::Once => Rule::Once {
+                at_ms: chrono::DateTime::parse_from_rfc3339(conf.trim())
+                    .map_err(|_| ScheduleError::InvalidInstant { conf: conf.to_owned() })?
+                    .timestamp_millis(),
+            },
             ScheduleType::None if conf.trim().is_empty() => Rule::None,
             ScheduleType::None => {
                 return Err(ScheduleError::UnexpectedConf { conf: conf.to_owned() });
@@ -167,7 +218,17 @@ impl Schedule {
         match self.rule {
             Rule::Cron { .. } => ScheduleType::Cron,
             Rule::FixRate { .. } => ScheduleType::FixRate,
+            Rule::FixDelay { .. } => ScheduleType::FixDelay,
+            Rule::Once { .. } => ScheduleType::Once,
             Rule::None => ScheduleType::None,
+        }
+    }
+
+    /// The delay of a `FIX_DELAY` schedule, in ms.
+    pub fn fix_delay_ms(&self) -> Option<i64> {
+        match self.rule {
+            Rule::FixDelay { delay_ms } => Some(delay_ms),
+            _ => None,
         }
     }
 
@@ -177,16 +238,24 @@ impl Schedule {
     ///
     /// A cron fire is always on a whole second; `FIX_RATE` returns `after_ms` plus the rate,
     /// keeping its milliseconds (XXL-JOB: the next fire is the previous fire plus the rate).
+    /// `FIX_DELAY` returns `after_ms` plus the delay: the first fire of a job started, or whose
+    /// last run ended, at `after_ms`. `ONCE` returns its instant if it is after `after_ms`.
     pub fn next_after(&self, after_ms: i64) -> Option<i64> {
         match &self.rule {
             Rule::Cron { cron, zone } => next_cron(cron, *zone, after_ms),
             Rule::FixRate { rate_ms } => after_ms.checked_add(*rate_ms),
+            Rule::FixDelay { delay_ms } => after_ms.checked_add(*delay_ms),
+            Rule::Once { at_ms } => (*at_ms > after_ms).then_some(*at_ms),
             Rule::None => None,
         }
     }
 
     /// Up to `count` successive fire times after `after_ms`, in increasing order.
+    ///
+    /// A `FIX_DELAY` schedule gives at most its first fire: the fires after it depend on how
+    /// long its runs take.
     pub fn next_n(&self, after_ms: i64, count: usize) -> Vec<i64> {
+        let count = if matches!(self.rule, Rule::FixDelay { .. }) { count.min(1) } else { count };
         // A plain loop rather than `iter::successors`, which would search for one fire more.
         let mut fires = Vec::new();
         let mut cursor = after_ms;
@@ -210,15 +279,14 @@ fn parse_quartz(expr: &str) -> Result<CronExpr, ScheduleError> {
     })
 }
 
-/// Reads a rate in whole seconds; signs, fractions and out-of-range values are refused.
-fn parse_rate(conf: &str) -> Result<i64, ScheduleError> {
+/// Reads a rate or delay in whole seconds; signs, fractions and out-of-range values are refused.
+fn parse_rate(conf: &str) -> Option<i64> {
     let text = conf.trim();
     let digits = !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit());
     digits
         .then(|| text.parse::<i64>().ok())
         .flatten()
         .filter(|secs| (1..=MAX_FIX_RATE_SECS).contains(secs))
-        .ok_or_else(|| ScheduleError::InvalidFixRate { conf: conf.to_owned() })
 }
 
 /// The first cron fire strictly after `after_ms`, following the module's DST policy.
@@ -237,39 +305,69 @@ pub struct FireDecision {
     /// (scheduled_ms, TriggerType::Cron). Misfired + FIRE_ONCE_NOW: (now_ms,
     /// TriggerType::Misfire). Misfired + DO_NOTHING: None.
     pub fire: Option<(i64, TriggerType)>,
-    /// The job's new next fire time: for an on-time fire, next_after(scheduled_ms); for a
-    /// misfire, next_after(now_ms) — never a burst of catch-up fires. None when the schedule has
-    /// no further fire.
-    pub next_ms: Option<i64>,
+    /// The job's next fire after this one.
+    pub next: NextFire,
+}
+
+/// A job's next fire, as the scheduler records it with a fire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextFire {
+    /// At this instant (ms): for an on-time fire, `next_after(scheduled_ms)`; for a misfire,
+    /// `next_after(now_ms)`, never a burst of catch-up fires.
+    At(i64),
+    /// `FIX_DELAY`: once this fire's runs have ended, their end plus the delay. The job keeps
+    /// running without a next fire time until then.
+    WhenRunsEnd,
+    /// The schedule has no further fire: the job stops.
+    Never,
+}
+
+impl NextFire {
+    /// The instant, if there is one.
+    pub fn at(self) -> Option<i64> {
+        match self {
+            NextFire::At(at_ms) => Some(at_ms),
+            NextFire::WhenRunsEnd | NextFire::Never => None,
+        }
+    }
 }
 
 /// Decides what to do with the fire due at `scheduled_ms`, given `now_ms >= scheduled_ms -
 /// lookahead` (a fire slightly in the future, up to a few seconds, counts as on time and keeps
 /// its scheduled instant).
 ///
-/// A fire up to [`MISFIRE_THRESHOLD_MS`] late is on time; the next fire of an on-time fire may
-/// itself already be due (an every-second cron at 4 s late), which the scheduler's next pass
-/// handles. A `NONE` schedule never fires on its own, so a stale next fire time yields nothing.
+/// A fire up to `misfire_threshold_ms` late (the job's, [`DEFAULT_MISFIRE_THRESHOLD_MS`] unless
+/// it sets one) is on time; the next fire of an on-time fire may itself already be due (an
+/// every-second cron at 4 s late), which the scheduler's next pass handles. A `NONE` schedule
+/// never fires on its own, so a stale next fire time yields nothing. A `FIX_DELAY` fire waits
+/// for its runs to end ([`NextFire::WhenRunsEnd`]); a skipped `FIX_DELAY` misfire has no runs to
+/// wait for, so its next fire is the delay from now.
 pub fn decide(
     schedule: &Schedule,
     misfire: MisfireStrategy,
+    misfire_threshold_ms: i64,
     scheduled_ms: i64,
     now_ms: i64,
 ) -> FireDecision {
+    let next_after =
+        |after_ms: i64| schedule.next_after(after_ms).map_or(NextFire::Never, NextFire::At);
     if schedule.kind() == ScheduleType::None {
-        return FireDecision { fire: None, next_ms: None };
+        return FireDecision { fire: None, next: NextFire::Never };
     }
-    if now_ms.saturating_sub(scheduled_ms) <= MISFIRE_THRESHOLD_MS {
-        return FireDecision {
-            fire: Some((scheduled_ms, TriggerType::Cron)),
-            next_ms: schedule.next_after(scheduled_ms),
-        };
-    }
-    let fire = match misfire {
-        MisfireStrategy::FireOnceNow => Some((now_ms, TriggerType::Misfire)),
-        MisfireStrategy::DoNothing => None,
+    let fire = if now_ms.saturating_sub(scheduled_ms) <= misfire_threshold_ms {
+        Some((scheduled_ms, TriggerType::Cron))
+    } else {
+        match misfire {
+            MisfireStrategy::FireOnceNow => Some((now_ms, TriggerType::Misfire)),
+            MisfireStrategy::DoNothing => None,
+        }
     };
-    FireDecision { fire, next_ms: schedule.next_after(now_ms) }
+    let next = match fire {
+        Some(_) if schedule.kind() == ScheduleType::FixDelay => NextFire::WhenRunsEnd,
+        Some((_, TriggerType::Cron)) => next_after(scheduled_ms),
+        _ => next_after(now_ms),
+    };
+    FireDecision { fire, next }
 }
 
 #[cfg(test)]

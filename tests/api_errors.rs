@@ -67,6 +67,24 @@ async fn app() -> (axum::Router, Db, tempfile::TempDir) {
     (router(state), db, dir)
 }
 
+/// A component of the job world before 0.2.0, whose trigger had no `sharding-items`: its `run`
+/// no longer has the world's type, so it must be rebuilt.
+const OLD_WORLD: &str = r#"(component
+  (type $trigger_def (record
+    (field "job-id" s64) (field "log-id" s64) (field "param" string)
+    (field "shard-index" u32) (field "shard-total" u32)
+    (field "trigger-time-ms" s64) (field "attempt" u32)))
+  (import "wasmjob:job/types@0.1.0" (instance $types (export "trigger" (type (eq $trigger_def)))))
+  (alias export $types "trigger" (type $trigger))
+  (core module $m
+    (memory (export "memory") 1)
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32) (i32.const 1024))
+    (func (export "run") (param i64 i64 i32 i32 i32 i32 i64 i32) (result i32) (i32.const 16)))
+  (core instance $i (instantiate $m))
+  (func $run (param "t" $trigger) (result (result string (error string)))
+    (canon lift (core func $i "run") (memory (core memory $i "memory")) (realloc (core func $i "realloc"))))
+  (export "run" (func $run)))"#;
+
 #[tokio::test]
 async fn bad_input_gets_a_reason_and_changes_nothing() {
     let (app, db, _dir) = app().await;
@@ -115,6 +133,7 @@ async fn bad_input_gets_a_reason_and_changes_nothing() {
                 .wasm(wat::parse_str(r#"(component (import "evil:net/socket@1.0.0" (instance)))"#).unwrap()),
             "422 disallowed_import",
         ),
+        (case("POST", "/api/v1/jobs/1/versions").wasm(wat::parse_str(OLD_WORLD).unwrap()), "422 missing_export"),
         (case("POST", "/api/v1/jobs/1/versions").json("{}"), "415 unsupported_media_type"),
         (case("POST", "/api/v1/jobs/999/versions").wasm(sample_job("hello")), "404 job_not_found"),
         (case("POST", "/api/v1/jobs/1/versions/7/activate"), "404 version_not_found"),
@@ -145,6 +164,88 @@ async fn bad_input_gets_a_reason_and_changes_nothing() {
             .total,
         0
     );
+}
+
+/// The schedule and sharding fields of a job: each bad value gets a 400 naming the field, and
+/// the good ones come back as stored.
+#[tokio::test]
+async fn schedule_and_sharding_fields_are_checked() {
+    let (app, _db, _dir) = app().await;
+    let bodies = [
+        r#""schedule_type":"FIX_DELAY","schedule_conf":"0""#,
+        r#""schedule_type":"FIX_DELAY","schedule_conf":"soon""#,
+        r#""schedule_type":"ONCE","schedule_conf":"2026-05-01""#,
+        r#""schedule_type":"NONE","misfire_threshold_ms":999"#,
+        r#""schedule_type":"NONE","misfire_threshold_ms":86400001"#,
+        r#""schedule_type":"NONE","sharding_total_count":-1"#,
+        r#""schedule_type":"NONE","sharding_total_count":1001"#,
+        r#""schedule_type":"NONE","sharding_item_parameters":"0=Beijing""#,
+        r#""schedule_type":"NONE","sharding_total_count":3,"sharding_item_parameters":"0=Beijing,3=Lhasa""#,
+        r#""schedule_type":"NONE","sharding_total_count":3,"sharding_item_parameters":"0:Beijing""#,
+        r#""schedule_type":"NONE","sharding_total_count":3,"sharding_item_parameters":"1=a,1=b""#,
+        r#""schedule_type":"NONE","sharding_total_count":3,"sharding_strategy":"BY_MOOD""#,
+        r#""schedule_type":"NONE","sharding_total_count":3,"route_strategy":"SHARDING_BROADCAST""#,
+        r#""schedule_type":"FIX_DELAY","schedule_conf":" 30 ","misfire_threshold_ms":60000,"sharding_total_count":3,"sharding_item_parameters":"0=Beijing, 2=Guangzhou","sharding_strategy":"ODEVITY_SORT_BY_NAME""#,
+        r#""schedule_type":"ONCE","schedule_conf":"2020-01-01T00:00:00Z""#,
+    ];
+    let mut out = String::new();
+    for fields in bodies {
+        let body = format!(r#"{{"group_id":1,"name":"x",{fields}}}"#);
+        let (status, job) = send(&app, case("POST", "/api/v1/jobs").json(&body)).await;
+        let shown = if status == StatusCode::CREATED {
+            let keys = [
+                "schedule_type",
+                "schedule_conf",
+                "misfire_threshold_ms",
+                "sharding_total_count",
+                "sharding_item_parameters",
+                "sharding_strategy",
+            ];
+            let values: Vec<String> = keys.iter().map(|key| job[key].to_string()).collect();
+            let path = format!("/api/v1/jobs/{}/start", job["id"]);
+            let (started, reply) = send(&app, case("POST", &path)).await;
+            let start = match reply["next_fire_time"].as_str() {
+                Some(_) => "starts with a next fire".to_owned(),
+                None => format!("start {} {}", started.as_u16(), reply["message"]),
+            };
+            format!("{}; {start}", values.join(" "))
+        } else {
+            format!("{} {}", status.as_u16(), job["message"])
+        };
+        out.push_str(&format!("{fields}\n  {shown}\n"));
+    }
+    expect_test::expect![[r#"
+        "schedule_type":"FIX_DELAY","schedule_conf":"0"
+          400 "invalid fix delay `0`: expected a whole number of seconds from 1 to 31536000"
+        "schedule_type":"FIX_DELAY","schedule_conf":"soon"
+          400 "invalid fix delay `soon`: expected a whole number of seconds from 1 to 31536000"
+        "schedule_type":"ONCE","schedule_conf":"2026-05-01"
+          400 "invalid instant `2026-05-01`: expected an RFC 3339 instant with its offset, such as 2026-05-01T09:00:00+02:00"
+        "schedule_type":"NONE","misfire_threshold_ms":999
+          400 "misfire_threshold_ms: 1000 to 86400000 (one day)"
+        "schedule_type":"NONE","misfire_threshold_ms":86400001
+          400 "misfire_threshold_ms: 1000 to 86400000 (one day)"
+        "schedule_type":"NONE","sharding_total_count":-1
+          400 "sharding_total_count: 0 (not sharded) to 1000"
+        "schedule_type":"NONE","sharding_total_count":1001
+          400 "sharding_total_count: 0 (not sharded) to 1000"
+        "schedule_type":"NONE","sharding_item_parameters":"0=Beijing"
+          400 "sharding_item_parameters: set sharding_total_count to shard the job"
+        "schedule_type":"NONE","sharding_total_count":3,"sharding_item_parameters":"0=Beijing,3=Lhasa"
+          400 "sharding_item_parameters: item 3 is out of range: items run from 0 to 2"
+        "schedule_type":"NONE","sharding_total_count":3,"sharding_item_parameters":"0:Beijing"
+          400 "sharding_item_parameters: `0:Beijing` is not `item=parameter`, as in 0=Beijing,1=Shanghai"
+        "schedule_type":"NONE","sharding_total_count":3,"sharding_item_parameters":"1=a,1=b"
+          400 "sharding_item_parameters: item 1 has two parameters"
+        "schedule_type":"NONE","sharding_total_count":3,"sharding_strategy":"BY_MOOD"
+          400 "sharding_strategy: unknown ShardingStrategy `BY_MOOD`, expected one of: AVERAGE_ALLOCATION, ODEVITY_SORT_BY_NAME, ROTATE_SERVER_BY_NAME, CONSISTENT_HASH"
+        "schedule_type":"NONE","sharding_total_count":3,"route_strategy":"SHARDING_BROADCAST"
+          400 "sharding_total_count: a job shards by items or by SHARDING_BROADCAST, not both"
+        "schedule_type":"FIX_DELAY","schedule_conf":" 30 ","misfire_threshold_ms":60000,"sharding_total_count":3,"sharding_item_parameters":"0=Beijing, 2=Guangzhou","sharding_strategy":"ODEVITY_SORT_BY_NAME"
+          "FIX_DELAY" "30" 60000 3 "0=Beijing, 2=Guangzhou" "ODEVITY_SORT_BY_NAME"; starts with a next fire
+        "schedule_type":"ONCE","schedule_conf":"2020-01-01T00:00:00Z"
+          "ONCE" "2020-01-01T00:00:00Z" 5000 0 "" "AVERAGE_ALLOCATION"; start 400 "the schedule has no fire time in the future"
+    "#]].assert_eq(&out);
 }
 
 #[tokio::test]

@@ -182,6 +182,60 @@ async fn a_duplicate_trigger_is_answered_with_the_run_state_and_not_run_again() 
     app.stop().await;
 }
 
+/// `/runs` judges each trigger of a batch as `/run` would, and answers each in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_triggers_is_answered_trigger_by_trigger() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let data_dir = app.executor_dir();
+    let url = executor_url(app.executor.as_ref().unwrap());
+    install_handlers(&data_dir, &["hello"]);
+    let first = bean(910, 2_000_001, "hello", "a");
+    let second = bean(911, 2_000_002, "hello", "b");
+    let unknown =
+        TriggerParam { glue_type: "GLUE_SHELL".to_owned(), ..bean(912, 2_000_003, "x", "") };
+    let batch = [&first, &second, &first, &unknown];
+    let reply: ReturnT<Vec<ReturnT<String>>> = reqwest::Client::new()
+        .post(protocol::join_url(&url, "runs"))
+        .header(ACCESS_TOKEN_HEADER, ACCESS_TOKEN)
+        .json(&batch)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(reply.code, 200, "{reply:?}");
+    let answers: Vec<(i32, Option<String>)> = reply
+        .into_payload()
+        .unwrap()
+        .into_iter()
+        .map(|answer| (answer.code, answer.content))
+        .collect();
+    let accepted = Some(run_reply::ACCEPTED.to_owned());
+    assert_eq!(answers[..2], [(200, accepted.clone()), (200, accepted)]);
+    // The same run twice in one batch is taken once.
+    assert_eq!(answers[2].0, 200);
+    assert_ne!(answers[2].1.as_deref(), Some(run_reply::ACCEPTED));
+    assert_eq!(answers[3], (500, None));
+    assert_eq!(journal_count(&data_dir, "accepted", first.log_id), 1);
+    assert_eq!(journal_count(&data_dir, "accepted", unknown.log_id), 0);
+
+    // A body that is not a list of triggers is refused whole.
+    let refused: ReturnT<String> = reqwest::Client::new()
+        .post(protocol::join_url(&url, "runs"))
+        .header(ACCESS_TOKEN_HEADER, ACCESS_TOKEN)
+        .json(&json!({"logId": 5}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(refused.code, 500);
+    assert!(refused.msg.unwrap().contains("invalid request body"));
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_executor_remembers_the_runs_it_reported() {
     let mut app = TestApp::start(Backend::Sqlite).await;

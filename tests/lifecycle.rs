@@ -24,6 +24,7 @@ pub fn manual_run(job_id: i64, at_ms: i64) -> NewRun {
         executor_address: None,
         shard_index: 0,
         shard_total: 1,
+        sharding_items: Vec::new(),
         attempt: 0,
         version: None,
         parent_run_id: None,
@@ -46,6 +47,7 @@ pub async fn running_run(
         attempt: claim.run.attempt,
         kill_requested: false,
         trigger_type: claim.run.trigger_type,
+        from_fire: claim.run.fire_time_ms.is_some(),
     };
     let sent = Event::Sent { address: address.to_owned(), at_ms, timeout_secs, grace_ms: 0 };
     let transition = lifecycle::transition(&facts, None, &sent).unwrap();
@@ -287,5 +289,76 @@ async fn child_job_cycles_are_refused() {
     }
     let (_, job) = app.api.get(&format!("/api/v1/jobs/{first}")).await;
     assert_eq!(job["child_job_ids"], json!([]), "nothing changed");
+    app.stop().await;
+}
+
+/// An executor without wasmjob's `/runs` (an XXL-JOB executor answers that it has no such
+/// mapping) gets one `/run` per run, and its runs run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_without_the_batch_extension_gets_one_run_per_request() {
+    use std::sync::{Arc, Mutex};
+
+    use axum::extract::State;
+    use axum::routing::post;
+
+    #[derive(Clone, Default)]
+    struct XxlExecutor {
+        paths: Arc<Mutex<Vec<String>>>,
+        runs: Arc<Mutex<Vec<i64>>>,
+    }
+    async fn batch(State(executor): State<XxlExecutor>) -> axum::Json<Value> {
+        executor.paths.lock().unwrap().push("runs".to_owned());
+        axum::Json(json!({"code": 500, "msg": "invalid request, uri-mapping(/runs) not found."}))
+    }
+    async fn run(
+        State(executor): State<XxlExecutor>,
+        axum::Json(param): axum::Json<Value>,
+    ) -> axum::Json<Value> {
+        executor.paths.lock().unwrap().push("run".to_owned());
+        executor.runs.lock().unwrap().push(param["logId"].as_i64().unwrap());
+        axum::Json(json!({"code": 200, "msg": null}))
+    }
+    let executor = XxlExecutor::default();
+    let router = axum::Router::new()
+        .route("/runs", post(batch))
+        .route("/run", post(run))
+        .with_state(executor.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+
+    let app = TestApp::start(Backend::Sqlite).await;
+    let (status, group) = app
+        .api
+        .post(
+            "/api/v1/groups",
+            json!({"app_name": "xxl", "address_type": "MANUAL", "addresses": [address]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{group}");
+    let job_id = app
+        .api
+        .create_job(json!({"name": "legacy", "group_id": group["id"], "glue_type": "BEAN", "handler": "demoJobHandler"}))
+        .await;
+    let mut log_ids = Vec::new();
+    for _ in 0..3 {
+        let (status, triggered) =
+            app.api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({})).await;
+        assert_eq!(status, StatusCode::OK, "{triggered}");
+        let log_id = triggered["log_ids"][0].as_i64().unwrap();
+        log_ids.push(log_id);
+        app.api
+            .wait_until("the run is recorded as running", || async {
+                let (_, run) = app.api.get(&format!("/api/v1/logs/{log_id}")).await;
+                (run["state"] == "running").then_some(())
+            })
+            .await;
+    }
+    let mut received = executor.runs.lock().unwrap().clone();
+    received.sort_unstable();
+    assert_eq!(received, log_ids);
+    // Asked for `/runs` once; after its refusal, single `/run`s only.
+    let paths = executor.paths.lock().unwrap().clone();
+    assert_eq!(paths.iter().filter(|path| *path == "runs").count(), 1, "{paths:?}");
     app.stop().await;
 }

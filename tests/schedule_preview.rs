@@ -68,6 +68,13 @@ async fn fire_times() {
             token,
         ),
         ("schedule_type=NONE&from=2026-01-01T00:00:00Z", token),
+        // FIX_DELAY shows its first fire only: the later ones depend on how long runs take.
+        ("schedule_type=FIX_DELAY&schedule_conf=90&from=2026-01-01T00:00:00Z&count=3", token),
+        (
+            "schedule_type=ONCE&schedule_conf=2026-05-01T09:00:00%2B02:00&time_zone=Asia/Tokyo&from=2026-01-01T00:00:00Z",
+            token,
+        ),
+        ("schedule_type=ONCE&schedule_conf=2026-05-01T09:00:00Z&from=2026-05-01T09:00:00Z", token),
         ("schedule_type=CRON&schedule_conf=0+0+12+1+1+%3F&time_zone=&from=&count=", token),
     ];
     // The last row runs from now: only its shape is stable, so it shows the year's first fire.
@@ -86,6 +93,12 @@ async fn fire_times() {
         schedule_type=FIX_RATE&schedule_conf=90&time_zone=Australia/Lord_Howe&from=2026-04-05T14:58:00.250Z&count=2 (token)
           200 {"fire_times":["2026-04-06T01:29:30.250+10:30","2026-04-06T01:31:00.250+10:30"]}
         schedule_type=NONE&from=2026-01-01T00:00:00Z (token)
+          200 {"fire_times":[]}
+        schedule_type=FIX_DELAY&schedule_conf=90&from=2026-01-01T00:00:00Z&count=3 (token)
+          200 {"fire_times":["2026-01-01T00:01:30+00:00"]}
+        schedule_type=ONCE&schedule_conf=2026-05-01T09:00:00%2B02:00&time_zone=Asia/Tokyo&from=2026-01-01T00:00:00Z (token)
+          200 {"fire_times":["2026-05-01T16:00:00+09:00"]}
+        schedule_type=ONCE&schedule_conf=2026-05-01T09:00:00Z&from=2026-05-01T09:00:00Z (token)
           200 {"fire_times":[]}
     "#]]).await;
     let (app, _dir) = app().await;
@@ -115,6 +128,9 @@ async fn refusals() {
         ("schedule_type=CRON", token),
         ("schedule_type=CRON&schedule_conf=%00%FF", token),
         ("schedule_type=FIX_RATE&schedule_conf=-5", token),
+        ("schedule_type=FIX_DELAY&schedule_conf=1.5", token),
+        ("schedule_type=ONCE&schedule_conf=tomorrow", token),
+        ("schedule_type=ONCE&schedule_conf=2026-05-01T09:00:00", token),
         ("schedule_type=NONE&schedule_conf=30", token),
         ("schedule_type=HOURLY&schedule_conf=1", token),
         ("schedule_conf=0+0+12+*+*+%3F", token),
@@ -148,12 +164,18 @@ async fn refusals() {
           400 {"code":"invalid_schedule","message":"invalid cron expression `\u0000�`: at character 2: expected 6 or 7 fields (second minute hour day-of-month month day-of-week [year]), found 1"}
         schedule_type=FIX_RATE&schedule_conf=-5 (token)
           400 {"code":"invalid_schedule","message":"invalid fix rate `-5`: expected a whole number of seconds from 1 to 31536000"}
+        schedule_type=FIX_DELAY&schedule_conf=1.5 (token)
+          400 {"code":"invalid_schedule","message":"invalid fix delay `1.5`: expected a whole number of seconds from 1 to 31536000"}
+        schedule_type=ONCE&schedule_conf=tomorrow (token)
+          400 {"code":"invalid_schedule","message":"invalid instant `tomorrow`: expected an RFC 3339 instant with its offset, such as 2026-05-01T09:00:00+02:00"}
+        schedule_type=ONCE&schedule_conf=2026-05-01T09:00:00 (token)
+          400 {"code":"invalid_schedule","message":"invalid instant `2026-05-01T09:00:00`: expected an RFC 3339 instant with its offset, such as 2026-05-01T09:00:00+02:00"}
         schedule_type=NONE&schedule_conf=30 (token)
           400 {"code":"invalid_schedule","message":"schedule type NONE takes no configuration, got `30`"}
         schedule_type=HOURLY&schedule_conf=1 (token)
-          400 {"code":"invalid_query","message":"schedule_type: unknown ScheduleType `HOURLY`, expected one of: CRON, FIX_RATE, NONE"}
+          400 {"code":"invalid_query","message":"schedule_type: unknown ScheduleType `HOURLY`, expected one of: CRON, FIX_RATE, FIX_DELAY, ONCE, NONE"}
         schedule_conf=0+0+12+*+*+%3F (token)
-          400 {"code":"invalid_query","message":"schedule_type is required: CRON, FIX_RATE or NONE"}
+          400 {"code":"invalid_query","message":"schedule_type is required: CRON, FIX_RATE, FIX_DELAY, ONCE or NONE"}
         schedule_type=CRON&schedule_conf=0+0+12+*+*+%3F&time_zone=Mars/Olympus (token)
           400 {"code":"invalid_schedule","message":"unknown time zone `Mars/Olympus`"}
         schedule_type=CRON&schedule_conf=0+0+12+*+*+%3F&from=yesterday (token)

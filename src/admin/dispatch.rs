@@ -9,12 +9,21 @@
 //! and recorded before `/run` is posted, so a dispatcher that takes over after a crash sends the
 //! run to the same executor, which answers a re-send with the run's state instead of running it
 //! twice. Routing happens at send time among the group's online executors, except for broadcast
-//! shards and runs aimed at an address by the operator, which carry their executor from creation.
+//! shards, ElasticJob-sharded runs and runs aimed at an address by the operator, which carry
+//! their executor from creation.
+//!
+//! A job with ElasticJob sharding items (`sharding_total_count` > 0) gets one run per online
+//! executor that the job's sharding strategy gives items to (`routing::sharding`). Each run
+//! carries its items with their parameters, to our executors in the trigger's `shardingItems`;
+//! its `shard_index`/`shard_total` (XXL-JOB's `broadcastIndex`/`broadcastTotal`) number the
+//! fire's runs, as `SHARDING_BROADCAST` would number those executors, so an XXL-JOB handler that
+//! splits its work by index and total still covers it exactly once.
 //!
 //! `events.rs` applies lifecycle events with their consequences (retries, child jobs, kills);
 //! `sweep.rs` is the periodic pass that finds work whose owner died or whose executor went away.
 
 mod events;
+mod sender;
 mod sweep;
 
 use std::collections::HashMap;
@@ -22,20 +31,24 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::now_ms;
 use crate::failpoint;
 use crate::lifecycle::Event;
-use crate::model::{AddressType, GlueType, Group, Job, RouteStrategy, RunRecord, TriggerType};
-use crate::protocol::{
-    self, GLUE_WASM, JobIdParam, ProtocolError, REGISTRY_GROUP_EXECUTOR, TriggerParam, run_reply,
+use crate::model::{
+    AddressType, GlueType, Group, Job, RouteStrategy, RunRecord, ShardingItem, TriggerType,
 };
-use crate::routing::{Probe, Route, RouterState};
+use crate::protocol::{
+    self, GLUE_WASM, JobIdParam, REGISTRY_GROUP_EXECUTOR, ShardingItemParam, TriggerParam,
+    run_reply,
+};
+use crate::routing::{Probe, Route, RouterState, sharding};
+use crate::schedule::Schedule;
 use crate::storage::{Claim, Db, NewRun};
 
+use self::sender::{PostError, Senders};
 pub use self::sweep::sweep;
 
 /// How long a dispatcher's claim on a run lasts without renewal.
@@ -86,17 +99,13 @@ struct Inner {
     versions: Mutex<HashMap<(i64, i64), String>>,
     /// Online addresses by application name, with when they were read.
     online: Mutex<HashMap<String, (i64, Vec<String>)>>,
-    /// Per executor, the sends it may have in flight at once.
-    windows: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// The executors' send queues.
+    senders: Arc<Senders>,
     /// Jobs as read on the hot path, with when they were read.
     jobs: Mutex<HashMap<i64, (i64, Option<Job>)>>,
     /// Groups as read on the hot path, with when they were read.
     groups: Mutex<HashMap<i64, (i64, Option<Group>)>>,
 }
-
-/// The most `/run` requests in flight to one executor: beyond that, sends wait their turn
-/// instead of opening ever more connections to a slow executor.
-const SEND_WINDOW: usize = 64;
 
 /// How long a read of a group's online executors is reused. Heartbeats come every few seconds
 /// and an executor is offline only after three missed ones, so routing on a view this old
@@ -122,6 +131,7 @@ impl Dispatcher {
     ) -> Dispatcher {
         let inner = Inner {
             db,
+            senders: Senders::new(client.clone()),
             client,
             router: Mutex::new(RouterState::new()),
             online_window_ms,
@@ -130,7 +140,6 @@ impl Dispatcher {
             timers: CancellationToken::new(),
             versions: Mutex::default(),
             online: Mutex::default(),
-            windows: Mutex::default(),
             jobs: Mutex::default(),
             groups: Mutex::default(),
         };
@@ -243,8 +252,9 @@ impl Dispatcher {
         Ok(Some(found.sha256))
     }
 
-    /// The runs one trigger of `job` creates: one, or one per executor for broadcast jobs.
-    /// `addresses`, if given, restricts the executors (they must belong to the job's group).
+    /// The runs one trigger of `job` creates: one, one per executor for broadcast jobs, or one
+    /// per executor that gets items for sharded jobs. `addresses`, if given, restricts the
+    /// executors (they must belong to the job's group).
     pub async fn plan_runs(
         &self,
         job: &Job,
@@ -272,12 +282,14 @@ impl Dispatcher {
             executor_address,
             shard_index,
             shard_total,
+            sharding_items: Vec::new(),
             attempt: 0,
             version: version.clone(),
             parent_run_id: None,
         };
+        let sharded = job.spec.sharding_total_count > 0;
         let broadcast = job.spec.route_strategy == RouteStrategy::ShardingBroadcast;
-        if addresses.is_none() && !broadcast {
+        if addresses.is_none() && !broadcast && !sharded {
             return Ok(vec![run(None, 0, 1)]);
         }
         let group = self.group(job.spec.group_id).await?;
@@ -295,6 +307,22 @@ impl Dispatcher {
             }
             None => online,
         };
+        if sharded {
+            let assigned = sharded_targets(job, &targets);
+            if assigned.is_empty() {
+                // No executor to give the items to: one run that fails visibly at dispatch.
+                return Ok(vec![run(None, 0, 1)]);
+            }
+            let total = assigned.len() as i64;
+            return Ok(assigned
+                .into_iter()
+                .enumerate()
+                .map(|(index, (address, items))| NewRun {
+                    sharding_items: items,
+                    ..run(Some(address), index as i64, total)
+                })
+                .collect());
+        }
         if broadcast {
             let total = targets.len().max(1) as i64;
             if targets.is_empty() {
@@ -367,8 +395,10 @@ impl Dispatcher {
         let scheduled = matches!(run.trigger_type, TriggerType::Cron | TriggerType::Misfire);
         let event = match &job {
             // The fire was committed just before the job was stopped: an operator who stopped
-            // a job expects no further scheduled run.
-            Some(job) if scheduled && !job.running => Event::Skip {
+            // a job expects no further scheduled run. A job whose schedule has no fire after
+            // this one (a `ONCE` job, a cron whose years ran out) was stopped by this very
+            // fire, in the transaction that created the run, which is sent.
+            Some(job) if scheduled && !job.running && has_fire_after(job, &run) => Event::Skip {
                 reason: "skipped: the job was stopped before this fire was sent".to_owned(),
             },
             None => Event::NotSent { reason: format!("job {} no longer exists", run.job_id) },
@@ -453,35 +483,22 @@ impl Dispatcher {
             Ok(param) => param,
             Err(error) => return Sent::Refused(format!("{error:#}")),
         };
-        let window = self.window(&address);
-        let _in_flight = window.acquire().await;
         failpoint::hit("dispatch.before_send");
-        match self.inner.client.call::<_, String>(&address, "run", &param).await {
+        match self.inner.senders.post(&address, param).await {
             Ok(reply) => {
                 failpoint::hit("dispatch.after_send");
                 Sent::Accepted { address, reply }
             }
             // The executor answered and did not take it.
-            Err(error @ (ProtocolError::Refused { .. } | ProtocolError::BadReply { .. })) => {
-                Sent::Refused(error.to_string())
-            }
+            Err(PostError::Refused(reason)) => Sent::Refused(reason),
             // Nothing reached the executor, and no earlier holder may have sent it either.
-            Err(ProtocolError::Transport { source, .. }) if source.is_connect() && !resent => {
-                Sent::Refused(format!("{address} is unreachable: {source}"))
+            Err(PostError::Unreachable(reason)) if !resent => {
+                Sent::Refused(format!("{address} is unreachable: {reason}"))
             }
-            Err(error) => Sent::Unconfirmed(format!("no answer from {address} to /run: {error}")),
+            Err(PostError::Unreachable(reason) | PostError::NoAnswer(reason)) => {
+                Sent::Unconfirmed(format!("no answer from {address} to /run: {reason}"))
+            }
         }
-    }
-
-    /// The in-flight window of sends to `address`.
-    fn window(&self, address: &str) -> Arc<Semaphore> {
-        let Ok(mut windows) = self.inner.windows.lock() else {
-            return Arc::new(Semaphore::new(SEND_WINDOW));
-        };
-        windows
-            .entry(address.to_owned())
-            .or_insert_with(|| Arc::new(Semaphore::new(SEND_WINDOW)))
-            .clone()
     }
 
     /// Picks the executor of a run routed at send time.
@@ -548,6 +565,29 @@ enum Sent {
     LeaseLost,
 }
 
+/// Whether the schedule of `job` fires again after the fire of `run`.
+fn has_fire_after(job: &Job, run: &RunRecord) -> bool {
+    let spec = &job.spec;
+    let fire_ms = run.fire_time_ms.unwrap_or(run.trigger_time_ms);
+    Schedule::parse(spec.schedule_type, &spec.schedule_conf, spec.time_zone.as_deref())
+        .map_or(true, |schedule| schedule.next_after(fire_ms).is_some())
+}
+
+/// The executors among `targets` that `job`'s sharding strategy gives items to, each with its
+/// items and their parameters, in the order of the executors' addresses.
+fn sharded_targets(job: &Job, targets: &[String]) -> Vec<(String, Vec<ShardingItem>)> {
+    let total = u32::try_from(job.spec.sharding_total_count).unwrap_or(0);
+    // Item parameters are validated when the job is saved; should stored ones not read, the
+    // items still run, without parameters.
+    let parameters = sharding::parse_item_parameters(&job.spec.sharding_item_parameters, total)
+        .unwrap_or_default();
+    sharding::assign(job.spec.sharding_strategy, &job.spec.name, total, targets)
+        .into_iter()
+        .filter(|(_, items)| !items.is_empty())
+        .map(|(address, items)| (address, sharding::items_with_parameters(&items, &parameters)))
+        .collect()
+}
+
 /// When and why runs are created.
 #[derive(Debug, Clone)]
 pub struct PlannedTrigger {
@@ -612,6 +652,15 @@ fn trigger_param(job: &Job, run: &RunRecord) -> anyhow::Result<TriggerParam> {
         glue_updatetime: 0,
         broadcast_index: run.shard_index,
         broadcast_total: run.shard_total,
+        sharding_items: (!run.sharding_items.is_empty()).then(|| {
+            run.sharding_items
+                .iter()
+                .map(|item| ShardingItemParam {
+                    item: item.item,
+                    parameter: item.parameter.clone(),
+                })
+                .collect()
+        }),
         attempt: Some(run.attempt),
         fuel_limit: job.spec.fuel_limit,
         memory_limit_mb: job.spec.memory_limit_mb,

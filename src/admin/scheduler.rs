@@ -9,6 +9,9 @@
 //! Two admins racing for the same fire cannot both create it: `fire_job` moves the job only from
 //! the fire time it read, and runs are unique per (job, fire time, shard, attempt).
 //!
+//! A `FIX_DELAY` job's fire leaves it running without a next fire time; the transaction that
+//! ends the fire's last run sets it (`lifecycle`), and the next pass, within a second, sees it.
+//!
 //! Between passes the loop sleeps until the earliest next fire (at most [`MAX_SLEEP`]), or until
 //! woken by a job change.
 
@@ -19,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::dispatch::PlannedTrigger;
 use super::{AppState, now_ms};
 use crate::model::Job;
-use crate::schedule::{Schedule, decide};
+use crate::schedule::{NextFire, Schedule, decide};
 use crate::storage::Fire;
 
 /// How far ahead of its instant a fire is committed, so that sending can start on time.
@@ -123,7 +126,13 @@ async fn plan(state: &AppState, job: &Job, now: i64) -> anyhow::Result<Option<(F
             return Ok(None);
         }
     };
-    let decision = decide(&schedule, job.spec.misfire_strategy, job.next_fire_ms, now);
+    let decision = decide(
+        &schedule,
+        job.spec.misfire_strategy,
+        job.spec.misfire_threshold_ms,
+        job.next_fire_ms,
+        now,
+    );
     let fire_at = decision.fire.map_or(now, |(at_ms, _)| at_ms);
     let runs = match decision.fire {
         Some((at_ms, trigger_type)) => {
@@ -145,14 +154,10 @@ async fn plan(state: &AppState, job: &Job, now: i64) -> anyhow::Result<Option<(F
             Vec::new()
         }
     };
-    if decision.next_ms.is_none() {
+    if decision.next == NextFire::Never {
         tracing::info!(job.id = job.id, "job {} has no further fire time: stopped", job.id);
     }
-    let fire = Fire {
-        job_id: job.id,
-        expected_fire_ms: job.next_fire_ms,
-        next_fire_ms: decision.next_ms,
-        runs,
-    };
+    let fire =
+        Fire { job_id: job.id, expected_fire_ms: job.next_fire_ms, next: decision.next, runs };
     Ok(Some((fire, fire_at)))
 }

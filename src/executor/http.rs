@@ -8,11 +8,15 @@
 //! `/run` answers success only once the acceptance is durable in the run journal, with `content`
 //! [`run_reply::ACCEPTED`]; a `logId` accepted before is answered with code 200, a message
 //! saying so and `content` naming where that run is ([`run_reply`]), and is not run again.
+//!
+//! `/runs` is wasmjob's batch extension: a JSON array of triggers, each judged as `/run` would
+//! judge it, answered with the array of their envelopes, in order, inside one envelope. The
+//! acceptances of a batch share one journal sync.
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::HeaderMap;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -26,6 +30,9 @@ use crate::protocol::{
     ACCESS_TOKEN_HEADER, JobIdParam, LogParam, LogResult, ReturnT, TriggerParam, constant_time_eq,
     run_reply,
 };
+
+/// The largest `/runs` body: the admin splits its batches well below this.
+const MAX_BATCH_BYTES: usize = 64 * 1024 * 1024;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -45,6 +52,7 @@ pub fn router(state: ExecutorState) -> Router {
         .route("/idleBeat", post(idle_beat))
         .route("/run", post(run))
         .route("/trigger", post(run))
+        .route("/runs", post(runs).layer(DefaultBodyLimit::max(MAX_BATCH_BYTES)))
         .route("/kill", post(kill))
         .route("/log", post(log))
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
@@ -90,17 +98,59 @@ async fn run(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<St
         Ok(param) => param,
         Err(reply) => return reply,
     };
-    let (job_id, log_id) = (param.job_id, param.log_id);
+    let mut replies = accept(&state, vec![param]).await;
+    Json(replies.pop().unwrap_or_else(|| ReturnT::fail("internal error: no reply")))
+}
+
+async fn runs(
+    State(state): State<ExecutorState>,
+    body: Bytes,
+) -> Json<ReturnT<Vec<ReturnT<String>>>> {
+    let params: Vec<TriggerParam> = match serde_json::from_slice(&body) {
+        Ok(params) => params,
+        Err(error) => {
+            return Json(ReturnT {
+                code: 500,
+                msg: Some(format!("invalid request body: {error}")),
+                content: None,
+                data: None,
+            });
+        }
+    };
+    let replies = accept(&state, params).await;
+    Json(ReturnT { code: 200, msg: None, content: Some(replies), data: None })
+}
+
+/// Judges each trigger as `/run` does and answers each, in order, once every acceptance among
+/// them is durable (one journal sync for all of them).
+async fn accept(state: &ExecutorState, params: Vec<TriggerParam>) -> Vec<ReturnT<String>> {
+    let ids: Vec<(i64, i64)> = params.iter().map(|param| (param.job_id, param.log_id)).collect();
     let workers = state.workers.clone();
     let pushed = tokio::task::spawn_blocking(move || {
-        let pushed = workers.push(param)?;
-        if let Pushed::Accepted(ticket) = pushed {
-            workers.confirm(ticket)?;
+        let mut pushed: Vec<Result<Pushed, String>> =
+            params.into_iter().map(|param| workers.push(param)).collect();
+        let last = pushed.iter().rev().find_map(|pushed| match pushed {
+            Ok(Pushed::Accepted(ticket)) => Some(*ticket),
+            _ => None,
+        });
+        if let Some(Err(error)) = last.map(|ticket| workers.confirm(ticket)) {
+            for pushed in &mut pushed {
+                if matches!(pushed, Ok(Pushed::Accepted(_))) {
+                    *pushed = Err(error.clone());
+                }
+            }
         }
-        Ok::<_, String>(pushed)
+        pushed
     })
     .await
-    .unwrap_or_else(|error| Err(format!("internal error: {error}")));
+    .unwrap_or_else(|error| ids.iter().map(|_| Err(format!("internal error: {error}"))).collect());
+    ids.iter()
+        .zip(pushed)
+        .map(|(&(job_id, log_id), pushed)| reply(job_id, log_id, pushed))
+        .collect()
+}
+
+fn reply(job_id: i64, log_id: i64, pushed: Result<Pushed, String>) -> ReturnT<String> {
     let (message, content) = match pushed {
         Ok(Pushed::Accepted(_)) => {
             crate::failpoint::hit("executor.after_accept");
@@ -122,11 +172,11 @@ async fn run(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<St
                 run.id = log_id,
                 "trigger for run {log_id} refused: {reason}"
             );
-            return Json(ReturnT::fail(reason));
+            return ReturnT::fail(reason);
         }
     };
     let content = Some(content.to_owned());
-    Json(ReturnT { code: 200, msg: Some(message), content: content.clone(), data: content })
+    ReturnT { code: 200, msg: Some(message), content: content.clone(), data: content }
 }
 
 async fn kill(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<String>> {

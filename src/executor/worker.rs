@@ -31,7 +31,7 @@ use super::outbox::Outbox;
 use crate::config::RunDefaults;
 use crate::model::{BlockStrategy, code};
 use crate::protocol::{HandleCallbackParam, TriggerParam};
-use crate::runtime::{Level, LogSink, RunLimits, RunOutcome, Runtime, Trigger};
+use crate::runtime::{Level, LogSink, RunLimits, RunOutcome, Runtime, ShardingItem, Trigger};
 
 /// How long a worker waits for work before it ends.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -428,5 +428,11 @@ fn trigger(param: &TriggerParam) -> Trigger {
         shard_total: u32::try_from(param.broadcast_total).unwrap_or(1).max(1),
         trigger_time_ms: param.log_date_time,
         attempt: param.attempt.and_then(|attempt| u32::try_from(attempt).ok()).unwrap_or(0),
+        sharding_items: param
+            .sharding_items
+            .iter()
+            .flatten()
+            .map(|item| ShardingItem { item: item.item, parameter: item.parameter.clone() })
+            .collect(),
     }
 }

@@ -15,7 +15,7 @@ fn events() -> Vec<Event> {
             grace_ms: 100,
         },
         Event::NotSent { reason: "refused".to_owned() },
-        Event::Result { handle_code: 200, message: "ok".to_owned(), started_at_ms: None },
+        Event::Result { handle_code: 200, message: "ok".to_owned(), started_at_ms: Some(900) },
         Event::Result { handle_code: 500, message: "boom".to_owned(), started_at_ms: None },
         Event::Result { handle_code: 502, message: "slow".to_owned(), started_at_ms: None },
         Event::Kill,
@@ -57,6 +57,9 @@ fn render(run: RunFacts, job: Option<&JobFacts>) -> String {
                             fields.push(name.to_owned());
                         }
                     }
+                    if let Some(delay) = t.next_fire_delay_ms {
+                        fields.push(format!("+next fire in {delay} ms"));
+                    }
                     format!("{} + {label} -> {} {}", t.from, t.to, fields.join(", "))
                 }
             };
@@ -76,8 +79,9 @@ const FIRST_TRY: RunFacts = RunFacts {
     attempt: 0,
     kill_requested: false,
     trigger_type: TriggerType::Cron,
+    from_fire: true,
 };
-const JOB: JobFacts = JobFacts { retry_count: 1, has_children: true };
+const JOB: JobFacts = JobFacts { retry_count: 1, has_children: true, fix_delay_ms: None };
 
 #[test]
 fn first_try_of_a_job_with_a_retry_and_children() {
@@ -98,7 +102,7 @@ fn first_try_of_a_job_with_a_retry_and_children() {
         dispatching + claim -> dispatching
         dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
         dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +retry
-        dispatching + result 200 -> success trigger 200, handle 200 `ok`, +children
+        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +children
         dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +retry
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
         dispatching + kill -> dispatching +kill requested
@@ -198,7 +202,7 @@ fn a_kill_was_requested() {
         dispatching + claim -> dispatching
         dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100, +send kill
         dispatching + not sent -> killed trigger 500, handle 500 `trigger failed: refused`
-        dispatching + result 200 -> success trigger 200, handle 200 `ok`, +children
+        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +children
         dispatching + result 500 -> killed trigger 200, handle 500 `boom`
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
         dispatching + kill -> illegal
@@ -299,7 +303,7 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         dispatching + claim -> dispatching
         dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
         dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`
-        dispatching + result 200 -> success trigger 200, handle 200 `ok`
+        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`
         dispatching + result 500 -> failed trigger 200, handle 500 `boom`
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`
         dispatching + kill -> dispatching +kill requested
@@ -376,6 +380,102 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         skipped + skip -> illegal
         skipped + lost -> illegal
         skipped + deadline passed -> illegal
+    "#]],
+    );
+}
+
+/// Only the legal moves, for tables about one consequence.
+fn check_legal(run: RunFacts, job: Option<&JobFacts>, expect: Expect) {
+    let legal: String = render(run, job)
+        .lines()
+        .filter(|line| !line.ends_with("illegal"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    expect.assert_eq(&legal);
+}
+
+const FIX_DELAY_JOB: JobFacts =
+    JobFacts { retry_count: 1, has_children: false, fix_delay_ms: Some(30_000) };
+
+#[test]
+fn a_fix_delay_fire_schedules_the_next_once_no_retry_follows() {
+    // The first try: a failure is retried, so only the ends without a retry set the next fire.
+    check_legal(
+        FIRST_TRY,
+        Some(&FIX_DELAY_JOB),
+        expect![[r#"
+        pending + claim -> dispatching
+        pending + kill -> killed handle 500 `killed before it was sent`, +next fire in 30000 ms
+        pending + skip -> skipped handle 200 `stopped`, +next fire in 30000 ms
+        dispatching + claim -> dispatching
+        dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
+        dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +retry
+        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +next fire in 30000 ms
+        dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +retry
+        dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
+        dispatching + kill -> dispatching +kill requested
+        dispatching + skip -> skipped handle 200 `stopped`, +next fire in 30000 ms
+        dispatching + lost -> lost handle 500 `gone`, +retry
+        running + result 200 -> success handle 200 `ok`, +next fire in 30000 ms
+        running + result 500 -> failed handle 500 `boom`, +retry
+        running + result 502 -> timed_out handle 502 `slow`, +retry
+        running + kill -> running +kill requested, +send kill
+        running + lost -> lost handle 500 `gone`, +retry
+        running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +retry, +send kill
+    "#]],
+    );
+}
+
+#[test]
+fn the_last_try_of_a_fix_delay_fire_schedules_the_next_whatever_its_end() {
+    let retry = RunFacts { attempt: 1, trigger_type: TriggerType::Retry, ..FIRST_TRY };
+    check_legal(
+        retry,
+        Some(&FIX_DELAY_JOB),
+        expect![[r#"
+        pending + claim -> dispatching
+        pending + kill -> killed handle 500 `killed before it was sent`, +next fire in 30000 ms
+        dispatching + claim -> dispatching
+        dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
+        dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +next fire in 30000 ms
+        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +next fire in 30000 ms
+        dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +next fire in 30000 ms
+        dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +next fire in 30000 ms
+        dispatching + kill -> dispatching +kill requested
+        dispatching + lost -> lost handle 500 `gone`, +next fire in 30000 ms
+        running + result 200 -> success handle 200 `ok`, +next fire in 30000 ms
+        running + result 500 -> failed handle 500 `boom`, +next fire in 30000 ms
+        running + result 502 -> timed_out handle 502 `slow`, +next fire in 30000 ms
+        running + kill -> running +kill requested, +send kill
+        running + lost -> lost handle 500 `gone`, +next fire in 30000 ms
+        running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +send kill, +next fire in 30000 ms
+    "#]],
+    );
+}
+
+#[test]
+fn a_manual_run_of_a_fix_delay_job_schedules_nothing() {
+    let manual = RunFacts { trigger_type: TriggerType::Manual, from_fire: false, ..FIRST_TRY };
+    check_legal(
+        manual,
+        Some(&FIX_DELAY_JOB),
+        expect![[r#"
+        pending + claim -> dispatching
+        pending + kill -> killed handle 500 `killed before it was sent`
+        dispatching + claim -> dispatching
+        dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
+        dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +retry
+        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`
+        dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +retry
+        dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
+        dispatching + kill -> dispatching +kill requested
+        dispatching + lost -> lost handle 500 `gone`, +retry
+        running + result 200 -> success handle 200 `ok`
+        running + result 500 -> failed handle 500 `boom`, +retry
+        running + result 502 -> timed_out handle 502 `slow`, +retry
+        running + kill -> running +kill requested, +send kill
+        running + lost -> lost handle 500 `gone`, +retry
+        running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +retry, +send kill
     "#]],
     );
 }

@@ -12,3 +12,4 @@ wasmtime::component::bindgen!({
 });
 
 pub use self::wasmjob::job::log::Level;
+pub use self::wasmjob::job::types::ShardingItem;

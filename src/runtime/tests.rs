@@ -15,11 +15,15 @@ use super::*;
 fn job_wat(pages: u32, body: &str, extra: &str) -> String {
     format!(
         r#"(component
-  (type $trigger_def (record
-    (field "job-id" s64) (field "log-id" s64) (field "param" string)
-    (field "shard-index" u32) (field "shard-total" u32)
-    (field "trigger-time-ms" s64) (field "attempt" u32)))
-  (import "wasmjob:job/types@0.1.0" (instance $types (export "trigger" (type (eq $trigger_def)))))
+  (import "wasmjob:job/types@0.2.0" (instance $types
+    (type $item_def (record (field "item" u32) (field "parameter" string)))
+    (export "sharding-item" (type $item (eq $item_def)))
+    (type $trigger_def (record
+      (field "job-id" s64) (field "log-id" s64) (field "param" string)
+      (field "shard-index" u32) (field "shard-total" u32)
+      (field "trigger-time-ms" s64) (field "attempt" u32)
+      (field "sharding-items" (list $item))))
+    (export "trigger" (type (eq $trigger_def)))))
   (alias export $types "trigger" (type $trigger))
   (core module $m
     (memory (export "memory") {pages})
@@ -27,11 +31,14 @@ fn job_wat(pages: u32, body: &str, extra: &str) -> String {
     (global $bump (mut i32) (i32.const 1024))
     (func (export "realloc") (param i32 i32 i32 i32) (result i32)
       (local $p i32)
-      (local.set $p (global.get $bump))
-      (global.set $bump (i32.add (global.get $bump) (local.get 3)))
+      ;; Round the bump pointer up to the requested alignment (a power of two).
+      (local.set $p (i32.and
+        (i32.add (global.get $bump) (i32.sub (local.get 2) (i32.const 1)))
+        (i32.sub (i32.const 0) (local.get 2))))
+      (global.set $bump (i32.add (local.get $p) (local.get 3)))
       (local.get $p))
     {extra}
-    (func (export "run") (param i64 i64 i32 i32 i32 i32 i64 i32) (result i32)
+    (func (export "run") (param i64 i64 i32 i32 i32 i32 i64 i32 i32 i32) (result i32)
       {body}
       (i32.store8 (i32.const 16) (i32.const 0))
       (i32.store (i32.const 20) (i32.const 64))
@@ -62,6 +69,7 @@ fn trigger() -> Trigger {
         shard_total: 1,
         trigger_time_ms: 0,
         attempt: 0,
+        sharding_items: Vec::new(),
     }
 }
 

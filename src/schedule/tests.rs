@@ -5,7 +5,7 @@ use chrono::{DateTime, NaiveDate, TimeDelta, TimeZone};
 use expect_test::{Expect, expect};
 
 use MisfireStrategy::{DoNothing, FireOnceNow};
-use ScheduleType::{Cron, FixRate, None as Never};
+use ScheduleType::{Cron, FixDelay, FixRate, None as Never, Once};
 
 /// Renders every row of a table on its own line and compares the text with the snapshot.
 fn check<Row>(rows: &[Row], render: impl Fn(&Row) -> String, expect: Expect) {
@@ -29,8 +29,8 @@ fn show(ms: i64, zone: Option<&str>) -> String {
 /// (kind, conf, zone, after, count) → the parse error or the next `count` fires.
 type FireRow = (ScheduleType, &'static str, Option<&'static str>, &'static str, usize);
 
-/// (kind, conf, misfire, scheduled, now) → the decision.
-type DecisionRow = (ScheduleType, &'static str, MisfireStrategy, &'static str, &'static str);
+/// (kind, conf, misfire, threshold ms, scheduled, now) → the decision.
+type DecisionRow = (ScheduleType, &'static str, MisfireStrategy, i64, &'static str, &'static str);
 
 fn fires((kind, conf, zone, after, count): &FireRow) -> String {
     let head = format!("{kind} `{conf}` after {}:", show(ms(after), *zone));
@@ -88,6 +88,13 @@ fn parse_errors() {
         (FixRate, "1.5", None, at, 1),
         (FixRate, "31536001", None, at, 1),
         (FixRate, "", None, at, 1),
+        (FixDelay, "0", None, at, 1),
+        (FixDelay, "-3", None, at, 1),
+        (FixDelay, "ten", None, at, 1),
+        (Once, "", None, at, 1),
+        (Once, "2026-05-01 09:00:00", None, at, 1),
+        (Once, "2026-05-01T09:00:00", None, at, 1),
+        (Once, "1777618800000", None, at, 1),
         (Never, "30", None, at, 1),
     ];
     check(
@@ -129,6 +136,13 @@ fn parse_errors() {
             FIX_RATE `1.5` after Wed 2025-01-01 00:00:00 UTC: invalid fix rate `1.5`: expected a whole number of seconds from 1 to 31536000
             FIX_RATE `31536001` after Wed 2025-01-01 00:00:00 UTC: invalid fix rate `31536001`: expected a whole number of seconds from 1 to 31536000
             FIX_RATE `` after Wed 2025-01-01 00:00:00 UTC: invalid fix rate ``: expected a whole number of seconds from 1 to 31536000
+            FIX_DELAY `0` after Wed 2025-01-01 00:00:00 UTC: invalid fix delay `0`: expected a whole number of seconds from 1 to 31536000
+            FIX_DELAY `-3` after Wed 2025-01-01 00:00:00 UTC: invalid fix delay `-3`: expected a whole number of seconds from 1 to 31536000
+            FIX_DELAY `ten` after Wed 2025-01-01 00:00:00 UTC: invalid fix delay `ten`: expected a whole number of seconds from 1 to 31536000
+            ONCE `` after Wed 2025-01-01 00:00:00 UTC: invalid instant ``: expected an RFC 3339 instant with its offset, such as 2026-05-01T09:00:00+02:00
+            ONCE `2026-05-01 09:00:00` after Wed 2025-01-01 00:00:00 UTC: invalid instant `2026-05-01 09:00:00`: expected an RFC 3339 instant with its offset, such as 2026-05-01T09:00:00+02:00
+            ONCE `2026-05-01T09:00:00` after Wed 2025-01-01 00:00:00 UTC: invalid instant `2026-05-01T09:00:00`: expected an RFC 3339 instant with its offset, such as 2026-05-01T09:00:00+02:00
+            ONCE `1777618800000` after Wed 2025-01-01 00:00:00 UTC: invalid instant `1777618800000`: expected an RFC 3339 instant with its offset, such as 2026-05-01T09:00:00+02:00
             NONE `30` after Wed 2025-01-01 00:00:00 UTC: schedule type NONE takes no configuration, got `30`
         "#]],
     );
@@ -141,6 +155,12 @@ fn fire_times() {
     let rows: &[FireRow] = &[
         (FixRate, " 30 ", None, "2025-01-01T00:00:00.250Z", 3),
         (FixRate, "31536000", Some("Europe/Berlin"), at, 1),
+        (FixDelay, " 30 ", None, "2025-01-01T00:00:00.250Z", 3),
+        (FixDelay, "31536000", None, at, 1),
+        (Once, "2026-05-01T09:00:00+02:00", Some("Asia/Tokyo"), at, 3),
+        (Once, " 2025-01-01T00:00:00.001Z ", None, at, 1),
+        (Once, "2025-01-01T00:00:00Z", None, at, 1),
+        (Once, "2024-12-31T23:59:59Z", None, at, 1),
         (Never, "", None, at, 3),
         (Never, " \t", None, at, 3),
         (Cron, "* * * * * ?", None, "2025-01-01T00:00:00.999Z", 2),
@@ -169,6 +189,12 @@ fn fire_times() {
         expect![[r#"
             FIX_RATE ` 30 ` after Wed 2025-01-01 00:00:00.250 UTC: [Wed 2025-01-01 00:00:30.250 UTC, Wed 2025-01-01 00:01:00.250 UTC, Wed 2025-01-01 00:01:30.250 UTC]
             FIX_RATE `31536000` after Wed 2025-01-01 01:00:00 CET: [Thu 2026-01-01 01:00:00 CET]
+            FIX_DELAY ` 30 ` after Wed 2025-01-01 00:00:00.250 UTC: [Wed 2025-01-01 00:00:30.250 UTC]
+            FIX_DELAY `31536000` after Wed 2025-01-01 00:00:00 UTC: [Thu 2026-01-01 00:00:00 UTC]
+            ONCE `2026-05-01T09:00:00+02:00` after Wed 2025-01-01 09:00:00 JST: [Fri 2026-05-01 16:00:00 JST]
+            ONCE ` 2025-01-01T00:00:00.001Z ` after Wed 2025-01-01 00:00:00 UTC: [Wed 2025-01-01 00:00:00.001 UTC]
+            ONCE `2025-01-01T00:00:00Z` after Wed 2025-01-01 00:00:00 UTC: []
+            ONCE `2024-12-31T23:59:59Z` after Wed 2025-01-01 00:00:00 UTC: []
             NONE `` after Wed 2025-01-01 00:00:00 UTC: []
             NONE ` 	` after Wed 2025-01-01 00:00:00 UTC: []
             CRON `* * * * * ?` after Wed 2025-01-01 00:00:00.999 UTC: [Wed 2025-01-01 00:00:01 UTC, Wed 2025-01-01 00:00:02 UTC]
@@ -448,45 +474,70 @@ fn quartz_vectors() {
 fn decisions() {
     // (kind, conf, misfire, scheduled, now), on 2025-01-01 UTC.
     let (every_ten, last_fire) = ("0 0/10 * * * ?", "0 0 12 1 1 ? 2025");
+    let (once, default) = ("2025-01-01T12:00:00Z", DEFAULT_MISFIRE_THRESHOLD_MS);
     let rows: &[DecisionRow] = &[
-        (Cron, every_ten, DoNothing, "12:00:00", "12:00:00"),
-        (Cron, every_ten, DoNothing, "12:00:00", "11:59:57"),
-        (Cron, every_ten, DoNothing, "12:00:00", "12:00:05"),
-        (Cron, every_ten, DoNothing, "12:00:00", "12:00:05.001"),
-        (Cron, every_ten, FireOnceNow, "12:00:00", "12:00:05.001"),
-        (Cron, every_ten, FireOnceNow, "12:00:00", "12:35:00"),
-        (Cron, every_ten, DoNothing, "12:00:00", "12:35:00"),
-        (Cron, last_fire, FireOnceNow, "12:00:00", "12:00:01"),
-        (FixRate, "60", DoNothing, "12:00:00", "12:00:02"),
-        (FixRate, "60", FireOnceNow, "12:00:00", "12:35:00.500"),
-        (Never, "", FireOnceNow, "12:00:00", "12:00:00"),
+        (Cron, every_ten, DoNothing, default, "12:00:00", "12:00:00"),
+        (Cron, every_ten, DoNothing, default, "12:00:00", "11:59:57"),
+        (Cron, every_ten, DoNothing, default, "12:00:00", "12:00:05"),
+        (Cron, every_ten, DoNothing, default, "12:00:00", "12:00:05.001"),
+        (Cron, every_ten, FireOnceNow, default, "12:00:00", "12:00:05.001"),
+        (Cron, every_ten, FireOnceNow, default, "12:00:00", "12:35:00"),
+        (Cron, every_ten, DoNothing, default, "12:00:00", "12:35:00"),
+        (Cron, every_ten, DoNothing, 60_000, "12:00:00", "12:00:59"),
+        (Cron, every_ten, DoNothing, 60_000, "12:00:00", "12:01:00.001"),
+        (Cron, every_ten, FireOnceNow, 1_000, "12:00:00", "12:00:01.001"),
+        (Cron, last_fire, FireOnceNow, default, "12:00:00", "12:00:01"),
+        (FixRate, "60", DoNothing, default, "12:00:00", "12:00:02"),
+        (FixRate, "60", FireOnceNow, default, "12:00:00", "12:35:00.500"),
+        (FixDelay, "60", DoNothing, default, "12:00:00", "12:00:02"),
+        (FixDelay, "60", FireOnceNow, default, "12:00:00", "12:35:00.500"),
+        (FixDelay, "60", DoNothing, default, "12:00:00", "12:35:00.500"),
+        (Once, once, DoNothing, default, "12:00:00", "12:00:01"),
+        (Once, once, FireOnceNow, default, "12:00:00", "13:00:00"),
+        (Once, once, DoNothing, default, "12:00:00", "13:00:00"),
+        (Never, "", FireOnceNow, default, "12:00:00", "12:00:00"),
     ];
-    let render = |&(kind, conf, misfire, scheduled, now): &DecisionRow| {
+    let render = |&(kind, conf, misfire, threshold, scheduled, now): &DecisionRow| {
         let schedule = Schedule::parse(kind, conf, None).unwrap();
         let at = |time: &str| ms(&format!("2025-01-01T{time}Z"));
-        let decision = decide(&schedule, misfire, at(scheduled), at(now));
+        let decision = decide(&schedule, misfire, threshold, at(scheduled), at(now));
         let fire = match decision.fire {
             Some((at, trigger)) => format!("fire {trigger} at {}", show(at, None)),
             None => "no fire".to_owned(),
         };
-        let next = decision.next_ms.map_or("none".into(), |next| show(next, None));
-        format!("{kind} `{conf}` {misfire} due {scheduled} now {now}: {fire}; next {next}")
+        let next = match decision.next {
+            NextFire::At(next) => show(next, None),
+            NextFire::WhenRunsEnd => "when its runs end".to_owned(),
+            NextFire::Never => "none".to_owned(),
+        };
+        format!(
+            "{kind} `{conf}` {misfire} threshold {threshold} ms due {scheduled} now {now}: {fire}; next {next}"
+        )
     };
     check(
         rows,
         render,
         expect![[r#"
-            CRON `0 0/10 * * * ?` DO_NOTHING due 12:00:00 now 12:00:00: fire CRON at Wed 2025-01-01 12:00:00 UTC; next Wed 2025-01-01 12:10:00 UTC
-            CRON `0 0/10 * * * ?` DO_NOTHING due 12:00:00 now 11:59:57: fire CRON at Wed 2025-01-01 12:00:00 UTC; next Wed 2025-01-01 12:10:00 UTC
-            CRON `0 0/10 * * * ?` DO_NOTHING due 12:00:00 now 12:00:05: fire CRON at Wed 2025-01-01 12:00:00 UTC; next Wed 2025-01-01 12:10:00 UTC
-            CRON `0 0/10 * * * ?` DO_NOTHING due 12:00:00 now 12:00:05.001: no fire; next Wed 2025-01-01 12:10:00 UTC
-            CRON `0 0/10 * * * ?` FIRE_ONCE_NOW due 12:00:00 now 12:00:05.001: fire MISFIRE at Wed 2025-01-01 12:00:05.001 UTC; next Wed 2025-01-01 12:10:00 UTC
-            CRON `0 0/10 * * * ?` FIRE_ONCE_NOW due 12:00:00 now 12:35:00: fire MISFIRE at Wed 2025-01-01 12:35:00 UTC; next Wed 2025-01-01 12:40:00 UTC
-            CRON `0 0/10 * * * ?` DO_NOTHING due 12:00:00 now 12:35:00: no fire; next Wed 2025-01-01 12:40:00 UTC
-            CRON `0 0 12 1 1 ? 2025` FIRE_ONCE_NOW due 12:00:00 now 12:00:01: fire CRON at Wed 2025-01-01 12:00:00 UTC; next none
-            FIX_RATE `60` DO_NOTHING due 12:00:00 now 12:00:02: fire CRON at Wed 2025-01-01 12:00:00 UTC; next Wed 2025-01-01 12:01:00 UTC
-            FIX_RATE `60` FIRE_ONCE_NOW due 12:00:00 now 12:35:00.500: fire MISFIRE at Wed 2025-01-01 12:35:00.500 UTC; next Wed 2025-01-01 12:36:00.500 UTC
-            NONE `` FIRE_ONCE_NOW due 12:00:00 now 12:00:00: no fire; next none
+            CRON `0 0/10 * * * ?` DO_NOTHING threshold 5000 ms due 12:00:00 now 12:00:00: fire CRON at Wed 2025-01-01 12:00:00 UTC; next Wed 2025-01-01 12:10:00 UTC
+            CRON `0 0/10 * * * ?` DO_NOTHING threshold 5000 ms due 12:00:00 now 11:59:57: fire CRON at Wed 2025-01-01 12:00:00 UTC; next Wed 2025-01-01 12:10:00 UTC
+            CRON `0 0/10 * * * ?` DO_NOTHING threshold 5000 ms due 12:00:00 now 12:00:05: fire CRON at Wed 2025-01-01 12:00:00 UTC; next Wed 2025-01-01 12:10:00 UTC
+            CRON `0 0/10 * * * ?` DO_NOTHING threshold 5000 ms due 12:00:00 now 12:00:05.001: no fire; next Wed 2025-01-01 12:10:00 UTC
+            CRON `0 0/10 * * * ?` FIRE_ONCE_NOW threshold 5000 ms due 12:00:00 now 12:00:05.001: fire MISFIRE at Wed 2025-01-01 12:00:05.001 UTC; next Wed 2025-01-01 12:10:00 UTC
+            CRON `0 0/10 * * * ?` FIRE_ONCE_NOW threshold 5000 ms due 12:00:00 now 12:35:00: fire MISFIRE at Wed 2025-01-01 12:35:00 UTC; next Wed 2025-01-01 12:40:00 UTC
+            CRON `0 0/10 * * * ?` DO_NOTHING threshold 5000 ms due 12:00:00 now 12:35:00: no fire; next Wed 2025-01-01 12:40:00 UTC
+            CRON `0 0/10 * * * ?` DO_NOTHING threshold 60000 ms due 12:00:00 now 12:00:59: fire CRON at Wed 2025-01-01 12:00:00 UTC; next Wed 2025-01-01 12:10:00 UTC
+            CRON `0 0/10 * * * ?` DO_NOTHING threshold 60000 ms due 12:00:00 now 12:01:00.001: no fire; next Wed 2025-01-01 12:10:00 UTC
+            CRON `0 0/10 * * * ?` FIRE_ONCE_NOW threshold 1000 ms due 12:00:00 now 12:00:01.001: fire MISFIRE at Wed 2025-01-01 12:00:01.001 UTC; next Wed 2025-01-01 12:10:00 UTC
+            CRON `0 0 12 1 1 ? 2025` FIRE_ONCE_NOW threshold 5000 ms due 12:00:00 now 12:00:01: fire CRON at Wed 2025-01-01 12:00:00 UTC; next none
+            FIX_RATE `60` DO_NOTHING threshold 5000 ms due 12:00:00 now 12:00:02: fire CRON at Wed 2025-01-01 12:00:00 UTC; next Wed 2025-01-01 12:01:00 UTC
+            FIX_RATE `60` FIRE_ONCE_NOW threshold 5000 ms due 12:00:00 now 12:35:00.500: fire MISFIRE at Wed 2025-01-01 12:35:00.500 UTC; next Wed 2025-01-01 12:36:00.500 UTC
+            FIX_DELAY `60` DO_NOTHING threshold 5000 ms due 12:00:00 now 12:00:02: fire CRON at Wed 2025-01-01 12:00:00 UTC; next when its runs end
+            FIX_DELAY `60` FIRE_ONCE_NOW threshold 5000 ms due 12:00:00 now 12:35:00.500: fire MISFIRE at Wed 2025-01-01 12:35:00.500 UTC; next when its runs end
+            FIX_DELAY `60` DO_NOTHING threshold 5000 ms due 12:00:00 now 12:35:00.500: no fire; next Wed 2025-01-01 12:36:00.500 UTC
+            ONCE `2025-01-01T12:00:00Z` DO_NOTHING threshold 5000 ms due 12:00:00 now 12:00:01: fire CRON at Wed 2025-01-01 12:00:00 UTC; next none
+            ONCE `2025-01-01T12:00:00Z` FIRE_ONCE_NOW threshold 5000 ms due 12:00:00 now 13:00:00: fire MISFIRE at Wed 2025-01-01 13:00:00 UTC; next none
+            ONCE `2025-01-01T12:00:00Z` DO_NOTHING threshold 5000 ms due 12:00:00 now 13:00:00: no fire; next none
+            NONE `` FIRE_ONCE_NOW threshold 5000 ms due 12:00:00 now 12:00:00: no fire; next none
         "#]],
     );
 }

@@ -6,11 +6,13 @@ use sqlx::any::AnyRow;
 use super::runs::{NewRun, insert_run};
 use super::{Db, Result, parse_column, split_list};
 use crate::model::{Job, JobSpec};
+use crate::schedule::NextFire;
 
 const COLUMNS: &str =
     "id, group_id, name, schedule_type, schedule_conf, time_zone, misfire_strategy,
     route_strategy, block_strategy, timeout_secs, retry_count, glue_type, handler, param,
-    child_job_ids, alarm_email, fuel_limit, memory_limit_mb, running, next_fire_ms,
+    child_job_ids, alarm_email, fuel_limit, memory_limit_mb, misfire_threshold_ms,
+    sharding_total_count, sharding_item_parameters, sharding_strategy, running, next_fire_ms,
     active_version, created_at, updated_at";
 
 impl Db {
@@ -20,8 +22,10 @@ impl Db {
             "insert into jobs (group_id, name, schedule_type, schedule_conf, time_zone,
                 misfire_strategy, route_strategy, block_strategy, timeout_secs, retry_count,
                 glue_type, handler, param, child_job_ids, alarm_email, fuel_limit, memory_limit_mb,
-                running, next_fire_ms, created_at, updated_at)
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, 0, 0, $18, $18)
+                misfire_threshold_ms, sharding_total_count, sharding_item_parameters,
+                sharding_strategy, running, next_fire_ms, created_at, updated_at)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+                $18, $19, $20, $21, 0, 0, $22, $22)
              returning {COLUMNS}"
         );
         let row = bind_job(sqlx::query(&sql), job).bind(now_ms).fetch_one(self.writer()).await?;
@@ -29,7 +33,9 @@ impl Db {
     }
 
     /// Replaces the operator-set fields of job `id`; `next_fire_ms` is the recomputed next fire
-    /// (0 for a stopped job). Returns the job, or `None` if it does not exist.
+    /// (0 for a stopped job). A running `FIX_DELAY` job that waits for its fire's runs to end
+    /// (no next fire time) keeps waiting if it stays `FIX_DELAY`, so that a change never fires
+    /// it while a run is unfinished. Returns the job, or `None` if it does not exist.
     pub async fn update_job(
         &self,
         id: i64,
@@ -42,8 +48,13 @@ impl Db {
                 time_zone = $5, misfire_strategy = $6, route_strategy = $7, block_strategy = $8,
                 timeout_secs = $9, retry_count = $10, glue_type = $11, handler = $12, param = $13,
                 child_job_ids = $14, alarm_email = $15, fuel_limit = $16, memory_limit_mb = $17,
-                updated_at = $18, next_fire_ms = case when running = 1 then $19 else 0 end
-             where id = $20 returning {COLUMNS}"
+                misfire_threshold_ms = $18, sharding_total_count = $19,
+                sharding_item_parameters = $20, sharding_strategy = $21, updated_at = $22,
+                next_fire_ms = case
+                    when running = 0 then 0
+                    when next_fire_ms = 0 and schedule_type = 'FIX_DELAY' and $3 = 'FIX_DELAY' then 0
+                    else $23 end
+             where id = $24 returning {COLUMNS}"
         );
         let row = bind_job(sqlx::query(&sql), job)
             .bind(now_ms)
@@ -130,7 +141,8 @@ impl Db {
     }
 
     /// The scheduler's atomic step: moves job `job_id` from the fire at `expected_fire_ms` to
-    /// `next_fire_ms` (`None` stops the job: no further fire) and creates `runs`, all in one
+    /// `next` (`NextFire::Never` stops the job; `NextFire::WhenRunsEnd` leaves it running without
+    /// a next fire time until the lifecycle sets one) and creates `runs`, all in one
     /// transaction. Nothing happens, and no run ids come back, if another scheduler got there
     /// first (the job's next fire is no longer `expected_fire_ms`) or a run of the same fire
     /// exists already.
@@ -138,11 +150,11 @@ impl Db {
         &self,
         job_id: i64,
         expected_fire_ms: i64,
-        next_fire_ms: Option<i64>,
+        next: NextFire,
         runs: &[NewRun],
         now_ms: i64,
     ) -> Result<Vec<i64>> {
-        let fire = Fire { job_id, expected_fire_ms, next_fire_ms, runs: runs.to_vec() };
+        let fire = Fire { job_id, expected_fire_ms, next, runs: runs.to_vec() };
         let mut ids = self.fire_jobs(std::slice::from_ref(&fire), now_ms).await?;
         Ok(ids.pop().unwrap_or_default())
     }
@@ -157,8 +169,8 @@ impl Db {
                 "update jobs set next_fire_ms = $1, running = $2, updated_at = $3
                  where id = $4 and running = 1 and next_fire_ms = $5",
             )
-            .bind(fire.next_fire_ms.unwrap_or(0))
-            .bind(i64::from(fire.next_fire_ms.is_some()))
+            .bind(fire.next.at().unwrap_or(0))
+            .bind(i64::from(fire.next != NextFire::Never))
             .bind(now_ms)
             .bind(fire.job_id)
             .bind(fire.expected_fire_ms)
@@ -186,8 +198,8 @@ pub struct Fire {
     pub job_id: i64,
     /// The next fire time the scheduler read: the compare of the compare-and-set.
     pub expected_fire_ms: i64,
-    /// The fire after this one; `None` stops the job.
-    pub next_fire_ms: Option<i64>,
+    /// The fire after this one.
+    pub next: NextFire,
     /// The fire's runs (none for a skipped misfire).
     pub runs: Vec<NewRun>,
 }
@@ -215,6 +227,10 @@ fn bind_job<'q>(
         .bind(job.alarm_email.as_deref())
         .bind(job.fuel_limit)
         .bind(job.memory_limit_mb)
+        .bind(job.misfire_threshold_ms)
+        .bind(job.sharding_total_count)
+        .bind(&job.sharding_item_parameters)
+        .bind(job.sharding_strategy.as_str())
 }
 
 fn job_from_row(row: &AnyRow) -> Result<Job> {
@@ -244,6 +260,10 @@ fn job_from_row(row: &AnyRow) -> Result<Job> {
             alarm_email: row.try_get("alarm_email")?,
             fuel_limit: row.try_get("fuel_limit")?,
             memory_limit_mb: row.try_get("memory_limit_mb")?,
+            misfire_threshold_ms: row.try_get("misfire_threshold_ms")?,
+            sharding_total_count: row.try_get("sharding_total_count")?,
+            sharding_item_parameters: row.try_get("sharding_item_parameters")?,
+            sharding_strategy: parse_column(row, "sharding_strategy")?,
         },
         running: row.try_get::<i64, _>("running")? == 1,
         next_fire_ms: row.try_get("next_fire_ms")?,

@@ -5,7 +5,8 @@
 //! bumps), and then moved by `apply_transition`: one compare-and-set on the run's state (and, for
 //! a dispatcher's events, on its lease owner and fence) in the same transaction as the runs the
 //! transition implies. A retry or a child run therefore exists exactly when its cause committed,
-//! and an old lease holder can record nothing once its lease moved on.
+//! and an old lease holder can record nothing once its lease moved on. The same transaction sets
+//! a `FIX_DELAY` job's next fire when the run was the last unfinished one of its fire.
 
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
@@ -13,14 +14,17 @@ use sqlx::{AnyConnection, Row};
 use super::batch::{Write, Written};
 use super::{Db, Result, parse_column};
 use crate::lifecycle::Transition;
-use crate::model::{RunRecord, RunState, TriggerType};
+use crate::model::{RunRecord, RunState, ShardingItem, TriggerType};
 
 const COLUMNS: &str = "id, job_id, executor_address, trigger_type, trigger_time, param, trigger_code,
     trigger_msg, handle_time, handle_code, handle_msg, shard_index, shard_total, attempt, version, sha256,
-    fuel_used, state, parent_run_id, kill_requested, dispatched_at, started_at, claimed_at";
+    fuel_used, state, parent_run_id, kill_requested, dispatched_at, started_at, claimed_at,
+    fire_time, sharding_items";
 
 /// SQL for "the run has ended".
 const TERMINAL: &str = "state in ('success', 'failed', 'timed_out', 'killed', 'lost', 'skipped')";
+/// SQL for "the run has not ended".
+const UNFINISHED: &str = "state in ('pending', 'dispatching', 'running')";
 
 /// A run to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +45,8 @@ pub struct NewRun {
     pub shard_index: i64,
     /// Shard total.
     pub shard_total: i64,
+    /// The ElasticJob sharding items it processes (empty when the job is not sharded).
+    pub sharding_items: Vec<ShardingItem>,
     /// Retry number.
     pub attempt: i64,
     /// The module version pinned for this run, and its digest.
@@ -426,7 +432,43 @@ pub(super) async fn apply(
             ids.push(id);
         }
     }
+    if let (Some(delay_ms), Some(fire_ms)) = (transition.next_fire_delay_ms, run.fire_time_ms) {
+        schedule_after_fire(conn, run.job_id, fire_ms, now_ms.saturating_add(delay_ms), now_ms)
+            .await?;
+    }
     Ok(Some((run, ids)))
+}
+
+/// Sets the next fire of `FIX_DELAY` job `job_id` to `next_fire_ms` if it is running, waits for
+/// its fire at `fire_ms` to end, and no run of that fire is unfinished any more.
+///
+/// Two runs of one fire (shards) may end in concurrent transactions on PostgreSQL. Each first
+/// locks the job's row with a no-op update, and only then looks at the fire's other runs with a
+/// fresh statement: whichever locks second sees the first's run ended (it committed before
+/// releasing the lock), so the last run to end always sets the next fire.
+async fn schedule_after_fire(
+    conn: &mut AnyConnection,
+    job_id: i64,
+    fire_ms: i64,
+    next_fire_ms: i64,
+    now_ms: i64,
+) -> Result<()> {
+    sqlx::query("update jobs set next_fire_ms = next_fire_ms where id = $1")
+        .bind(job_id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(&format!(
+        "update jobs set next_fire_ms = $1, updated_at = $2
+         where id = $3 and running = 1 and next_fire_ms = 0 and schedule_type = 'FIX_DELAY'
+            and not exists (select 1 from runs where job_id = $3 and fire_time = $4 and {UNFINISHED})"
+    ))
+    .bind(next_fire_ms)
+    .bind(now_ms)
+    .bind(job_id)
+    .bind(fire_ms)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// Inserts `run` on `conn`; `None` when the same fire, shard and attempt exist already.
@@ -441,8 +483,9 @@ pub(super) async fn insert_run(
     };
     let row = sqlx::query(
         "insert into runs (job_id, executor_address, trigger_type, trigger_time, fire_time, param,
-            shard_index, shard_total, attempt, version, sha256, parent_run_id, created_at)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+            shard_index, shard_total, attempt, version, sha256, parent_run_id, created_at,
+            sharding_items)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
          on conflict (job_id, fire_time, shard_index, attempt) do nothing
          returning id",
     )
@@ -459,6 +502,7 @@ pub(super) async fn insert_run(
     .bind(sha256)
     .bind(run.parent_run_id)
     .bind(now_ms)
+    .bind(format_items(&run.sharding_items))
     .fetch_optional(&mut *conn)
     .await?;
     row.map(|row| Ok(row.try_get("id")?)).transpose()
@@ -493,5 +537,26 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord> {
         dispatched_at_ms: row.try_get("dispatched_at")?,
         started_at_ms: row.try_get("started_at")?,
         first_claimed_at_ms: row.try_get("claimed_at")?,
+        fire_time_ms: row.try_get("fire_time")?,
+        sharding_items: parse_items(&row.try_get::<String, _>("sharding_items")?)?,
     })
+}
+
+/// Sharding items as stored: `item=parameter` pairs separated by commas. Parameters come from
+/// the job's comma-separated list, so they hold no comma.
+fn format_items(items: &[ShardingItem]) -> String {
+    let pairs: Vec<String> =
+        items.iter().map(|item| format!("{}={}", item.item, item.parameter)).collect();
+    pairs.join(",")
+}
+
+fn parse_items(text: &str) -> Result<Vec<ShardingItem>> {
+    super::split_list(text)
+        .map(|pair| {
+            let corrupt = || super::StorageError::Corrupt(format!("sharding_items: `{pair}`"));
+            let (item, parameter) = pair.split_once('=').ok_or_else(corrupt)?;
+            let item = item.parse().map_err(|_| corrupt())?;
+            Ok(ShardingItem { item, parameter: parameter.to_owned() })
+        })
+        .collect()
 }

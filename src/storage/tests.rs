@@ -7,8 +7,9 @@ use super::*;
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
 use crate::model::{
     AddressType, BlockStrategy, GlueType, JobSpec, MisfireStrategy, RouteStrategy, RunState,
-    ScheduleType, TriggerType,
+    ScheduleType, ShardingItem, ShardingStrategy, TriggerType,
 };
+use crate::schedule::NextFire;
 
 /// Runs `test` against each available backend.
 async fn each_backend<F, Fut>(name: &str, test: F)
@@ -49,6 +50,10 @@ fn new_job(group_id: i64) -> JobSpec {
         alarm_email: None,
         fuel_limit: Some(1000),
         memory_limit_mb: None,
+        misfire_threshold_ms: 7_000,
+        sharding_total_count: 3,
+        sharding_item_parameters: "0=Beijing,2=Guangzhou".to_owned(),
+        sharding_strategy: ShardingStrategy::RotateServerByName,
     }
 }
 
@@ -62,6 +67,7 @@ fn fire(job_id: i64, at: i64, shard_index: i64) -> NewRun {
         executor_address: None,
         shard_index,
         shard_total: 1,
+        sharding_items: Vec::new(),
         attempt: 0,
         version: None,
         parent_run_id: None,
@@ -118,6 +124,7 @@ async fn jobs_fire_once() {
             (job.running, job.spec.child_job_ids.clone(), job.spec.fuel_limit),
             (false, vec![7, 8], Some(1000))
         );
+        assert_eq!(job.spec, new_job(group.id), "every field round-trips");
         assert!(db.due_jobs(i64::MAX, 10).await.unwrap().is_empty());
 
         assert!(db.set_job_running(job.id, Some(1_000), 11).await.unwrap());
@@ -126,20 +133,26 @@ async fn jobs_fire_once() {
         assert_eq!(db.due_jobs(1_000, 10).await.unwrap().len(), 1);
 
         // Two schedulers that both saw the fire at 1000: only the first moves the job.
-        let ids =
-            db.fire_job(job.id, 1_000, Some(2_000), &[fire(job.id, 1_000, 0)], 12).await.unwrap();
+        let ids = db
+            .fire_job(job.id, 1_000, NextFire::At(2_000), &[fire(job.id, 1_000, 0)], 12)
+            .await
+            .unwrap();
         assert_eq!(ids.len(), 1);
-        let late =
-            db.fire_job(job.id, 1_000, Some(2_000), &[fire(job.id, 1_000, 0)], 12).await.unwrap();
+        let late = db
+            .fire_job(job.id, 1_000, NextFire::At(2_000), &[fire(job.id, 1_000, 0)], 12)
+            .await
+            .unwrap();
         assert!(late.is_empty());
         // Even a scheduler that moved the job itself cannot create the same fire twice.
         db.set_job_running(job.id, Some(1_000), 13).await.unwrap();
-        let again =
-            db.fire_job(job.id, 1_000, Some(2_000), &[fire(job.id, 1_000, 0)], 14).await.unwrap();
+        let again = db
+            .fire_job(job.id, 1_000, NextFire::At(2_000), &[fire(job.id, 1_000, 0)], 14)
+            .await
+            .unwrap();
         assert!(again.is_empty());
         assert_eq!(db.get_job(job.id).await.unwrap().unwrap().next_fire_ms, 2_000);
         // A fire with no next fire stops the job.
-        db.fire_job(job.id, 2_000, None, &[fire(job.id, 2_000, 0)], 15).await.unwrap();
+        db.fire_job(job.id, 2_000, NextFire::Never, &[fire(job.id, 2_000, 0)], 15).await.unwrap();
         let stopped = db.get_job(job.id).await.unwrap().unwrap();
         assert_eq!((stopped.running, stopped.next_fire_ms), (false, 0));
 
@@ -186,18 +199,108 @@ fn sent(address: &str, at_ms: i64, timeout_secs: i64) -> Transition {
         attempt: 0,
         kill_requested: false,
         trigger_type: TriggerType::Manual,
+        from_fire: false,
     };
     let event = Event::Sent { address: address.to_owned(), at_ms, timeout_secs, grace_ms: 10 };
     lifecycle::transition(&facts, None, &event).unwrap()
 }
 
 fn failed(state: RunState) -> Transition {
-    let facts =
-        RunFacts { state, attempt: 0, kill_requested: false, trigger_type: TriggerType::Manual };
-    let job = JobFacts { retry_count: 1, has_children: false };
+    let facts = RunFacts {
+        state,
+        attempt: 0,
+        kill_requested: false,
+        trigger_type: TriggerType::Manual,
+        from_fire: false,
+    };
+    let job = JobFacts { retry_count: 1, has_children: false, fix_delay_ms: None };
     let event =
         Event::Result { handle_code: 500, message: "boom\0".to_owned(), started_at_ms: Some(350) };
     lifecycle::transition(&facts, Some(&job), &event).unwrap()
+}
+
+/// A transition of a run of a `FIX_DELAY` job (delay 30 s, one retry) from one of its fires.
+fn fix_delay_end(state: RunState, attempt: i64, event: Event) -> Transition {
+    let facts = RunFacts {
+        state,
+        attempt,
+        kill_requested: false,
+        trigger_type: if attempt == 0 { TriggerType::Cron } else { TriggerType::Retry },
+        from_fire: true,
+    };
+    let job = JobFacts { retry_count: 1, has_children: false, fix_delay_ms: Some(30_000) };
+    lifecycle::transition(&facts, Some(&job), &event).unwrap()
+}
+
+#[tokio::test]
+async fn a_fix_delay_job_fires_again_once_every_run_of_its_fire_ended() {
+    each_backend("fix_delay", |db| async move {
+        let group = db.ensure_group("default", "Default", 0).await.unwrap();
+        let spec = JobSpec {
+            schedule_type: ScheduleType::FixDelay,
+            schedule_conf: "30".to_owned(),
+            ..new_job(group.id)
+        };
+        let job = db.create_job(&spec, 10).await.unwrap();
+        let next_fire = || async { db.get_job(job.id).await.unwrap().unwrap().next_fire_ms };
+        db.set_job_running(job.id, Some(1_000), 11).await.unwrap();
+        let items = vec![
+            ShardingItem { item: 1, parameter: "Shanghai".to_owned() },
+            ShardingItem { item: 2, parameter: String::new() },
+        ];
+        let shards = [
+            fire(job.id, 1_000, 0),
+            NewRun { sharding_items: items.clone(), ..fire(job.id, 1_000, 1) },
+        ];
+        let ids = db.fire_job(job.id, 1_000, NextFire::WhenRunsEnd, &shards, 12).await.unwrap();
+        assert_eq!(db.get_run(ids[1]).await.unwrap().unwrap().sharding_items, items);
+        // The job waits for its fire's runs: running, with no next fire time.
+        let waiting = db.get_job(job.id).await.unwrap().unwrap();
+        assert_eq!((waiting.running, waiting.next_fire_ms), (true, 0));
+        assert_eq!(db.earliest_fire().await.unwrap(), None);
+        // Saving the job unchanged keeps it waiting.
+        db.update_job(job.id, &spec, 99_999, 13).await.unwrap();
+        assert_eq!(next_fire().await, 0);
+
+        // Shard 0 ends while shard 1 is pending: the job keeps waiting.
+        let killed = fix_delay_end(RunState::Pending, 0, Event::Kill);
+        assert_eq!(killed.next_fire_delay_ms, Some(30_000));
+        db.apply_transition(ids[0], &killed, None, None, &[], 2_000).await.unwrap().unwrap();
+        assert_eq!(next_fire().await, 0);
+        // Shard 1 is not sent and retried: the retry belongs to the fire, the job waits on.
+        let claim = db.claim_run(ids[1], "admin", 3_000, 4_000).await.unwrap().unwrap();
+        let not_sent =
+            fix_delay_end(RunState::Dispatching, 0, Event::NotSent { reason: "no".to_owned() });
+        assert_eq!((not_sent.retry, not_sent.next_fire_delay_ms), (true, None));
+        let retry = NewRun {
+            trigger_type: TriggerType::Retry,
+            attempt: 1,
+            parent_run_id: Some(ids[1]),
+            ..shards[1].clone()
+        };
+        let lease = Some(("admin", claim.fence));
+        let (_, retried) = db
+            .apply_transition(ids[1], &not_sent, lease, None, &[retry], 3_000)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(next_fire().await, 0);
+        // The retry, the fire's last unfinished run, ends at 5 s: the next fire is 30 s later.
+        let last = fix_delay_end(RunState::Pending, 1, Event::Kill);
+        db.apply_transition(retried[0], &last, None, None, &[], 5_000).await.unwrap().unwrap();
+        assert_eq!(next_fire().await, 35_000);
+        assert_eq!(db.earliest_fire().await.unwrap(), Some(35_000));
+        // A stopped job is not started again by a run that ends.
+        let ids = db
+            .fire_job(job.id, 35_000, NextFire::WhenRunsEnd, &[fire(job.id, 35_000, 0)], 35_000)
+            .await
+            .unwrap();
+        db.set_job_running(job.id, None, 36_000).await.unwrap();
+        db.apply_transition(ids[0], &killed, None, None, &[], 37_000).await.unwrap().unwrap();
+        let stopped = db.get_job(job.id).await.unwrap().unwrap();
+        assert_eq!((stopped.running, stopped.next_fire_ms), (false, 0));
+    })
+    .await;
 }
 
 #[tokio::test]

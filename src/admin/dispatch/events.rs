@@ -10,8 +10,9 @@
 use super::{Dispatcher, PlannedTrigger, now_ms};
 use crate::failpoint;
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
-use crate::model::{Job, RunRecord, RunState, TriggerType};
+use crate::model::{Job, RunRecord, RunState, ScheduleType, TriggerType};
 use crate::protocol::{HandleCallbackParam, JobIdParam};
+use crate::schedule::Schedule;
 use crate::storage::NewRun;
 
 /// How many times an event is tried again when the run changed between reading and writing it.
@@ -57,10 +58,12 @@ impl Dispatcher {
                 attempt: run.attempt,
                 kill_requested: run.kill_requested,
                 trigger_type: run.trigger_type,
+                from_fire: run.fire_time_ms.is_some(),
             };
             let job_facts = job.as_ref().map(|job| JobFacts {
                 retry_count: job.spec.retry_count,
                 has_children: !job.spec.child_job_ids.is_empty(),
+                fix_delay_ms: fix_delay_ms(job),
             });
             let transition = match lifecycle::transition(&facts, job_facts.as_ref(), &event) {
                 Ok(transition) => transition,
@@ -131,14 +134,18 @@ impl Dispatcher {
                 job_id: run.job_id,
                 trigger_type: TriggerType::Retry,
                 trigger_time_ms: now,
-                fire_time_ms: None,
+                // A retry belongs to its run's fire: unique with it per attempt, and a
+                // `FIX_DELAY` job waits for it before it fires again.
+                fire_time_ms: run.fire_time_ms,
                 param: run.param.clone(),
-                // A shard retries on its own executor; a routed run is routed again.
-                executor_address: (run.shard_total > 1)
+                // A shard retries on its own executor, with its own items alone; a routed run
+                // is routed again.
+                executor_address: (run.shard_total > 1 || !run.sharding_items.is_empty())
                     .then(|| run.executor_address.clone())
                     .flatten(),
                 shard_index: run.shard_index,
                 shard_total: run.shard_total,
+                sharding_items: run.sharding_items.clone(),
                 attempt: run.attempt + 1,
                 version: run.version.zip(run.sha256.clone()),
                 parent_run_id: Some(run.id),
@@ -260,4 +267,14 @@ impl Dispatcher {
         }
         Ok(lost)
     }
+}
+
+/// The delay of `job` if it is a `FIX_DELAY` job whose schedule reads.
+fn fix_delay_ms(job: &Job) -> Option<i64> {
+    if job.spec.schedule_type != ScheduleType::FixDelay {
+        return None;
+    }
+    Schedule::parse(job.spec.schedule_type, &job.spec.schedule_conf, job.spec.time_zone.as_deref())
+        .ok()
+        .and_then(|schedule| schedule.fix_delay_ms())
 }

@@ -13,9 +13,16 @@ use super::extract::{Json, Path, Query};
 use super::rfc3339;
 use crate::admin::dispatch::{PlannedTrigger, TriggerError};
 use crate::admin::{AppState, now_ms};
-use crate::model::{GlueType, Job, ScheduleType, TriggerType};
-use crate::model::{JobSpec, child_job_cycle};
+use crate::model::{DEFAULT_MISFIRE_THRESHOLD_MS, GlueType, Job, ScheduleType, TriggerType};
+use crate::model::{JobSpec, RouteStrategy, ShardingStrategy, child_job_cycle};
+use crate::routing::sharding::{MAX_SHARDING_TOTAL_COUNT, parse_item_parameters};
 use crate::schedule::Schedule;
+
+/// The shortest misfire threshold: the scheduler commits fires up to a second ahead and passes
+/// at least every second, so a shorter one would call ordinary fires late.
+const MIN_MISFIRE_THRESHOLD_MS: i64 = 1_000;
+/// The longest misfire threshold: one day.
+const MAX_MISFIRE_THRESHOLD_MS: i64 = 86_400_000;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -53,6 +60,12 @@ struct JobBody {
     alarm_email: Option<String>,
     fuel_limit: Option<i64>,
     memory_limit_mb: Option<i64>,
+    misfire_threshold_ms: Option<i64>,
+    #[serde(default)]
+    sharding_total_count: i64,
+    #[serde(default)]
+    sharding_item_parameters: String,
+    sharding_strategy: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -75,6 +88,10 @@ struct JobResponse {
     alarm_email: Option<String>,
     fuel_limit: Option<i64>,
     memory_limit_mb: Option<i64>,
+    misfire_threshold_ms: i64,
+    sharding_total_count: i64,
+    sharding_item_parameters: String,
+    sharding_strategy: &'static str,
     running: bool,
     next_fire_time: Option<String>,
     active_version: Option<i64>,
@@ -103,6 +120,10 @@ impl From<Job> for JobResponse {
             alarm_email: job.spec.alarm_email,
             fuel_limit: job.spec.fuel_limit,
             memory_limit_mb: job.spec.memory_limit_mb,
+            misfire_threshold_ms: job.spec.misfire_threshold_ms,
+            sharding_total_count: job.spec.sharding_total_count,
+            sharding_item_parameters: job.spec.sharding_item_parameters,
+            sharding_strategy: job.spec.sharding_strategy.as_str(),
             running: job.running,
             next_fire_time: rfc3339(job.next_fire_ms),
             active_version: job.active_version,
@@ -380,6 +401,7 @@ async fn validate(state: &AppState, body: JobBody) -> Result<(JobSpec, Schedule)
         ("handler", body.handler.as_ref()),
         ("alarm_email", body.alarm_email.as_ref()),
         ("time_zone", body.time_zone.as_ref()),
+        ("sharding_item_parameters", Some(&body.sharding_item_parameters)),
     ];
     for (field, text) in texts {
         if text.is_some_and(|text| text.contains('\0')) {
@@ -414,6 +436,32 @@ async fn validate(state: &AppState, body: JobBody) -> Result<(JobSpec, Schedule)
     if body.param.len() > 64 * 1024 {
         return Err(invalid("param: at most 64 KiB"));
     }
+    let misfire_threshold_ms = body.misfire_threshold_ms.unwrap_or(DEFAULT_MISFIRE_THRESHOLD_MS);
+    if !(MIN_MISFIRE_THRESHOLD_MS..=MAX_MISFIRE_THRESHOLD_MS).contains(&misfire_threshold_ms) {
+        return Err(invalid(&format!(
+            "misfire_threshold_ms: {MIN_MISFIRE_THRESHOLD_MS} to {MAX_MISFIRE_THRESHOLD_MS} (one day)"
+        )));
+    }
+    let route_strategy = field("route_strategy", body.route_strategy, RouteStrategy::First)?;
+    let sharding_strategy =
+        field("sharding_strategy", body.sharding_strategy, ShardingStrategy::AverageAllocation)?;
+    let sharding_total_count = u32::try_from(body.sharding_total_count)
+        .ok()
+        .filter(|total| *total <= MAX_SHARDING_TOTAL_COUNT)
+        .ok_or_else(|| {
+            invalid(&format!("sharding_total_count: 0 (not sharded) to {MAX_SHARDING_TOTAL_COUNT}"))
+        })?;
+    let sharding_item_parameters = body.sharding_item_parameters.trim().to_owned();
+    if sharding_total_count == 0 && !sharding_item_parameters.is_empty() {
+        return Err(invalid("sharding_item_parameters: set sharding_total_count to shard the job"));
+    }
+    if sharding_total_count > 0 && route_strategy == RouteStrategy::ShardingBroadcast {
+        return Err(invalid(
+            "sharding_total_count: a job shards by items or by SHARDING_BROADCAST, not both",
+        ));
+    }
+    parse_item_parameters(&sharding_item_parameters, sharding_total_count)
+        .map_err(|error| invalid(&format!("sharding_item_parameters: {error}")))?;
     if state.db.get_group(body.group_id).await?.is_none() {
         return Err(ApiError::bad_request(
             "invalid_job",
@@ -439,11 +487,7 @@ async fn validate(state: &AppState, body: JobBody) -> Result<(JobSpec, Schedule)
             body.misfire_strategy,
             crate::model::MisfireStrategy::DoNothing,
         )?,
-        route_strategy: field(
-            "route_strategy",
-            body.route_strategy,
-            crate::model::RouteStrategy::First,
-        )?,
+        route_strategy,
         block_strategy: field(
             "block_strategy",
             body.block_strategy,
@@ -458,6 +502,10 @@ async fn validate(state: &AppState, body: JobBody) -> Result<(JobSpec, Schedule)
         alarm_email: body.alarm_email,
         fuel_limit: body.fuel_limit,
         memory_limit_mb: body.memory_limit_mb,
+        misfire_threshold_ms,
+        sharding_total_count: i64::from(sharding_total_count),
+        sharding_item_parameters,
+        sharding_strategy,
     };
     Ok((job, schedule))
 }

@@ -22,6 +22,13 @@ pub fn router() -> Router<AppState> {
         .route("/logs/{id}/kill", post(kill_run))
 }
 
+/// One ElasticJob sharding item of a run: `{"item": 0, "parameter": "Beijing"}`.
+#[derive(Debug, Serialize)]
+struct ShardingItemResponse {
+    item: u32,
+    parameter: String,
+}
+
 #[derive(Debug, Serialize)]
 struct RunResponse {
     id: i64,
@@ -37,6 +44,7 @@ struct RunResponse {
     handle_msg: String,
     shard_index: i64,
     shard_total: i64,
+    sharding_items: Vec<ShardingItemResponse>,
     attempt: i64,
     version: Option<i64>,
     fuel_used: Option<i64>,
@@ -63,6 +71,11 @@ impl From<RunRecord> for RunResponse {
             handle_msg: run.handle_msg,
             shard_index: run.shard_index,
             shard_total: run.shard_total,
+            sharding_items: run
+                .sharding_items
+                .into_iter()
+                .map(|item| ShardingItemResponse { item: item.item, parameter: item.parameter })
+                .collect(),
             attempt: run.attempt,
             version: run.version,
             fuel_used: run.fuel_used,

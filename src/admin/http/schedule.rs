@@ -3,6 +3,10 @@
 //! An operator checks a cron expression (or a fixed rate) and a time zone before saving a job:
 //! the answer is what the scheduler would fire, shown with the zone's offset, and a refused
 //! expression gets the reason with the field and the position. It reads and stores nothing.
+//!
+//! A `FIX_DELAY` schedule previews its first fire only (`from` plus the delay, as if the job
+//! were started at `from`): each later fire depends on when the previous fire's runs end. A
+//! `ONCE` schedule previews its instant if it is after `from`, else nothing.
 
 use axum::Router;
 use axum::routing::get;
@@ -48,7 +52,9 @@ async fn preview_schedule(
     let invalid = |message: String| ApiError::bad_request("invalid_query", message);
     let kind: ScheduleType = match query.schedule_type.as_deref().map(str::trim) {
         None | Some("") => {
-            return Err(invalid("schedule_type is required: CRON, FIX_RATE or NONE".to_owned()));
+            return Err(invalid(
+                "schedule_type is required: CRON, FIX_RATE, FIX_DELAY, ONCE or NONE".to_owned(),
+            ));
         }
         Some(text) => text.parse().map_err(|error| invalid(format!("schedule_type: {error}")))?,
     };

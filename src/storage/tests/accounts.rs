@@ -116,6 +116,7 @@ async fn runs_are_counted_by_state_since_an_instant() {
             executor_address: None,
             shard_index: 0,
             shard_total: 1,
+            sharding_items: Vec::new(),
             attempt: 0,
             version: None,
             parent_run_id: None,
@@ -164,6 +165,7 @@ async fn end(db: &Db, id: i64, handle_code: i32) {
             attempt: 0,
             kill_requested: false,
             trigger_type: TriggerType::Manual,
+            from_fire: false,
         };
         let event = Event::Result { handle_code, message: "ok".to_owned(), started_at_ms: Some(3) };
         lifecycle::transition(&facts, None, &event).unwrap()

@@ -4,6 +4,8 @@
 //! and monitor loops; the returned [`Admin`] knows its bound address and stops gracefully.
 //! It never imports `executor`: executors, ours or XXL-JOB's, are reached only through `protocol`.
 
+mod accounts;
+mod console;
 mod dispatch;
 mod http;
 mod scheduler;
@@ -23,6 +25,7 @@ use crate::protocol;
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::storage::Db;
 
+pub use self::accounts::create_user_from_cli;
 pub use self::dispatch::{Dispatcher, RESULT_GRACE_MS};
 pub use self::http::router;
 
@@ -101,6 +104,7 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
     let server_shutdown = shutdown.clone();
     let mut tasks = vec![tokio::spawn(
         async move {
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
             let served = axum::serve(listener, app)
                 .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
                 .await;

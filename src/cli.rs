@@ -29,6 +29,37 @@ pub enum Command {
     Admin(AdminArgs),
     /// An executor daemon: registers with the admin and runs job components.
     Executor(ExecutorArgs),
+    /// Console users, written straight into the admin's database.
+    #[command(subcommand)]
+    User(UserCommand),
+}
+
+/// `wasmjob user …`.
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Creates a user; the password is asked for, or read from the first line of stdin.
+    Create(CreateUserArgs),
+}
+
+/// `wasmjob user create`: exactly one of `--admin`, `--operator GROUP…` or `--viewer`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("role").required(true).args(["admin", "operator", "viewer"])))]
+pub struct CreateUserArgs {
+    /// The login name.
+    #[arg(long)]
+    pub name: String,
+    /// An administrator: everything, users included.
+    #[arg(long)]
+    pub admin: bool,
+    /// An operator of these groups (app names or ids, comma-separated).
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub operator: Vec<String>,
+    /// Read-only.
+    #[arg(long)]
+    pub viewer: bool,
+    /// The admin's database (`standalone` keeps it in `<data dir>/wasmjob.db`).
+    #[arg(long, env = "WASMJOB_DATABASE_URL", default_value = "sqlite:wasmjob-data/wasmjob.db")]
+    pub database_url: String,
 }
 
 /// `wasmjob standalone`.

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::cli::{AdminArgs, ExecutorArgs, LimitArgs, StandaloneArgs};
+use crate::access::Role;
+use crate::cli::{AdminArgs, CreateUserArgs, ExecutorArgs, LimitArgs, StandaloneArgs};
 
 /// The shortest token accepted.
 pub const MIN_TOKEN_LEN: usize = 16;
@@ -97,6 +98,41 @@ pub struct StandaloneConfig {
     pub executor: ExecutorConfig,
     /// Where the generated tokens are kept, for the startup message.
     pub token_files: Vec<PathBuf>,
+}
+
+/// A user to create with `wasmjob user create`.
+#[derive(Debug, Clone)]
+pub struct NewUserConfig {
+    /// The admin's database.
+    pub database_url: String,
+    /// The login name.
+    pub name: String,
+    /// Its role.
+    pub role: Role,
+    /// For an operator, its groups by app name or id.
+    pub groups: Vec<String>,
+}
+
+impl NewUserConfig {
+    /// Checks `wasmjob user create`'s flags.
+    pub fn from_args(args: CreateUserArgs) -> anyhow::Result<NewUserConfig> {
+        let name = args.name.trim().to_owned();
+        let name_ok = !name.is_empty()
+            && name.len() <= 64
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || ".-_@".contains(c));
+        if !name_ok {
+            anyhow::bail!("--name `{name}`: use 1 to 64 letters, digits, '.', '-', '_' or '@'");
+        }
+        let groups: Vec<String> =
+            args.operator.iter().map(|g| g.trim().to_owned()).filter(|g| !g.is_empty()).collect();
+        let role = match (args.admin, groups.is_empty(), args.viewer) {
+            (true, true, false) => Role::Admin,
+            (false, false, false) => Role::Operator,
+            (false, true, true) => Role::Viewer,
+            _ => anyhow::bail!("give one role: --admin, --operator GROUP[,GROUP…] or --viewer"),
+        };
+        Ok(NewUserConfig { database_url: args.database_url, name, role, groups })
+    }
 }
 
 impl AdminConfig {

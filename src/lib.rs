@@ -3,6 +3,7 @@
 //! Code map, in reading order:
 //! - `model`, `lifecycle`, `schedule`, `routing`: data, a run's state machine, fire times and
 //!   executor choice; pure, no IO.
+//! - `access`: roles and which route asks for which; pure.
 //! - `protocol`: the admin⇄executor wire format (XXL-JOB compatible) and its HTTP client.
 //! - `storage`: every SQL query, for SQLite and PostgreSQL.
 //! - `runtime`: wasmtime; compiles components and runs one job in a sandbox.
@@ -12,6 +13,7 @@
 //!
 //! `admin` and `executor` never import each other; `main` wires both for `standalone`.
 
+pub mod access;
 pub mod admin;
 pub mod cli;
 pub mod config;

@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use wasmjob::cli::{Cli, Command};
-use wasmjob::config::{AdminConfig, ExecutorConfig, StandaloneConfig};
+use wasmjob::cli::{Cli, Command, UserCommand};
+use wasmjob::config::{AdminConfig, ExecutorConfig, NewUserConfig, StandaloneConfig};
 use wasmjob::{admin, executor, telemetry};
 
 fn main() -> ExitCode {
@@ -36,6 +36,9 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Admin(args) => admin::run(AdminConfig::from_args(args)?).await,
         Command::Executor(args) => executor::run(ExecutorConfig::from_args(args)?).await,
         Command::Standalone(args) => standalone(StandaloneConfig::from_args(args)?).await,
+        Command::User(UserCommand::Create(args)) => {
+            admin::create_user_from_cli(NewUserConfig::from_args(args)?).await
+        }
     }
 }
 
@@ -54,6 +57,14 @@ async fn standalone(config: StandaloneConfig) -> anyhow::Result<()> {
         admin.url(),
         config.token_files.first().map(|p| p.display().to_string()).unwrap_or_default()
     );
+    if admin.state.db.count_users().await? == 0 {
+        tracing::info!(
+            "no console user yet: create the first administrator with \
+             `wasmjob user create --admin --name NAME --database-url {}`, then sign in at {}/",
+            admin.state.config.database_url,
+            admin.url()
+        );
+    }
     telemetry::shutdown_signal().await;
     executor.stop().await;
     admin.stop().await;

@@ -8,12 +8,15 @@
 //! This module does not decide anything (when to fire, where to route): it stores and returns
 //! `model` types, and it enforces the database-level guarantees (one run per fire).
 
+mod audit;
 mod batch;
 mod groups;
 mod jobs;
 mod modules;
 mod registry;
+mod reports;
 mod runs;
+mod users;
 
 use std::str::FromStr;
 
@@ -21,8 +24,11 @@ use anyhow::Context;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
+pub use self::audit::{AuditEntry, AuditPage, AuditRecord};
 pub use self::jobs::Fire;
+pub use self::reports::DailyRuns;
 pub use self::runs::{Claim, NewRun, RunFilter, RunPage};
+pub use self::users::{ApiToken, Session, User};
 
 /// Which database is behind a [`Db`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,8 +3,12 @@
 
 mod support;
 
+/// Users, sessions and roles through the router: every route with every caller, login, logout.
+mod access;
 /// The operator and executor APIs' answers to bad input, through the router (no socket).
 mod api_errors;
+/// The console in headless Chromium against `wasmjob standalone` (skipped without chromium).
+mod console_browser;
 /// The whole platform on 127.0.0.1: cron fires, manual triggers, logs, on each database.
 mod end_to_end;
 /// The executor's run lifecycle: duplicate triggers, restarts and kills, held runs, the outbox.

@@ -6,7 +6,7 @@ use crate::end_to_end::cron_then_manual;
 use crate::support::Api;
 
 /// A standalone process that is killed (by PID) if the test ends without stopping it.
-struct Standalone(Option<Child>);
+pub struct Standalone(Option<Child>);
 
 impl Standalone {
     fn id(&self) -> u32 {
@@ -24,7 +24,7 @@ impl Drop for Standalone {
 }
 
 /// Starts `wasmjob standalone` on port 0 and returns it with its admin URL (read from its log).
-fn spawn_standalone(data_dir: &std::path::Path) -> (Standalone, String) {
+pub fn spawn_standalone(data_dir: &std::path::Path) -> (Standalone, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_wasmjob"))
         .args([
             "standalone",

@@ -2,6 +2,7 @@
 //! and for the fault tests real processes (`cluster`) and the judge of their runs (`checker`).
 
 pub mod app;
+pub mod browser;
 pub mod checker;
 pub mod cluster;
 mod sample_jobs;

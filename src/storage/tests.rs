@@ -1,6 +1,8 @@
 //! Every storage function, on SQLite always and on PostgreSQL when `WASMJOB_TEST_POSTGRES_URL`
 //! is set (each test gets its own fresh database there).
 
+mod accounts;
+
 use super::*;
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
 use crate::model::{

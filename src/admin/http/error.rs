@@ -25,6 +25,14 @@ pub enum ApiError {
     /// 401: no or wrong token.
     #[error("missing or wrong bearer token")]
     Unauthorized,
+    /// 403: authenticated, but not allowed (role, group, or a missing CSRF token).
+    #[error("{message}")]
+    Forbidden {
+        /// The stable code: `forbidden` or `csrf_failed`.
+        code: &'static str,
+        /// What was refused.
+        message: String,
+    },
     /// 404: the named thing does not exist.
     #[error("{0}")]
     NotFound(String, &'static str),
@@ -65,6 +73,11 @@ impl ApiError {
         ApiError::BadRequest { code, message: message.into() }
     }
 
+    /// A 403 with code `forbidden`.
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::Forbidden { code: "forbidden", message: message.into() }
+    }
+
     /// A 404 for `what` (`"job 7"`), with code `<kind>_not_found`.
     pub fn not_found(code: &'static str, what: impl Into<String>) -> ApiError {
         ApiError::NotFound(format!("{} not found", what.into()), code)
@@ -74,6 +87,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Forbidden { code, .. } => (StatusCode::FORBIDDEN, code),
             ApiError::NotFound(_, code) => (StatusCode::NOT_FOUND, code),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),

@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
+use super::auth::Actor;
 use super::error::{ApiError, ResultExt};
 use super::extract::{Json, Path};
 use crate::admin::{AppState, now_ms};
@@ -39,6 +40,7 @@ struct GroupResponse {
 
 async fn create_group(
     State(state): State<AppState>,
+    actor: Actor,
     Json(body): Json<CreateGroup>,
 ) -> Result<(StatusCode, axum::Json<GroupResponse>), ApiError> {
     let app_name = body.app_name.trim();
@@ -79,7 +81,9 @@ async fn create_group(
         .create_group(app_name, &title, address_type, &addresses, now_ms())
         .await
         .on_constraint(|| format!("a group with app_name `{app_name}` exists already"))?;
-    Ok((StatusCode::CREATED, axum::Json(respond(&state, group).await?)))
+    let group = respond(&state, group).await?;
+    actor.audit(&state, "group.create", format!("group {}", group.id), None, Some(&group)).await;
+    Ok((StatusCode::CREATED, axum::Json(group)))
 }
 
 async fn list_groups(

@@ -7,6 +7,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 
+use super::auth::Actor;
 use super::error::{ApiError, ResultExt};
 use super::extract::{Json, Path, Query};
 use super::rfc3339;
@@ -134,8 +135,10 @@ impl From<Job> for JobResponse {
 
 async fn create_job(
     State(state): State<AppState>,
+    actor: Actor,
     Json(body): Json<JobBody>,
 ) -> Result<(StatusCode, axum::Json<JobResponse>), ApiError> {
+    actor.require_group(body.group_id)?;
     let (job, _) = validate(&state, body).await?;
     let created = state
         .db
@@ -143,14 +146,20 @@ async fn create_job(
         .await
         .on_constraint(|| "the job conflicts with existing data".to_owned())?;
     tracing::info!(job.id = created.id, "created job {} `{}`", created.id, created.spec.name);
-    Ok((StatusCode::CREATED, axum::Json(created.into())))
+    let created = JobResponse::from(created);
+    actor.audit(&state, "job.create", format!("job {}", created.id), None, Some(&created)).await;
+    Ok((StatusCode::CREATED, axum::Json(created)))
 }
 
 async fn update_job(
     State(state): State<AppState>,
+    actor: Actor,
     Path(id): Path<i64>,
     Json(body): Json<JobBody>,
 ) -> Result<axum::Json<JobResponse>, ApiError> {
+    let before = JobResponse::from(load(&state, id).await?);
+    actor.require_group(before.group_id)?;
+    actor.require_group(body.group_id)?;
     let (job, schedule) = validate(&state, body).await?;
     refuse_child_cycle(&state, id, &job.child_job_ids).await?;
     let now = now_ms();
@@ -159,7 +168,9 @@ async fn update_job(
         state.db.update_job(id, &job, next, now).await?.ok_or_else(|| job_not_found(id))?;
     state.dispatcher.forget_job(id);
     state.scheduler_wake.notify_one();
-    Ok(axum::Json(updated.into()))
+    let updated = JobResponse::from(updated);
+    actor.audit(&state, "job.update", format!("job {id}"), Some(&before), Some(&updated)).await;
+    Ok(axum::Json(updated))
 }
 
 async fn get_job(
@@ -184,20 +195,26 @@ async fn list_jobs(
 
 async fn delete_job(
     State(state): State<AppState>,
+    actor: Actor,
     Path(id): Path<i64>,
 ) -> Result<StatusCode, ApiError> {
+    let before = JobResponse::from(load(&state, id).await?);
+    actor.require_group(before.group_id)?;
     if !state.db.delete_job(id).await? {
         return Err(job_not_found(id));
     }
     state.dispatcher.forget_job(id);
+    actor.audit(&state, "job.delete", format!("job {id}"), Some(&before), None).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn start_job(
     State(state): State<AppState>,
+    actor: Actor,
     Path(id): Path<i64>,
 ) -> Result<axum::Json<JobResponse>, ApiError> {
     let job = load(&state, id).await?;
+    actor.require_group(job.spec.group_id)?;
     let schedule = parse_schedule(
         job.spec.schedule_type,
         &job.spec.schedule_conf,
@@ -216,18 +233,26 @@ async fn start_job(
     state.db.set_job_running(id, Some(next), now).await?;
     state.dispatcher.forget_job(id);
     state.scheduler_wake.notify_one();
-    Ok(axum::Json(load(&state, id).await?.into()))
+    let started = JobResponse::from(load(&state, id).await?);
+    let before = JobResponse::from(job);
+    actor.audit(&state, "job.start", format!("job {id}"), Some(&before), Some(&started)).await;
+    Ok(axum::Json(started))
 }
 
 async fn stop_job(
     State(state): State<AppState>,
+    actor: Actor,
     Path(id): Path<i64>,
 ) -> Result<axum::Json<JobResponse>, ApiError> {
+    let before = JobResponse::from(load(&state, id).await?);
+    actor.require_group(before.group_id)?;
     if !state.db.set_job_running(id, None, now_ms()).await? {
         return Err(job_not_found(id));
     }
     state.dispatcher.forget_job(id);
-    Ok(axum::Json(load(&state, id).await?.into()))
+    let stopped = JobResponse::from(load(&state, id).await?);
+    actor.audit(&state, "job.stop", format!("job {id}"), Some(&before), Some(&stopped)).await;
+    Ok(axum::Json(stopped))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -244,6 +269,7 @@ struct TriggerResponse {
 
 async fn trigger_job(
     State(state): State<AppState>,
+    actor: Actor,
     Path(id): Path<i64>,
     body: Bytes,
 ) -> Result<axum::Json<TriggerResponse>, ApiError> {
@@ -262,13 +288,18 @@ async fn trigger_job(
         ));
     }
     let job = load(&state, id).await?;
+    actor.require_group(job.spec.group_id)?;
     let param = body.param.unwrap_or_else(|| job.spec.param.clone());
-    let trigger = PlannedTrigger::now(TriggerType::Manual, param);
+    let trigger = PlannedTrigger::now(TriggerType::Manual, param.clone());
     let addresses = body
         .addresses
         .map(|list| list.iter().map(|a| a.trim_end_matches('/').to_owned()).collect::<Vec<_>>());
     match state.dispatcher.trigger(&job, trigger, addresses.as_deref()).await {
-        Ok(log_ids) => Ok(axum::Json(TriggerResponse { log_ids })),
+        Ok(log_ids) => {
+            let what = serde_json::json!({"param": param, "log_ids": log_ids});
+            actor.audit(&state, "job.trigger", format!("job {id}"), None, Some(&what)).await;
+            Ok(axum::Json(TriggerResponse { log_ids }))
+        }
         Err(TriggerError::Internal(error)) => Err(ApiError::Internal(error)),
         Err(error @ TriggerError::NoVersion(_)) => Err(ApiError::Conflict(error.to_string())),
         Err(error) => Err(ApiError::bad_request("invalid_trigger", error.to_string())),

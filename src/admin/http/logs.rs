@@ -5,6 +5,7 @@ use axum::extract::State;
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 
+use super::auth::Actor;
 use super::error::ApiError;
 use super::extract::{Path, Query};
 use super::rfc3339;
@@ -196,14 +197,20 @@ struct KillResponse {
 
 async fn kill_run(
     State(state): State<AppState>,
+    actor: Actor,
     Path(id): Path<i64>,
 ) -> Result<axum::Json<KillResponse>, ApiError> {
     let run = load(&state, id).await?;
+    // A run whose job was deleted belongs to no group any more: only an admin may kill it.
+    let group_id = state.db.get_job(run.job_id).await?.map_or(-1, |job| job.spec.group_id);
+    actor.require_group(group_id)?;
     let message = state
         .dispatcher
         .kill(&run)
         .await
         .map_err(|error| ApiError::BadGateway(format!("{error:#}")))?;
+    let what = serde_json::json!({"job_id": run.job_id, "message": message});
+    actor.audit(&state, "run.kill", format!("run {id}"), None, Some(&what)).await;
     Ok(axum::Json(KillResponse { message }))
 }
 

@@ -17,6 +17,7 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::auth::Actor;
 use super::error::ApiError;
 use super::extract::{Path, Query};
 use super::rfc3339;
@@ -68,6 +69,7 @@ struct UploadQuery {
 
 async fn upload_version(
     State(state): State<AppState>,
+    actor: Actor,
     Path(id): Path<i64>,
     Query(query): Query<UploadQuery>,
     headers: HeaderMap,
@@ -96,6 +98,7 @@ async fn upload_version(
         .get_job(id)
         .await?
         .ok_or_else(|| ApiError::not_found("job_not_found", format!("job {id}")))?;
+    actor.require_group(job.spec.group_id)?;
     if job.spec.glue_type != GlueType::GlueWasm {
         return Err(ApiError::bad_request(
             "wrong_glue_type",
@@ -108,7 +111,9 @@ async fn upload_version(
     state.dispatcher.forget_job(id);
     tracing::info!(job.id = id, module.sha256 = %info.sha256, "job {id}: version {} uploaded", version.version);
     let active = Some(version.version);
-    Ok((StatusCode::CREATED, axum::Json(VersionResponse::new(version, active))))
+    let version = VersionResponse::new(version, active);
+    actor.audit(&state, "version.upload", format!("job {id}"), None, Some(&version)).await;
+    Ok((StatusCode::CREATED, axum::Json(version)))
 }
 
 async fn validate(state: &AppState, bytes: Bytes) -> Result<crate::runtime::ModuleInfo, ApiError> {
@@ -165,8 +170,15 @@ async fn list_versions(
 
 async fn activate_version(
     State(state): State<AppState>,
+    actor: Actor,
     Path((id, version)): Path<(i64, i64)>,
 ) -> Result<axum::Json<VersionResponse>, ApiError> {
+    let job = state
+        .db
+        .get_job(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("job_not_found", format!("job {id}")))?;
+    actor.require_group(job.spec.group_id)?;
     if !state.db.activate_job_version(id, version, now_ms()).await? {
         return Err(ApiError::not_found(
             "version_not_found",
@@ -178,5 +190,9 @@ async fn activate_version(
     let found = found.ok_or_else(|| {
         ApiError::not_found("version_not_found", format!("version {version} of job {id}"))
     })?;
-    Ok(axum::Json(VersionResponse::new(found, Some(version))))
+    let activated = VersionResponse::new(found, Some(version));
+    let before = serde_json::json!({"active_version": job.active_version});
+    let after = serde_json::json!({"active_version": version});
+    actor.audit(&state, "version.activate", format!("job {id}"), Some(&before), Some(&after)).await;
+    Ok(axum::Json(activated))
 }

@@ -1,0 +1,236 @@
+//! Who may do what: the roles of console users and the operator API's rule for each route.
+//!
+//! A request is made by a [`Principal`]: a user (through a browser session or a personal API
+//! token) or the operator token, which acts as an `admin`. [`api_need`] says what a route asks
+//! of its caller; a route that changes jobs asks for [`Need::GroupWrite`], and its handler then
+//! checks the job's group with [`Principal::may_change_group`], since only the handler knows it.
+//!
+//! Pure: no IO, no clock. Looking principals up, hashing secrets and answering refusals belong
+//! to `admin`.
+
+#![warn(missing_docs)]
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A user's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Everything, users included.
+    Admin,
+    /// Creates and changes jobs, uploads versions, triggers and kills, in its groups only;
+    /// reads everything a viewer reads.
+    Operator,
+    /// Reads jobs, runs, logs and executors; changes nothing.
+    Viewer,
+}
+
+impl Role {
+    /// Every role, in order of power.
+    pub const ALL: &'static [Role] = &[Role::Admin, Role::Operator, Role::Viewer];
+
+    /// The role's name on the wire and in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Operator => "operator",
+            Role::Viewer => "viewer",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A role name that is not one of [`Role::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown role `{0}`: use admin, operator or viewer")]
+pub struct UnknownRole(pub String);
+
+impl FromStr for Role {
+    type Err = UnknownRole;
+
+    fn from_str(text: &str) -> Result<Role, UnknownRole> {
+        Role::ALL
+            .iter()
+            .copied()
+            .find(|role| role.as_str() == text)
+            .ok_or_else(|| UnknownRole(text.to_owned()))
+    }
+}
+
+/// Who makes a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The user, or `None` for the operator token.
+    pub user_id: Option<i64>,
+    /// The user's name, or `operator-token`: what the audit log shows.
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+    /// For an operator, the groups whose jobs it may change.
+    pub group_ids: Vec<i64>,
+}
+
+/// The name the operator token acts under.
+pub const OPERATOR_TOKEN_NAME: &str = "operator-token";
+
+impl Principal {
+    /// The shared operator token: an `admin` without a user.
+    pub fn operator_token() -> Principal {
+        Principal {
+            user_id: None,
+            name: OPERATOR_TOKEN_NAME.to_owned(),
+            role: Role::Admin,
+            group_ids: Vec::new(),
+        }
+    }
+
+    /// Whether it may create, change, run or delete jobs of group `group_id`.
+    pub fn may_change_group(&self, group_id: i64) -> bool {
+        match self.role {
+            Role::Admin => true,
+            Role::Operator => self.group_ids.contains(&group_id),
+            Role::Viewer => false,
+        }
+    }
+
+    /// Whether it may do what a route of `need` asks.
+    pub fn meets(&self, need: Need) -> bool {
+        match need {
+            Need::Read | Need::Own => true,
+            Need::GroupWrite => matches!(self.role, Role::Admin | Role::Operator),
+            Need::Admin => self.role == Role::Admin,
+        }
+    }
+}
+
+/// What a route asks of its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Any signed-in principal: reading jobs, runs, logs, executors, groups.
+    Read,
+    /// Any signed-in principal, acting on its own things (its personal API tokens).
+    Own,
+    /// An admin, or an operator of the group concerned (checked again by the handler).
+    GroupWrite,
+    /// An admin: groups, users, the audit log, and any change not listed.
+    Admin,
+}
+
+/// What `method` on the operator API's `route` (as routed, without `/api/v1`: `/jobs/{id}`)
+/// asks of its caller. A change not listed here is for admins only, so a new route is closed
+/// until someone opens it on purpose.
+pub fn api_need(method: &str, route: &str) -> Need {
+    let reads = matches!(method, "GET" | "HEAD" | "OPTIONS");
+    match route {
+        "/users" | "/users/{id}" | "/audit" => Need::Admin,
+        "/tokens" | "/tokens/{id}" => Need::Own,
+        _ if reads => Need::Read,
+        "/jobs"
+        | "/jobs/{id}"
+        | "/jobs/{id}/start"
+        | "/jobs/{id}/stop"
+        | "/jobs/{id}/trigger"
+        | "/jobs/{id}/versions"
+        | "/jobs/{id}/versions/{version}/activate"
+        | "/logs/{id}/kill" => Need::GroupWrite,
+        _ => Need::Admin,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::expect;
+
+    use super::*;
+
+    fn check(routes: &[(&str, &str)], expect: expect_test::Expect) {
+        let principals = [
+            Principal::operator_token(),
+            Principal {
+                user_id: Some(2),
+                name: "op".into(),
+                role: Role::Operator,
+                group_ids: vec![1],
+            },
+            Principal {
+                user_id: Some(3),
+                name: "view".into(),
+                role: Role::Viewer,
+                group_ids: vec![1],
+            },
+        ];
+        let mut out = String::new();
+        for (method, route) in routes {
+            let need = api_need(method, route);
+            let allowed: Vec<&str> = principals
+                .iter()
+                .map(|p| if p.meets(need) { p.role.as_str() } else { "-" })
+                .collect();
+            out.push_str(&format!("{method} {route}: {need:?} {}\n", allowed.join(" ")));
+        }
+        expect.assert_eq(&out);
+    }
+
+    #[test]
+    fn routes_ask_what_their_changes_need() {
+        check(
+            &[
+                ("GET", "/jobs"),
+                ("POST", "/jobs"),
+                ("PUT", "/jobs/{id}"),
+                ("DELETE", "/jobs/{id}"),
+                ("POST", "/jobs/{id}/trigger"),
+                ("POST", "/jobs/{id}/versions/{version}/activate"),
+                ("POST", "/logs/{id}/kill"),
+                ("POST", "/groups"),
+                ("GET", "/groups"),
+                ("GET", "/audit"),
+                ("GET", "/users"),
+                ("POST", "/users"),
+                ("POST", "/tokens"),
+                ("DELETE", "/tokens/{id}"),
+                ("POST", "/something/new"),
+            ],
+            expect![[r#"
+                GET /jobs: Read admin operator viewer
+                POST /jobs: GroupWrite admin operator -
+                PUT /jobs/{id}: GroupWrite admin operator -
+                DELETE /jobs/{id}: GroupWrite admin operator -
+                POST /jobs/{id}/trigger: GroupWrite admin operator -
+                POST /jobs/{id}/versions/{version}/activate: GroupWrite admin operator -
+                POST /logs/{id}/kill: GroupWrite admin operator -
+                POST /groups: Admin admin - -
+                GET /groups: Read admin operator viewer
+                GET /audit: Admin admin - -
+                GET /users: Admin admin - -
+                POST /users: Admin admin - -
+                POST /tokens: Own admin operator viewer
+                DELETE /tokens/{id}: Own admin operator viewer
+                POST /something/new: Admin admin - -
+            "#]],
+        );
+    }
+
+    #[test]
+    fn operators_change_their_groups_only() {
+        let operator = Principal {
+            user_id: Some(2),
+            name: "op".into(),
+            role: Role::Operator,
+            group_ids: vec![1, 4],
+        };
+        let viewer = Principal { role: Role::Viewer, ..operator.clone() };
+        let changes =
+            |p: &Principal| (1..=4).filter(|g| p.may_change_group(*g)).collect::<Vec<_>>();
+        assert_eq!(changes(&operator), [1, 4]);
+        assert_eq!(changes(&viewer), Vec::<i64>::new());
+        assert_eq!(changes(&Principal::operator_token()), [1, 2, 3, 4]);
+        assert_eq!("operator".parse::<Role>(), Ok(Role::Operator));
+        assert!("root".parse::<Role>().is_err());
+    }
+}

@@ -1,0 +1,411 @@
+//! The console's pages: each reads what it shows through `storage` and renders one template.
+//!
+//! Pages only read. The forms and buttons on them change things through the operator API
+//! (see `console.js`), so nothing here checks a role beyond hiding what a role cannot use and
+//! refusing the admin-only pages.
+
+use axum::extract::{Query, State};
+use axum::response::Html;
+use chrono::{DateTime, Utc};
+use minijinja::context;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{PageError, Signed, render};
+use crate::access::Role;
+use crate::admin::http::extract::Path;
+use crate::admin::{AppState, now_ms};
+use crate::model::{
+    BlockStrategy, GlueType, Job, MisfireStrategy, RouteStrategy, RunRecord, RunState, ScheduleType,
+};
+use crate::protocol::REGISTRY_GROUP_EXECUTOR;
+use crate::storage::RunFilter;
+
+/// Every template, by name.
+pub const TEMPLATES: &[(&str, &str)] = &[
+    ("base.html", include_str!("templates/base.html")),
+    ("error.html", include_str!("templates/error.html")),
+    ("login.html", include_str!("templates/login.html")),
+    ("dashboard.html", include_str!("templates/dashboard.html")),
+    ("jobs.html", include_str!("templates/jobs.html")),
+    ("job_fields.html", include_str!("templates/job_fields.html")),
+    ("job_form.html", include_str!("templates/job_form.html")),
+    ("run_rows.html", include_str!("templates/run_rows.html")),
+    ("job.html", include_str!("templates/job.html")),
+    ("runs.html", include_str!("templates/runs.html")),
+    ("run.html", include_str!("templates/run.html")),
+    ("executors.html", include_str!("templates/executors.html")),
+    ("users.html", include_str!("templates/users.html")),
+    ("audit.html", include_str!("templates/audit.html")),
+    ("tokens.html", include_str!("templates/tokens.html")),
+];
+
+type Page = Result<Html<String>, PageError>;
+
+/// What every page's frame needs: who is signed in, their token, which tab is open.
+fn frame(signed: &Signed, tab: &str) -> Value {
+    json!({
+        "user": signed.principal.name,
+        "role": signed.principal.role.as_str(),
+        "is_admin": signed.principal.role == Role::Admin,
+        "has_user": signed.principal.user_id.is_some(),
+        "csrf": signed.csrf_token,
+        "tab": tab,
+    })
+}
+
+fn time(ms: i64) -> String {
+    if ms <= 0 {
+        return String::new();
+    }
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .map(|time| time.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_default()
+}
+
+pub async fn dashboard(State(state): State<AppState>, signed: Signed) -> Page {
+    let now = now_ms();
+    let jobs = state.db.list_jobs(None).await?;
+    let running = jobs.iter().filter(|job| job.running).count();
+    let mut online = 0;
+    for group in state.db.list_groups().await? {
+        online += state.dispatcher.online_addresses(&group, now).await?.len();
+    }
+    let midnight = now - now.rem_euclid(DAY_MS);
+    let runs_today: Vec<Value> = state
+        .db
+        .count_runs_by_state(midnight)
+        .await?
+        .into_iter()
+        .map(|(state, n)| json!({"state": state.as_str(), "count": n}))
+        .collect();
+    let week_start = midnight - 6 * DAY_MS;
+    let by_day = state.db.count_runs_by_day(week_start).await?;
+    let tallest = by_day.iter().map(|day| day.succeeded.max(day.failed)).max().unwrap_or(0).max(1);
+    let days: Vec<Value> = (0..7)
+        .map(|index| {
+            let day_ms = week_start + index * DAY_MS;
+            let found = by_day.iter().find(|day| day.day_ms == day_ms);
+            let (succeeded, failed, total) = found.map_or((0, 0, 0), |d| (d.succeeded, d.failed, d.total));
+            let label = DateTime::<Utc>::from_timestamp_millis(day_ms).map(|d| d.format("%m-%d").to_string());
+            json!({
+                "label": label.unwrap_or_default(), "succeeded": succeeded, "failed": failed, "total": total,
+                "x": 20 + index * 90, "ok_height": succeeded * 110 / tallest, "bad_height": failed * 110 / tallest,
+            })
+        })
+        .collect();
+    let mut failing = Vec::new();
+    for (job_id, failures) in state.db.top_failing_jobs(week_start, 5).await? {
+        let name = jobs.iter().find(|job| job.id == job_id).map(|job| job.spec.name.clone());
+        failing.push(json!({"id": job_id, "name": name.unwrap_or_default(), "failures": failures}));
+    }
+    render(
+        "dashboard.html",
+        context! {
+            frame => frame(&signed, "dashboard"), jobs => jobs.len(), running, online, runs_today, days, failing,
+        },
+    )
+}
+
+/// A day's milliseconds.
+const DAY_MS: i64 = 86_400_000;
+
+#[derive(Debug, Deserialize)]
+pub struct JobFilter {
+    group_id: Option<String>,
+    name: Option<String>,
+    state: Option<String>,
+}
+
+pub async fn jobs(
+    State(state): State<AppState>,
+    signed: Signed,
+    Query(filter): Query<JobFilter>,
+) -> Page {
+    let group_id = filter.group_id.as_deref().and_then(|id| id.parse::<i64>().ok());
+    let name = filter.name.unwrap_or_default();
+    let wanted = filter.state.unwrap_or_default();
+    let groups = state.db.list_groups().await?;
+    let jobs: Vec<Value> = state
+        .db
+        .list_jobs(group_id)
+        .await?
+        .into_iter()
+        .filter(|job| job.spec.name.to_lowercase().contains(&name.trim().to_lowercase()))
+        .filter(|job| match wanted.as_str() {
+            "running" => job.running,
+            "stopped" => !job.running,
+            _ => true,
+        })
+        .map(|job| {
+            let group = groups.iter().find(|g| g.id == job.spec.group_id).map_or("", |g| g.app_name.as_str());
+            json!({
+                "id": job.id, "name": job.spec.name, "group": group,
+                "schedule": format!("{} {}", job.spec.schedule_type.as_str(), job.spec.schedule_conf),
+                "running": job.running, "next_fire": time(job.next_fire_ms),
+                "version": job.active_version,
+                "may_change": signed.principal.may_change_group(job.spec.group_id),
+            })
+        })
+        .collect();
+    let groups: Vec<Value> =
+        groups.iter().map(|g| json!({"id": g.id, "name": g.app_name})).collect();
+    render(
+        "jobs.html",
+        context! { frame => frame(&signed, "jobs"), jobs, groups, group_id, name, state => wanted },
+    )
+}
+
+/// The choices of the job form's selects.
+fn choices() -> Value {
+    json!({
+        "schedule_types": ScheduleType::ALL.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
+        "misfire_strategies": MisfireStrategy::ALL.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
+        "route_strategies": RouteStrategy::ALL.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
+        "block_strategies": BlockStrategy::ALL.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
+        "glue_types": GlueType::ALL.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
+    })
+}
+
+async fn writable_groups(state: &AppState, signed: &Signed) -> Result<Vec<Value>, PageError> {
+    Ok(state
+        .db
+        .list_groups()
+        .await?
+        .iter()
+        .filter(|group| signed.principal.may_change_group(group.id))
+        .map(|group| json!({"id": group.id, "name": group.app_name, "title": group.title}))
+        .collect())
+}
+
+pub async fn new_job(State(state): State<AppState>, signed: Signed) -> Page {
+    if signed.principal.role == Role::Viewer {
+        return Err(PageError::Forbidden("A viewer cannot create jobs.".to_owned()));
+    }
+    let groups = writable_groups(&state, &signed).await?;
+    let job = json!({
+        "name": "", "schedule_type": "CRON", "schedule_conf": "", "time_zone": "",
+        "misfire_strategy": "DO_NOTHING", "route_strategy": "FIRST", "block_strategy": "SERIAL_EXECUTION",
+        "timeout_secs": 0, "retry_count": 0, "glue_type": "GLUE_WASM", "handler": "", "param": "",
+        "child_job_ids": "", "alarm_email": "", "fuel_limit": "", "memory_limit_mb": "",
+    });
+    render(
+        "job_form.html",
+        context! { frame => frame(&signed, "jobs"), job, groups, choices => choices() },
+    )
+}
+
+fn job_view(job: &Job) -> Value {
+    let ids: Vec<String> = job.spec.child_job_ids.iter().map(i64::to_string).collect();
+    json!({
+        "id": job.id, "group_id": job.spec.group_id, "name": job.spec.name,
+        "schedule_type": job.spec.schedule_type.as_str(), "schedule_conf": job.spec.schedule_conf,
+        "time_zone": job.spec.time_zone.clone().unwrap_or_default(),
+        "misfire_strategy": job.spec.misfire_strategy.as_str(),
+        "route_strategy": job.spec.route_strategy.as_str(),
+        "block_strategy": job.spec.block_strategy.as_str(),
+        "timeout_secs": job.spec.timeout_secs, "retry_count": job.spec.retry_count,
+        "glue_type": job.spec.glue_type.as_str(), "handler": job.spec.handler.clone().unwrap_or_default(),
+        "param": job.spec.param, "child_job_ids": ids.join(","),
+        "alarm_email": job.spec.alarm_email.clone().unwrap_or_default(),
+        "fuel_limit": job.spec.fuel_limit.map(|v| v.to_string()).unwrap_or_default(),
+        "memory_limit_mb": job.spec.memory_limit_mb.map(|v| v.to_string()).unwrap_or_default(),
+        "running": job.running, "next_fire": time(job.next_fire_ms), "active_version": job.active_version,
+    })
+}
+
+pub async fn job(State(state): State<AppState>, signed: Signed, Path(id): Path<i64>) -> Page {
+    let job =
+        state.db.get_job(id).await?.ok_or_else(|| PageError::NotFound(format!("job {id}")))?;
+    let may_change = signed.principal.may_change_group(job.spec.group_id);
+    let mut groups = writable_groups(&state, &signed).await?;
+    if !may_change && let Some(group) = state.db.get_group(job.spec.group_id).await? {
+        groups.push(json!({"id": group.id, "name": group.app_name, "title": group.title}));
+    }
+    let versions: Vec<Value> = state
+        .db
+        .list_job_versions(id)
+        .await?
+        .into_iter()
+        .map(|v| json!({
+            "version": v.version, "sha256": v.sha256, "size": v.size, "remark": v.remark,
+            "created_at": time(v.created_at_ms), "active": job.active_version == Some(v.version),
+        }))
+        .collect();
+    let filter = RunFilter { job_id: Some(id), state: None, limit: 10, offset: 0 };
+    let runs: Vec<Value> = state.db.list_runs(&filter).await?.items.iter().map(run_view).collect();
+    render(
+        "job.html",
+        context! {
+            frame => frame(&signed, "jobs"), job => job_view(&job), groups, choices => choices(),
+            versions, runs, may_change,
+        },
+    )
+}
+
+fn run_view(run: &RunRecord) -> Value {
+    json!({
+        "id": run.id, "job_id": run.job_id, "state": run.state.as_str(),
+        "trigger_type": run.trigger_type.as_str(), "trigger_time": time(run.trigger_time_ms),
+        "executor": run.executor_address.clone().unwrap_or_default(), "param": run.param,
+        "trigger_code": run.trigger_code, "trigger_msg": run.trigger_msg,
+        "handle_time": time(run.handle_time_ms), "handle_code": run.handle_code, "handle_msg": run.handle_msg,
+        "shard": format!("{}/{}", run.shard_index, run.shard_total), "attempt": run.attempt,
+        "version": run.version, "fuel_used": run.fuel_used, "dispatched_at": time(run.dispatched_at_ms),
+        "started_at": time(run.started_at_ms), "parent_run_id": run.parent_run_id,
+        "ended": run.state.is_terminal(),
+    })
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RunQuery {
+    job_id: Option<String>,
+    state: Option<String>,
+    page: Option<String>,
+}
+
+pub async fn runs(
+    State(state): State<AppState>,
+    signed: Signed,
+    Query(query): Query<RunQuery>,
+) -> Page {
+    const PAGE_SIZE: i64 = 50;
+    let job_id = query.job_id.as_deref().and_then(|id| id.trim().parse::<i64>().ok());
+    let run_state = query.state.as_deref().and_then(|s| s.parse::<RunState>().ok());
+    let page =
+        query.page.as_deref().and_then(|p| p.parse::<i64>().ok()).unwrap_or(1).clamp(1, 100_000);
+    let filter =
+        RunFilter { job_id, state: run_state, limit: PAGE_SIZE, offset: (page - 1) * PAGE_SIZE };
+    let found = state.db.list_runs(&filter).await?;
+    let runs: Vec<Value> = found.items.iter().map(run_view).collect();
+    let states: Vec<&str> = RunState::ALL.iter().map(|s| s.as_str()).collect();
+    let pages = (found.total + PAGE_SIZE - 1) / PAGE_SIZE;
+    render(
+        "runs.html",
+        context! {
+            frame => frame(&signed, "runs"), runs, states, total => found.total, page, pages,
+            job_id, state => run_state.map(|s| s.as_str()),
+        },
+    )
+}
+
+pub async fn run(State(state): State<AppState>, signed: Signed, Path(id): Path<i64>) -> Page {
+    let run =
+        state.db.get_run(id).await?.ok_or_else(|| PageError::NotFound(format!("run {id}")))?;
+    let job = state.db.get_job(run.job_id).await?;
+    let may_kill = job.as_ref().map_or(signed.principal.role == Role::Admin, |job| {
+        signed.principal.may_change_group(job.spec.group_id)
+    });
+    let job_name = job.map(|job| job.spec.name).unwrap_or_default();
+    render(
+        "run.html",
+        context! { frame => frame(&signed, "runs"), run => run_view(&run), job_name, may_kill },
+    )
+}
+
+pub async fn executors(State(state): State<AppState>, signed: Signed) -> Page {
+    let now = now_ms();
+    let mut groups = Vec::new();
+    for group in state.db.list_groups().await? {
+        let online = state.dispatcher.online_addresses(&group, now).await?;
+        groups.push(json!({
+            "id": group.id, "name": group.app_name, "title": group.title,
+            "address_type": group.address_type.as_str(), "online": online,
+        }));
+    }
+    let window_ms =
+        3 * i64::try_from(state.config.heartbeat_interval.as_millis()).unwrap_or(30_000);
+    let executors: Vec<Value> = state
+        .db
+        .list_registrations(REGISTRY_GROUP_EXECUTOR)
+        .await?
+        .into_iter()
+        .map(|row| json!({
+            "app_name": row.app_name, "address": row.address, "last_beat": time(row.updated_at_ms),
+            "online": now - row.updated_at_ms <= window_ms,
+        }))
+        .collect();
+    render("executors.html", context! { frame => frame(&signed, "executors"), groups, executors })
+}
+
+fn admin_only(signed: &Signed) -> Result<(), PageError> {
+    if signed.principal.role == Role::Admin {
+        return Ok(());
+    }
+    Err(PageError::Forbidden("Only an admin sees this page.".to_owned()))
+}
+
+pub async fn users(State(state): State<AppState>, signed: Signed) -> Page {
+    admin_only(&signed)?;
+    let groups = state.db.list_groups().await?;
+    let users: Vec<Value> = state
+        .db
+        .list_users()
+        .await?
+        .into_iter()
+        .map(|user| {
+            let names: Vec<&str> = user
+                .group_ids
+                .iter()
+                .filter_map(|id| groups.iter().find(|g| g.id == *id).map(|g| g.app_name.as_str()))
+                .collect();
+            json!({
+                "id": user.id, "name": user.name, "role": user.role.as_str(), "groups": names.join(", "),
+                "created_at": time(user.created_at_ms), "is_me": signed.principal.user_id == Some(user.id),
+            })
+        })
+        .collect();
+    let groups: Vec<Value> =
+        groups.iter().map(|g| json!({"id": g.id, "name": g.app_name})).collect();
+    render("users.html", context! { frame => frame(&signed, "users"), users, groups })
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AuditQuery {
+    actor: Option<String>,
+    action: Option<String>,
+}
+
+pub async fn audit(
+    State(state): State<AppState>,
+    signed: Signed,
+    Query(query): Query<AuditQuery>,
+) -> Page {
+    admin_only(&signed)?;
+    let actor = query.actor.filter(|a| !a.trim().is_empty());
+    let action = query.action.filter(|a| !a.trim().is_empty());
+    let page = state.db.list_audit(actor.as_deref(), action.as_deref(), 200, 0).await?;
+    let entries: Vec<Value> = page
+        .items
+        .into_iter()
+        .map(|record| json!({
+            "id": record.id, "at": time(record.at_ms), "actor": record.entry.actor,
+            "source": record.entry.source, "action": record.entry.action, "target": record.entry.target,
+            "before": record.entry.before_json.unwrap_or_default(),
+            "after": record.entry.after_json.unwrap_or_default(),
+        }))
+        .collect();
+    render(
+        "audit.html",
+        context! { frame => frame(&signed, "audit"), entries, total => page.total, actor, action },
+    )
+}
+
+pub async fn tokens(State(state): State<AppState>, signed: Signed) -> Page {
+    let Some(user_id) = signed.principal.user_id else {
+        return Err(PageError::Forbidden("The operator token has no personal tokens.".to_owned()));
+    };
+    let tokens: Vec<Value> = state
+        .db
+        .list_api_tokens(user_id)
+        .await?
+        .into_iter()
+        .map(|token| {
+            json!({
+                "id": token.id, "name": token.name, "created_at": time(token.created_at_ms),
+                "last_used_at": time(token.last_used_at_ms),
+            })
+        })
+        .collect();
+    render("tokens.html", context! { frame => frame(&signed, "tokens"), tokens })
+}

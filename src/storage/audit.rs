@@ -1,0 +1,114 @@
+//! The audit log: one row per state change, appended and read newest first, never changed.
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::{Db, Result};
+
+/// A state change to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    /// Who: a user's name, or `operator-token`.
+    pub actor: String,
+    /// The user, if a user did it.
+    pub user_id: Option<i64>,
+    /// From where: the client's address, when known.
+    pub source: String,
+    /// What, as `noun.verb`: `job.update`, `login.failed`.
+    pub action: String,
+    /// On what: `job 7`, `user alice`.
+    pub target: String,
+    /// The thing before the change (JSON), where that is kept.
+    pub before_json: Option<String>,
+    /// The thing after the change (JSON), where that is kept.
+    pub after_json: Option<String>,
+}
+
+/// A recorded change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    /// Its id, increasing.
+    pub id: i64,
+    /// When (ms).
+    pub at_ms: i64,
+    /// What was recorded.
+    pub entry: AuditEntry,
+}
+
+/// A page of the audit log, newest first.
+#[derive(Debug, Clone)]
+pub struct AuditPage {
+    /// Rows matching, all pages together.
+    pub total: i64,
+    /// This page.
+    pub items: Vec<AuditRecord>,
+}
+
+impl Db {
+    /// Appends `entry` at `now_ms`.
+    pub async fn record_audit(&self, entry: &AuditEntry, now_ms: i64) -> Result<i64> {
+        let row = sqlx::query(
+            "insert into audit (at, actor, user_id, source, action, target, before_json, after_json)
+             values ($1, $2, $3, $4, $5, $6, $7, $8) returning id",
+        )
+        .bind(now_ms)
+        .bind(&entry.actor)
+        .bind(entry.user_id)
+        .bind(&entry.source)
+        .bind(&entry.action)
+        .bind(&entry.target)
+        .bind(entry.before_json.as_deref())
+        .bind(entry.after_json.as_deref())
+        .fetch_one(self.writer())
+        .await?;
+        Ok(row.try_get("id")?)
+    }
+
+    /// Newest first, optionally of one actor and of actions starting with `action_prefix`.
+    pub async fn list_audit(
+        &self,
+        actor: Option<&str>,
+        action_prefix: Option<&str>,
+        limit: i64,
+        offset: i64,
+    ) -> Result<AuditPage> {
+        let actor = actor.unwrap_or("");
+        // The prefix is matched with `substr`, so `_` and `%` in it mean themselves.
+        let prefix = action_prefix.unwrap_or("");
+        let filter = "($1 = '' or actor = $1) and ($2 = '' or substr(action, 1, length($2)) = $2)";
+        let total: i64 = sqlx::query(&format!("select count(*) as n from audit where {filter}"))
+            .bind(actor)
+            .bind(prefix)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get("n")?;
+        let rows = sqlx::query(&format!(
+            "select id, at, actor, user_id, source, action, target, before_json, after_json
+             from audit where {filter} order by id desc limit $3 offset $4"
+        ))
+        .bind(actor)
+        .bind(prefix)
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(&self.pool)
+        .await?;
+        let items = rows.iter().map(record_from_row).collect::<Result<_>>()?;
+        Ok(AuditPage { total, items })
+    }
+}
+
+fn record_from_row(row: &AnyRow) -> Result<AuditRecord> {
+    Ok(AuditRecord {
+        id: row.try_get("id")?,
+        at_ms: row.try_get("at")?,
+        entry: AuditEntry {
+            actor: row.try_get("actor")?,
+            user_id: row.try_get("user_id")?,
+            source: row.try_get("source")?,
+            action: row.try_get("action")?,
+            target: row.try_get("target")?,
+            before_json: row.try_get("before_json")?,
+            after_json: row.try_get("after_json")?,
+        },
+    })
+}

@@ -1,0 +1,176 @@
+//! Users, sessions, API tokens, the audit log and the dashboard's figures, on each backend.
+
+use super::{each_backend, failed, sent};
+use crate::access::Role;
+use crate::lifecycle::{self, Event, RunFacts};
+use crate::model::{AddressType, RunState, TriggerType};
+use crate::storage::{AuditEntry, DailyRuns, Db, NewRun};
+
+#[tokio::test]
+async fn users_sessions_and_tokens() {
+    each_backend("users", |db| async move {
+        assert_eq!(db.count_users().await.unwrap(), 0);
+        let group = db.create_group("billing", "Billing", AddressType::Auto, &[], 1).await.unwrap();
+        let alice = db.create_user("alice", "hash-a", Role::Admin, &[], 10).await.unwrap();
+        let bob = db.create_user("bob", "hash-b", Role::Operator, &[group.id], 11).await.unwrap();
+        assert_eq!((bob.role, bob.group_ids.clone()), (Role::Operator, vec![group.id]));
+        let duplicate = db.create_user("alice", "other", Role::Viewer, &[], 12).await;
+        assert!(duplicate.unwrap_err().is_constraint_violation());
+        assert_eq!(db.get_user_by_name("bob").await.unwrap(), Some(bob.clone()));
+        let names: Vec<String> =
+            db.list_users().await.unwrap().into_iter().map(|u| u.name).collect();
+        assert_eq!(names, ["alice", "bob"]);
+
+        // A session is found by its hash until it expires, and ends with logout.
+        db.create_session("s-hash", alice.id, "csrf", 100, 200).await.unwrap();
+        let session = db.get_session("s-hash", 150).await.unwrap().unwrap();
+        assert_eq!((session.user.name.as_str(), session.csrf_token.as_str()), ("alice", "csrf"));
+        assert!(db.get_session("s-hash", 200).await.unwrap().is_none(), "expired");
+        assert!(db.get_session("other", 150).await.unwrap().is_none());
+        assert!(db.delete_session("s-hash").await.unwrap());
+        assert!(db.get_session("s-hash", 150).await.unwrap().is_none());
+
+        // Failed logins count up, lock when told to, and clear.
+        let lock = |n: i64| (n >= 2).then_some(5_000);
+        assert_eq!(db.record_failed_login(bob.id, lock).await.unwrap(), 1);
+        assert_eq!(db.get_user(bob.id).await.unwrap().unwrap().locked_until_ms, 0);
+        assert_eq!(db.record_failed_login(bob.id, lock).await.unwrap(), 2);
+        assert_eq!(db.get_user(bob.id).await.unwrap().unwrap().locked_until_ms, 5_000);
+        db.clear_failed_logins(bob.id).await.unwrap();
+        let cleared = db.get_user(bob.id).await.unwrap().unwrap();
+        assert_eq!((cleared.failed_logins, cleared.locked_until_ms), (0, 0));
+
+        // Tokens: stored by hash, used (which is noted), revoked only by their owner.
+        let token = db.create_api_token(bob.id, "ci", "t-hash", 20).await.unwrap();
+        assert_eq!(db.get_api_token_user("t-hash", 30).await.unwrap().map(|u| u.id), Some(bob.id));
+        assert!(db.get_api_token_user("nope", 30).await.unwrap().is_none());
+        assert_eq!(db.list_api_tokens(bob.id).await.unwrap()[0].last_used_at_ms, 30);
+        db.get_api_token_user("t-hash", 31).await.unwrap();
+        assert_eq!(
+            db.list_api_tokens(bob.id).await.unwrap()[0].last_used_at_ms,
+            30,
+            "once a minute"
+        );
+        db.get_api_token_user("t-hash", 60_030).await.unwrap();
+        assert_eq!(db.list_api_tokens(bob.id).await.unwrap()[0].last_used_at_ms, 60_030);
+        assert!(!db.delete_api_token(alice.id, token.id).await.unwrap(), "not alice's");
+        assert!(db.delete_api_token(bob.id, token.id).await.unwrap());
+        assert!(db.get_api_token_user("t-hash", 40).await.unwrap().is_none());
+
+        // Role changes; a new password ends the user's sessions; deleting takes everything.
+        let viewer = db.set_user_role(bob.id, Role::Viewer, &[], 50).await.unwrap().unwrap();
+        assert_eq!((viewer.role, viewer.group_ids), (Role::Viewer, vec![]));
+        assert!(db.set_user_role(999, Role::Viewer, &[], 50).await.unwrap().is_none());
+        db.create_session("b-hash", bob.id, "c", 60, 1_000).await.unwrap();
+        assert!(db.set_user_password(bob.id, "hash-new", 70).await.unwrap());
+        assert!(db.get_session("b-hash", 80).await.unwrap().is_none());
+        db.create_session("b-hash2", bob.id, "c", 60, 1_000).await.unwrap();
+        db.create_api_token(bob.id, "ci", "t-hash2", 20).await.unwrap();
+        assert!(db.delete_user(bob.id).await.unwrap());
+        assert!(!db.delete_user(bob.id).await.unwrap());
+        assert!(db.get_session("b-hash2", 80).await.unwrap().is_none());
+        assert!(db.get_api_token_user("t-hash2", 80).await.unwrap().is_none());
+        assert_eq!(db.count_users().await.unwrap(), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn audit_is_read_newest_first_and_filtered() {
+    each_backend("audit", |db| async move {
+        let entry = |actor: &str, action: &str| AuditEntry {
+            actor: actor.to_owned(),
+            user_id: Some(1),
+            source: "127.0.0.1".to_owned(),
+            action: action.to_owned(),
+            target: "job 1".to_owned(),
+            before_json: Some("{\"name\":\"a\"}".to_owned()),
+            after_json: None,
+        };
+        db.record_audit(&entry("alice", "job.create"), 1).await.unwrap();
+        db.record_audit(&entry("bob", "job_x"), 2).await.unwrap();
+        db.record_audit(&entry("alice", "login"), 3).await.unwrap();
+        let all = db.list_audit(None, None, 10, 0).await.unwrap();
+        let actions: Vec<&str> = all.items.iter().map(|r| r.entry.action.as_str()).collect();
+        assert_eq!((all.total, actions), (3, vec!["login", "job_x", "job.create"]));
+        assert_eq!(all.items[2].entry, entry("alice", "job.create"));
+        assert_eq!(all.items[2].at_ms, 1);
+        let alice = db.list_audit(Some("alice"), None, 1, 1).await.unwrap();
+        assert_eq!((alice.total, alice.items[0].entry.action.as_str()), (2, "job.create"));
+        // A prefix is literal: `job.` does not match `job_x`.
+        let jobs = db.list_audit(None, Some("job."), 10, 0).await.unwrap();
+        assert_eq!(jobs.total, 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn runs_are_counted_by_state_since_an_instant() {
+    each_backend("reports", |db| async move {
+        let run = |at: i64| NewRun {
+            job_id: 1,
+            trigger_type: TriggerType::Manual,
+            trigger_time_ms: at,
+            fire_time_ms: None,
+            param: String::new(),
+            executor_address: None,
+            shard_index: 0,
+            shard_total: 1,
+            sharding_items: Vec::new(),
+            attempt: 0,
+            version: None,
+            parent_run_id: None,
+        };
+        for at in [10, 20, 30] {
+            db.create_run(&run(at), at).await.unwrap();
+        }
+        let counts = db.count_runs_by_state(15).await.unwrap();
+        assert_eq!(counts, [(RunState::Pending, 2)]);
+        assert!(db.count_runs_by_state(31).await.unwrap().is_empty());
+
+        // Two days: job 1 fails twice and succeeds once on the second, job 2 fails once.
+        const DAY: i64 = 86_400_000;
+        for (job_id, code) in [(1, 500), (1, 500), (1, 200), (2, 500)] {
+            let id =
+                db.create_run(&NewRun { job_id, ..run(DAY + 5) }, DAY + 5).await.unwrap().unwrap();
+            end(&db, id, code).await;
+        }
+        let days = db.count_runs_by_day(0).await.unwrap();
+        assert_eq!(
+            days,
+            [
+                DailyRuns { day_ms: 0, succeeded: 0, failed: 0, total: 3 },
+                DailyRuns { day_ms: DAY, succeeded: 1, failed: 3, total: 4 },
+            ]
+        );
+        assert_eq!(db.count_runs_by_day(DAY).await.unwrap().len(), 1);
+        assert_eq!(db.top_failing_jobs(0, 5).await.unwrap(), [(1, 2), (2, 1)]);
+        assert_eq!(db.top_failing_jobs(0, 1).await.unwrap(), [(1, 2)]);
+    })
+    .await;
+}
+
+/// Takes run `id` from pending to running, then to its result `handle_code`.
+async fn end(db: &Db, id: i64, handle_code: i32) {
+    let claim = db.claim_run(id, "admin", 1, 1_000).await.unwrap().unwrap();
+    assert!(db.set_run_target(id, "admin", claim.fence, "http://e:9999").await.unwrap());
+    let running = sent("http://e:9999", 2, 5);
+    db.apply_transition(id, &running, Some(("admin", claim.fence)), None, &[], 2)
+        .await
+        .unwrap()
+        .unwrap();
+    let result = if handle_code == 200 {
+        let facts = RunFacts {
+            state: RunState::Running,
+            attempt: 0,
+            kill_requested: false,
+            trigger_type: TriggerType::Manual,
+            from_fire: false,
+        };
+        let event = Event::Result { handle_code, message: "ok".to_owned(), started_at_ms: Some(3) };
+        lifecycle::transition(&facts, None, &event).unwrap()
+    } else {
+        failed(RunState::Running)
+    };
+    db.apply_transition(id, &result, None, None, &[], 4).await.unwrap().unwrap();
+}

@@ -6,6 +6,10 @@
 //! The access token travels in `XXL-JOB-ACCESS-TOKEN`. Unknown fields are ignored, missing ones
 //! take XXL-JOB's defaults, and a wrong type is an error (the envelope says which field).
 //!
+//! wasmjob's own extension: `/runs` takes a JSON array of `TriggerParam`s and answers with the
+//! array of their envelopes, in order, as `content` of one envelope; an admin sends it only to
+//! executors that do not refuse it, and XXL-JOB executors get one `/run` per trigger.
+//!
 //! Only this module and the http modules define wire types. It does not decide anything:
 //! admin and executor logic live in their modules.
 #![warn(missing_docs)]

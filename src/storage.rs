@@ -25,7 +25,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
 pub use self::audit::{AuditEntry, AuditPage, AuditRecord};
-pub use self::jobs::Fire;
+pub use self::jobs::{Fire, Fired};
 pub use self::reports::DailyRuns;
 pub use self::runs::{Claim, NewRun, RunFilter, RunPage};
 pub use self::users::{ApiToken, Session, User};

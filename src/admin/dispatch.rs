@@ -348,44 +348,19 @@ impl Dispatcher {
     ) -> Result<Vec<i64>, TriggerError> {
         let mut runs = self.plan_runs(job, trigger, addresses).await?;
         let now = now_ms();
-        // Runs due now whose executor can be chosen without asking one (every strategy but the
-        // probing ones) are routed here and created already claimed: one write instead of a
-        // creation, a claim and the record of the executor. A crash before the send leaves
-        // them `dispatching` under a lease that runs out, and the sweep sends them to the
-        // recorded executor, as it would after a crash between that record and the send.
-        let probing =
-            matches!(job.spec.route_strategy, RouteStrategy::Failover | RouteStrategy::Busyover);
         let due_now = runs.iter().all(|run| run.trigger_time_ms <= now);
-        if !probing && due_now {
-            for run in runs.iter_mut().filter(|run| run.executor_address.is_none()) {
-                run.executor_address = self.route_run(job).await.ok();
-            }
-        }
-        if !probing && due_now && runs.iter().all(|run| run.executor_address.is_some()) {
-            let owner = self.inner.owner.clone();
+        let claim = if due_now { self.preroute(job, &mut runs, now).await } else { None };
+        if let Some((owner, lease_until_ms)) = claim {
             let claims = self
                 .inner
                 .db
-                .create_claimed_runs(&runs, &owner, now, now + LEASE_MS)
+                .create_claimed_runs(&runs, &owner, now, lease_until_ms)
                 .await
                 .map_err(anyhow::Error::from)?;
             let mut ids = Vec::with_capacity(claims.len());
             for claim in claims.into_iter().flatten() {
                 ids.push(claim.run.id);
-                let this = self.clone();
-                let span = tracing::info_span!("dispatch", run.id = claim.run.id);
-                tokio::spawn(
-                    async move {
-                        let run_id = claim.run.id;
-                        if let Err(error) = this.send_claimed(claim).await {
-                            tracing::error!(
-                                error = format!("{error:#}"),
-                                "dispatching run {run_id} failed"
-                            );
-                        }
-                    }
-                    .instrument(span),
-                );
+                self.send_claimed_at(claim, now);
             }
             return Ok(ids);
         }
@@ -398,6 +373,52 @@ impl Dispatcher {
             }
         }
         Ok(ids)
+    }
+
+    /// Routes `runs` of `job`, due at `due_ms`, so they can be created already claimed by this
+    /// admin: the owner and lease to create them with, or `None` (they are created pending and
+    /// claimed at their instant) when the job's route probes executors (`FAILOVER`,
+    /// `BUSYOVER`) or no executor is online. Claimed creation is one write instead of a
+    /// creation, a claim and the record of the executor. A crash before the send leaves the
+    /// runs `dispatching` under a lease that runs out, and the sweep then sends each to its
+    /// recorded executor, as after a crash between that record and the send.
+    pub async fn preroute(
+        &self,
+        job: &Job,
+        runs: &mut [NewRun],
+        due_ms: i64,
+    ) -> Option<(String, i64)> {
+        if matches!(job.spec.route_strategy, RouteStrategy::Failover | RouteStrategy::Busyover) {
+            return None;
+        }
+        for run in runs.iter_mut().filter(|run| run.executor_address.is_none()) {
+            run.executor_address = Some(self.route_run(job).await.ok()?);
+        }
+        Some((self.inner.owner.clone(), due_ms.max(now_ms()) + LEASE_MS))
+    }
+
+    /// Sends the claimed run of `claim` at `due_ms` (now if that has passed).
+    pub fn send_claimed_at(&self, claim: Claim, due_ms: i64) {
+        let this = self.clone();
+        let run_id = claim.run.id;
+        let span = tracing::info_span!("dispatch", run.id = run_id);
+        tokio::spawn(
+            async move {
+                let wait = u64::try_from(due_ms - now_ms()).unwrap_or(0);
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(wait)) => {}
+                    // The run stays claimed until its lease runs out; the sweep sends it then.
+                    () = this.inner.timers.cancelled() => return,
+                }
+                if let Err(error) = this.send_claimed(claim).await {
+                    tracing::error!(
+                        error = format!("{error:#}"),
+                        "dispatching run {run_id} failed"
+                    );
+                }
+            }
+            .instrument(span),
+        );
     }
 
     /// Sends run `run_id` at `due_ms` (now if that has passed).

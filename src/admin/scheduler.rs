@@ -23,7 +23,7 @@ use super::dispatch::PlannedTrigger;
 use super::{AppState, now_ms};
 use crate::model::Job;
 use crate::schedule::{NextFire, Schedule, decide};
-use crate::storage::Fire;
+use crate::storage::{Fire, Fired};
 
 /// How far ahead of its instant a fire is committed, so that sending can start on time.
 pub const LOOKAHEAD_MS: i64 = 1_000;
@@ -88,7 +88,7 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
                         tracing::error!(job.id = fire.job_id, %error, "firing job {} failed", fire.job_id);
                         Vec::new()
                     },
-                    |mut ids| ids.pop().unwrap_or_default(),
+                    |mut fired| fired.pop().unwrap_or_default(),
                 ));
             }
             ids
@@ -97,9 +97,12 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     if committed.iter().any(|ids| !ids.is_empty()) {
         crate::failpoint::hit("scheduler.after_fire_commit");
     }
-    for ((_, fire_at), ids) in fires.iter().zip(committed) {
-        for id in ids {
-            state.dispatcher.send_at(id, *fire_at);
+    for ((_, fire_at), fired) in fires.iter().zip(committed) {
+        for run in fired {
+            match run {
+                Fired::Pending(id) => state.dispatcher.send_at(id, *fire_at),
+                Fired::Claimed(claim) => state.dispatcher.send_claimed_at(claim, *fire_at),
+            }
         }
     }
     if due.len() as i64 == BATCH {
@@ -134,6 +137,7 @@ async fn plan(state: &AppState, job: &Job, now: i64) -> anyhow::Result<Option<(F
         now,
     );
     let fire_at = decision.fire.map_or(now, |(at_ms, _)| at_ms);
+    let mut claim = None;
     let runs = match decision.fire {
         Some((at_ms, trigger_type)) => {
             let trigger = PlannedTrigger {
@@ -142,7 +146,11 @@ async fn plan(state: &AppState, job: &Job, now: i64) -> anyhow::Result<Option<(F
                 fire_time_ms: Some(at_ms),
                 param: job.spec.param.clone(),
             };
-            state.dispatcher.plan_runs(job, trigger, None).await?
+            let mut runs = state.dispatcher.plan_runs(job, trigger, None).await?;
+            // Routed now and created claimed, the fire's runs need no write at their instant
+            // but the send's outcome (see `Dispatcher::preroute`).
+            claim = state.dispatcher.preroute(job, &mut runs, at_ms).await;
+            runs
         }
         None => {
             tracing::info!(
@@ -157,7 +165,12 @@ async fn plan(state: &AppState, job: &Job, now: i64) -> anyhow::Result<Option<(F
     if decision.next == NextFire::Never {
         tracing::info!(job.id = job.id, "job {} has no further fire time: stopped", job.id);
     }
-    let fire =
-        Fire { job_id: job.id, expected_fire_ms: job.next_fire_ms, next: decision.next, runs };
+    let fire = Fire {
+        job_id: job.id,
+        expected_fire_ms: job.next_fire_ms,
+        next: decision.next,
+        runs,
+        claim,
+    };
     Ok(Some((fire, fire_at)))
 }

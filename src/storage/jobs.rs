@@ -3,7 +3,7 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::runs::{NewRun, insert_run};
+use super::runs::{Claim, NewRun, insert_claimed_run, insert_run};
 use super::{Db, Result, parse_column, split_list};
 use crate::model::{Job, JobSpec};
 use crate::schedule::NextFire;
@@ -154,14 +154,15 @@ impl Db {
         runs: &[NewRun],
         now_ms: i64,
     ) -> Result<Vec<i64>> {
-        let fire = Fire { job_id, expected_fire_ms, next, runs: runs.to_vec() };
-        let mut ids = self.fire_jobs(std::slice::from_ref(&fire), now_ms).await?;
-        Ok(ids.pop().unwrap_or_default())
+        let fire = Fire { job_id, expected_fire_ms, next, runs: runs.to_vec(), claim: None };
+        let mut fired = self.fire_jobs(std::slice::from_ref(&fire), now_ms).await?;
+        Ok(fired.pop().unwrap_or_default().iter().map(Fired::id).collect())
     }
 
     /// [`Db::fire_job`] for many jobs in one transaction: each job moves, with its runs, only
-    /// from the fire it was read at; the answer holds each job's new run ids, in order.
-    pub async fn fire_jobs(&self, fires: &[Fire], now_ms: i64) -> Result<Vec<Vec<i64>>> {
+    /// from the fire it was read at; the answer holds each job's new runs, in order (claimed
+    /// ones for a fire with a `claim`).
+    pub async fn fire_jobs(&self, fires: &[Fire], now_ms: i64) -> Result<Vec<Vec<Fired>>> {
         let mut tx = self.writer().begin().await?;
         let mut all_ids = Vec::with_capacity(fires.len());
         for fire in fires {
@@ -176,15 +177,26 @@ impl Db {
             .bind(fire.expected_fire_ms)
             .execute(&mut *tx)
             .await?;
-            let mut ids = Vec::new();
+            let mut fired = Vec::new();
             if moved.rows_affected() == 1 {
                 for run in &fire.runs {
-                    if let Some(id) = insert_run(&mut tx, run, now_ms).await? {
-                        ids.push(id);
+                    match &fire.claim {
+                        Some((owner, lease_until_ms)) => {
+                            let claim =
+                                insert_claimed_run(&mut tx, run, owner, now_ms, *lease_until_ms);
+                            if let Some(claim) = claim.await? {
+                                fired.push(Fired::Claimed(claim));
+                            }
+                        }
+                        None => {
+                            if let Some(id) = insert_run(&mut tx, run, now_ms).await? {
+                                fired.push(Fired::Pending(id));
+                            }
+                        }
                     }
                 }
             }
-            all_ids.push(ids);
+            all_ids.push(fired);
         }
         tx.commit().await?;
         Ok(all_ids)
@@ -202,6 +214,28 @@ pub struct Fire {
     pub next: NextFire,
     /// The fire's runs (none for a skipped misfire).
     pub runs: Vec<NewRun>,
+    /// Create the runs already claimed by this owner until this instant (ms), each with its
+    /// executor recorded, instead of pending.
+    pub claim: Option<(String, i64)>,
+}
+
+/// A run a fire created.
+#[derive(Debug)]
+pub enum Fired {
+    /// Pending: to be claimed before it is sent.
+    Pending(i64),
+    /// Claimed at creation.
+    Claimed(Claim),
+}
+
+impl Fired {
+    /// The run's id.
+    pub fn id(&self) -> i64 {
+        match self {
+            Fired::Pending(id) => *id,
+            Fired::Claimed(claim) => claim.run.id,
+        }
+    }
 }
 
 fn bind_job<'q>(

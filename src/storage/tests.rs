@@ -454,3 +454,38 @@ async fn concurrent_writers_commit_together_and_fail_alone() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_claimed_fire_creates_its_runs_held_by_the_dispatcher() {
+    each_backend("claimed_fire", |db| async move {
+        let group = db.ensure_group("default", "Default", 0).await.unwrap();
+        let job = db.create_job(&new_job(group.id), 10).await.unwrap();
+        assert!(db.set_job_running(job.id, Some(1_000), 11).await.unwrap());
+        let mut run = fire(job.id, 1_000, 0);
+        run.executor_address = Some("http://127.0.0.1:9".to_owned());
+        let claimed = Fire {
+            job_id: job.id,
+            expected_fire_ms: 1_000,
+            next: NextFire::At(2_000),
+            runs: vec![run],
+            claim: Some(("admin-a".to_owned(), 16_000)),
+        };
+        let mut fired = db.fire_jobs(std::slice::from_ref(&claimed), 12).await.unwrap();
+        let Some(Fired::Claimed(claim)) = fired.pop().and_then(|mut runs| runs.pop()) else {
+            panic!("the fire's run was not created claimed");
+        };
+        assert_eq!(
+            (claim.run.state, claim.fence, claim.run.executor_address.as_deref()),
+            (RunState::Dispatching, 1, Some("http://127.0.0.1:9"))
+        );
+        assert_eq!(claim.run.first_claimed_at_ms, 12);
+        // Another dispatcher cannot take it before the lease runs out, and can after.
+        assert!(db.claim_run(claim.run.id, "admin-b", 15_999, 30_000).await.unwrap().is_none());
+        let taken = db.claim_run(claim.run.id, "admin-b", 16_001, 30_000).await.unwrap().unwrap();
+        assert_eq!(taken.fence, 2);
+        // The same fire again creates nothing.
+        let again = db.fire_jobs(std::slice::from_ref(&claimed), 13).await.unwrap();
+        assert!(again.iter().all(Vec::is_empty));
+    })
+    .await;
+}

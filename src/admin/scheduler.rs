@@ -101,7 +101,7 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
         for run in fired {
             match run {
                 Fired::Pending(id) => state.dispatcher.send_at(id, *fire_at),
-                Fired::Claimed(claim) => state.dispatcher.send_claimed_at(claim, *fire_at),
+                Fired::Claimed(claim) => state.dispatcher.send_claimed_at(*claim, *fire_at),
             }
         }
     }

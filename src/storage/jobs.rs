@@ -185,7 +185,7 @@ impl Db {
                             let claim =
                                 insert_claimed_run(&mut tx, run, owner, now_ms, *lease_until_ms);
                             if let Some(claim) = claim.await? {
-                                fired.push(Fired::Claimed(claim));
+                                fired.push(Fired::Claimed(Box::new(claim)));
                             }
                         }
                         None => {
@@ -225,7 +225,7 @@ pub enum Fired {
     /// Pending: to be claimed before it is sent.
     Pending(i64),
     /// Claimed at creation.
-    Claimed(Claim),
+    Claimed(Box<Claim>),
 }
 
 impl Fired {

@@ -46,7 +46,7 @@ use crate::protocol::{
 };
 use crate::routing::{Probe, Route, RouterState, sharding};
 use crate::schedule::Schedule;
-use crate::storage::{Claim, Db, NewRun};
+use crate::storage::{Claim, Db, Fired, NewRun};
 
 use self::sender::{PostError, Senders};
 pub use self::sweep::sweep;
@@ -360,7 +360,7 @@ impl Dispatcher {
             let mut ids = Vec::with_capacity(claims.len());
             for claim in claims.into_iter().flatten() {
                 ids.push(claim.run.id);
-                self.send_claimed_at(claim, now);
+                self.send_created_at(Fired::Claimed(Box::new(claim)), now);
             }
             return Ok(ids);
         }
@@ -397,33 +397,17 @@ impl Dispatcher {
         Some((self.inner.owner.clone(), due_ms.max(now_ms()) + LEASE_MS))
     }
 
-    /// Sends the claimed run of `claim` at `due_ms` (now if that has passed).
-    pub fn send_claimed_at(&self, claim: Claim, due_ms: i64) {
-        let this = self.clone();
-        let run_id = claim.run.id;
-        let span = tracing::info_span!("dispatch", run.id = run_id);
-        tokio::spawn(
-            async move {
-                let wait = u64::try_from(due_ms - now_ms()).unwrap_or(0);
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_millis(wait)) => {}
-                    // The run stays claimed until its lease runs out; the sweep sends it then.
-                    () = this.inner.timers.cancelled() => return,
-                }
-                if let Err(error) = this.send_claimed(claim).await {
-                    tracing::error!(
-                        error = format!("{error:#}"),
-                        "dispatching run {run_id} failed"
-                    );
-                }
-            }
-            .instrument(span),
-        );
-    }
-
     /// Sends run `run_id` at `due_ms` (now if that has passed).
     pub fn send_at(&self, run_id: i64, due_ms: i64) {
+        self.send_created_at(Fired::Pending(run_id), due_ms);
+    }
+
+    /// Sends a newly created run at `due_ms` (now if that has passed): a pending one is claimed
+    /// first. A claimed run whose timer a stop cancels stays claimed until its lease runs out;
+    /// the sweep sends it then.
+    pub fn send_created_at(&self, run: Fired, due_ms: i64) {
         let this = self.clone();
+        let run_id = run.id();
         let span = tracing::info_span!("dispatch", run.id = run_id);
         tokio::spawn(
             async move {
@@ -432,7 +416,11 @@ impl Dispatcher {
                     () = tokio::time::sleep(Duration::from_millis(wait)) => {}
                     () = this.inner.timers.cancelled() => return,
                 }
-                if let Err(error) = this.send(run_id).await {
+                let sent = match run {
+                    Fired::Pending(run_id) => this.send(run_id).await,
+                    Fired::Claimed(claim) => this.send_claimed(*claim).await,
+                };
+                if let Err(error) = sent {
                     tracing::error!(
                         error = format!("{error:#}"),
                         "dispatching run {run_id} failed"

@@ -23,7 +23,7 @@ use super::dispatch::PlannedTrigger;
 use super::{AppState, now_ms};
 use crate::model::Job;
 use crate::schedule::{NextFire, Schedule, decide};
-use crate::storage::{Fire, Fired};
+use crate::storage::Fire;
 
 /// How far ahead of its instant a fire is committed, so that sending can start on time.
 pub const LOOKAHEAD_MS: i64 = 1_000;
@@ -99,10 +99,7 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     }
     for ((_, fire_at), fired) in fires.iter().zip(committed) {
         for run in fired {
-            match run {
-                Fired::Pending(id) => state.dispatcher.send_at(id, *fire_at),
-                Fired::Claimed(claim) => state.dispatcher.send_claimed_at(*claim, *fire_at),
-            }
+            state.dispatcher.send_created_at(run, *fire_at);
         }
     }
     if due.len() as i64 == BATCH {

@@ -5,8 +5,8 @@
 //! returns once its line is synced. Syncs are shared: concurrent pushes append under one lock
 //! and the first of them to sync makes every line appended so far durable with one
 //! `sync_data` (group commit), so a burst of results costs a few syncs, not two per result.
-//! A crash or a power cut between a run's end and its delivery loses nothing: the next start
-//! delivers it. An acknowledgement appends an `ack <logId>` line (not synced: a result
+//! A process killed between a run's end and its delivery loses nothing: the next start delivers
+//! it (a power cut too, as far as the disk honours `sync_data`). An acknowledgement appends an `ack <logId>` line (not synced: a result
 //! delivered twice is harmless, the admin applies a result at most once). A segment rotates
 //! after [`SEGMENT_LINES`] lines and is deleted once every result in it was acknowledged.
 //! Results also stay in memory until acknowledged, so delivering never reads the disk.

@@ -219,7 +219,7 @@ pub struct Fire {
     pub claim: Option<(String, i64)>,
 }
 
-/// A run a fire created.
+/// A newly created run: pending, or claimed at its creation.
 #[derive(Debug)]
 pub enum Fired {
     /// Pending: to be claimed before it is sent.

@@ -518,34 +518,7 @@ pub(super) async fn insert_run(
     run: &NewRun,
     now_ms: i64,
 ) -> Result<Option<i64>> {
-    let (version, sha256) = match &run.version {
-        Some((version, sha256)) => (Some(*version), Some(sha256.as_str())),
-        None => (None, None),
-    };
-    let row = sqlx::query(
-        "insert into runs (job_id, executor_address, trigger_type, trigger_time, fire_time, param,
-            shard_index, shard_total, attempt, version, sha256, parent_run_id, created_at,
-            sharding_items)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-         on conflict (job_id, fire_time, shard_index, attempt) do nothing
-         returning id",
-    )
-    .bind(run.job_id)
-    .bind(run.executor_address.as_deref())
-    .bind(run.trigger_type.as_str())
-    .bind(run.trigger_time_ms)
-    .bind(run.fire_time_ms)
-    .bind(&run.param)
-    .bind(run.shard_index)
-    .bind(run.shard_total)
-    .bind(run.attempt)
-    .bind(version)
-    .bind(sha256)
-    .bind(run.parent_run_id)
-    .bind(now_ms)
-    .bind(format_items(&run.sharding_items))
-    .fetch_optional(&mut *conn)
-    .await?;
+    let row = insert(conn, run, now_ms, None).await?;
     row.map(|row| Ok(row.try_get("id")?)).transpose()
 }
 
@@ -557,39 +530,59 @@ pub(super) async fn insert_claimed_run(
     now_ms: i64,
     lease_until_ms: i64,
 ) -> Result<Option<Claim>> {
+    let Some(row) = insert(conn, run, now_ms, Some((owner, lease_until_ms))).await? else {
+        return Ok(None);
+    };
+    Ok(Some(Claim { run: run_from_row(&row)?, fence: row.try_get("fence")? }))
+}
+
+/// Inserts `run`, pending, or with `claim` (owner, lease end) `dispatching` under fence 1;
+/// returns its id, or with a claim the whole row and its fence.
+async fn insert(
+    conn: &mut AnyConnection,
+    run: &NewRun,
+    now_ms: i64,
+    claim: Option<(&str, i64)>,
+) -> Result<Option<AnyRow>> {
     let (version, sha256) = match &run.version {
         Some((version, sha256)) => (Some(*version), Some(sha256.as_str())),
         None => (None, None),
     };
-    let row = sqlx::query(&format!(
+    let (claim_columns, claim_values, returning) = match claim {
+        None => ("", "", "id".to_owned()),
+        Some(_) => (
+            ", state, lease_owner, lease_until, fence, claimed_at",
+            ", 'dispatching', $15, $16, 1, $13",
+            format!("{COLUMNS}, fence"),
+        ),
+    };
+    let sql = format!(
         "insert into runs (job_id, executor_address, trigger_type, trigger_time, fire_time, param,
             shard_index, shard_total, attempt, version, sha256, parent_run_id, created_at,
-            sharding_items, state, lease_owner, lease_until, fence, claimed_at)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'dispatching',
-            $15, $16, 1, $13)
+            sharding_items{claim_columns})
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14{claim_values})
          on conflict (job_id, fire_time, shard_index, attempt) do nothing
-         returning {COLUMNS}, fence"
-    ))
-    .bind(run.job_id)
-    .bind(run.executor_address.as_deref())
-    .bind(run.trigger_type.as_str())
-    .bind(run.trigger_time_ms)
-    .bind(run.fire_time_ms)
-    .bind(&run.param)
-    .bind(run.shard_index)
-    .bind(run.shard_total)
-    .bind(run.attempt)
-    .bind(version)
-    .bind(sha256)
-    .bind(run.parent_run_id)
-    .bind(now_ms)
-    .bind(format_items(&run.sharding_items))
-    .bind(owner)
-    .bind(lease_until_ms)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(row) = row else { return Ok(None) };
-    Ok(Some(Claim { run: run_from_row(&row)?, fence: row.try_get("fence")? }))
+         returning {returning}"
+    );
+    let mut query = sqlx::query(&sql)
+        .bind(run.job_id)
+        .bind(run.executor_address.as_deref())
+        .bind(run.trigger_type.as_str())
+        .bind(run.trigger_time_ms)
+        .bind(run.fire_time_ms)
+        .bind(&run.param)
+        .bind(run.shard_index)
+        .bind(run.shard_total)
+        .bind(run.attempt)
+        .bind(version)
+        .bind(sha256)
+        .bind(run.parent_run_id)
+        .bind(now_ms)
+        .bind(format_items(&run.sharding_items));
+    if let Some((owner, lease_until_ms)) = claim {
+        query = query.bind(owner).bind(lease_until_ms);
+    }
+    Ok(query.fetch_optional(&mut *conn).await?)
 }
 
 fn run_from_row(row: &AnyRow) -> Result<RunRecord> {

@@ -217,7 +217,6 @@ impl Executor {
             let _ = task.await;
         }
     }
-
 }
 
 /// Waits until no run is held, or `limit` has passed.

@@ -63,7 +63,7 @@ impl Probe {
     }
     fn describe(&self) -> String {
         let body = String::from_utf8_lossy(&self.body);
-        let body: String = body.chars().take(80).collect();
+        let body: String = body.chars().take(400).collect();
         let headers: Vec<String> = self
             .headers
             .iter()
@@ -84,9 +84,9 @@ fn verdict(want: &str, path: &str, status: StatusCode, body: &Value) -> Option<S
         && body["msg"].as_str().is_some_and(|msg| !msg.is_empty());
     // `/runs` answers a well-formed batch with one envelope per trigger.
     let items_refused = path.ends_with("/runs")
-        && body["content"].as_array().is_some_and(|items| {
-            !items.is_empty() && items.iter().all(|item| item["code"] == 500)
-        });
+        && body["content"]
+            .as_array()
+            .is_some_and(|items| !items.is_empty() && items.iter().all(|item| item["code"] == 500));
     let met = match want {
         "401" => status == StatusCode::UNAUTHORIZED,
         "4xx" => status.is_client_error(),
@@ -238,7 +238,10 @@ fn operator_token_mistakes() -> Vec<Vec<(&'static str, String)>> {
         vec![(ACCESS_TOKEN_HEADER, ADMIN_TOKEN.to_owned())],
         vec![(ACCESS_TOKEN_HEADER, ACCESS_TOKEN.to_owned())],
         vec![("cookie", format!("wasmjob_session={ADMIN_TOKEN}"))],
-        vec![("cookie", format!("wasmjob_session={ADMIN_TOKEN}")), ("x-csrf-token", ADMIN_TOKEN.to_owned())],
+        vec![
+            ("cookie", format!("wasmjob_session={ADMIN_TOKEN}")),
+            ("x-csrf-token", ADMIN_TOKEN.to_owned()),
+        ],
     ]
 }
 
@@ -311,9 +314,8 @@ async fn the_admin_apis_refuse_bad_input_without_5xx_panics_or_changes() {
     }
     let registry = r#"{"registryGroup":"EXECUTOR","registryKey":"default","registryValue":"http://127.0.0.1:7"}"#;
     let remove = r#"{"registryGroup":"EXECUTOR","registryKey":"default","registryValue":"http://127.0.0.1:9"}"#;
-    let forged = format!(
-        r#"[{{"logId":{run_id},"logDateTim":0,"handleCode":200,"handleMsg":"forged"}}]"#
-    );
+    let forged =
+        format!(r#"[{{"logId":{run_id},"logDateTim":0,"handleCode":200,"handleMsg":"forged"}}]"#);
     for headers in access_token_mistakes() {
         for base in ["/api", "/xxl-job-admin/api"] {
             let mut changes = vec![
@@ -353,6 +355,10 @@ async fn the_admin_apis_refuse_bad_input_without_5xx_panics_or_changes() {
     ];
     for (method, path, operator) in &json_endpoints {
         let mut bodies = malformed_bodies();
+        if path.ends_with("/trigger") {
+            // No body is a trigger with the job's own parameter: not bad input.
+            bodies.retain(|body| !body.is_empty());
+        }
         bodies.push(oversized("name", 3 * 1024 * 1024));
         for body in bodies {
             let probe = probe(method, path, if *operator { "4xx" } else { "refused" }).bytes(body);
@@ -411,9 +417,7 @@ async fn the_admin_apis_refuse_bad_input_without_5xx_panics_or_changes() {
         let alone = format!(r#"{{{field}}}"#);
         for body in [body, alone] {
             probes.push(probe("POST", "/api/v1/jobs", "4xx").admin().json(&body));
-            probes.push(
-                probe("PUT", &format!("/api/v1/jobs/{job_id}"), "4xx").admin().json(&body),
-            );
+            probes.push(probe("PUT", &format!("/api/v1/jobs/{job_id}"), "4xx").admin().json(&body));
         }
     }
     let trigger_bodies = [
@@ -497,9 +501,8 @@ async fn the_admin_apis_refuse_bad_input_without_5xx_panics_or_changes() {
         "/api/v1/jobs/1/next-fire-times?count=-1",
         "/api/v1/jobs/1/next-fire-times?count=abc",
         "/api/v1/jobs/1/next-fire-times?count=99999999999999999999",
-        "/api/v1/logs/1/content?from_line=-1",
-        "/api/v1/logs/1/content?from_line=abc",
-        "/api/v1/logs/1/content?from_line=99999999999999999999",
+        "/api/v1/logs/424242/content?from_line=abc",
+        "/api/v1/logs/424242/content?from_line=99999999999999999999",
         "/api/v1/audit?limit=-1",
         "/api/v1/audit?limit=abc",
         "/api/v1/schedule/preview?schedule_type=CRON&schedule_conf=%00",
@@ -508,25 +511,62 @@ async fn the_admin_apis_refuse_bad_input_without_5xx_panics_or_changes() {
     for query in queries {
         probes.push(probe("GET", query, "any").admin());
     }
-    for id in ["-1", "0", "9223372036854775807"] {
-        probes.push(probe("GET", &format!("/api/v1/logs/{run_id}/content?from_line={id}"), "any").admin());
+    // (A run's log comes from its executor; this run's is offline, which is a 502, not bad
+    // input, so the line numbers are tried on a run that does not exist.)
+    for line in ["-1", "0", "9223372036854775807"] {
+        probes.push(
+            probe("GET", &format!("/api/v1/logs/424242/content?from_line={line}"), "4xx").admin(),
+        );
     }
 
     // The executor-facing API: protocol fields out of range or of the wrong type.
     let executor_bodies = [
-        ("registry", r#"{"registryGroup":"ADMIN","registryKey":"default","registryValue":"http://127.0.0.1:7"}"#),
-        ("registry", r#"{"registryGroup":"EXECUTOR\u0000","registryKey":"default","registryValue":"http://127.0.0.1:7"}"#),
-        ("registry", r#"{"registryGroup":"EXECUTOR","registryKey":"","registryValue":"http://127.0.0.1:7"}"#),
-        ("registry", r#"{"registryGroup":"EXECUTOR","registryKey":5,"registryValue":"http://127.0.0.1:7"}"#),
-        ("registry", r#"{"registryGroup":"EXECUTOR","registryKey":"default","registryValue":"file:///etc/passwd"}"#),
-        ("registry", r#"{"registryGroup":"EXECUTOR","registryKey":"default","registryValue":"javascript:alert(1)"}"#),
-        ("registry", r#"{"registryGroup":"EXECUTOR","registryKey":"default","registryValue":"../../etc"}"#),
+        (
+            "registry",
+            r#"{"registryGroup":"ADMIN","registryKey":"default","registryValue":"http://127.0.0.1:7"}"#,
+        ),
+        (
+            "registry",
+            r#"{"registryGroup":"EXECUTOR\u0000","registryKey":"default","registryValue":"http://127.0.0.1:7"}"#,
+        ),
+        (
+            "registry",
+            r#"{"registryGroup":"EXECUTOR","registryKey":"","registryValue":"http://127.0.0.1:7"}"#,
+        ),
+        (
+            "registry",
+            r#"{"registryGroup":"EXECUTOR","registryKey":5,"registryValue":"http://127.0.0.1:7"}"#,
+        ),
+        (
+            "registry",
+            r#"{"registryGroup":"EXECUTOR","registryKey":"default","registryValue":"file:///etc/passwd"}"#,
+        ),
+        (
+            "registry",
+            r#"{"registryGroup":"EXECUTOR","registryKey":"default","registryValue":"javascript:alert(1)"}"#,
+        ),
+        (
+            "registry",
+            r#"{"registryGroup":"EXECUTOR","registryKey":"default","registryValue":"../../etc"}"#,
+        ),
         ("registry", r#"{"registryGroup":"EXECUTOR","registryKey":"default","registryValue":""}"#),
         ("registry", r#"{"registryGroup":"EXECUTOR","registryKey":"default"}"#),
-        ("registry", r#"{"registryGroup":"EXECUTOR","registryKey":"default","registryValue":"http://127.0.0.1:7","heldRuns":"all"}"#),
-        ("registry", r#"{"registryGroup":"EXECUTOR","registryKey":"default","registryValue":"http://127.0.0.1:7","heldRuns":[-1,"x"]}"#),
-        ("registryRemove", r#"{"registryGroup":"EXECUTOR","registryKey":"default","registryValue":5}"#),
-        ("registryRemove", r#"{"registryGroup":"ADMIN","registryKey":"default","registryValue":"http://127.0.0.1:9"}"#),
+        (
+            "registry",
+            r#"{"registryGroup":"EXECUTOR","registryKey":"default","registryValue":"http://127.0.0.1:7","heldRuns":"all"}"#,
+        ),
+        (
+            "registry",
+            r#"{"registryGroup":"EXECUTOR","registryKey":"default","registryValue":"http://127.0.0.1:7","heldRuns":[-1,"x"]}"#,
+        ),
+        (
+            "registryRemove",
+            r#"{"registryGroup":"EXECUTOR","registryKey":"default","registryValue":5}"#,
+        ),
+        (
+            "registryRemove",
+            r#"{"registryGroup":"ADMIN","registryKey":"default","registryValue":"http://127.0.0.1:9"}"#,
+        ),
         ("callback", r#"{"callbackList":5}"#),
         ("callback", r#"{"callbackList":[{"logId":"1"}]}"#),
         ("callback", r#"[{"logId":"1","handleCode":200}]"#),
@@ -558,7 +598,12 @@ async fn the_admin_apis_refuse_bad_input_without_5xx_panics_or_changes() {
 
     let count = probes.len();
     let failures = run_admin_probes(&app, probes).await;
-    assert!(failures.is_empty(), "{} of {count} probes failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {count} probes failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     let after = admin_snapshot(&db).await;
     assert_eq!(before, after, "bad input changed the admin's state");
 }
@@ -727,7 +772,9 @@ async fn the_executor_api_refuses_bad_input_without_5xx_panics_or_changes() {
     probes.push(probe("POST", "/run/..%2Frun", "4xx").access().json(&valid.to_string()));
 
     let count = probes.len();
-    let client = reqwest::Client::new();
+    // A new connection per request: a 413 answered before the body was read closes the
+    // connection, and a pooled client would send the next probe into it.
+    let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
     let mut failures = Vec::new();
     for probe in probes {
         let method = reqwest::Method::from_bytes(probe.method.as_bytes()).unwrap();
@@ -749,7 +796,12 @@ async fn the_executor_api_refuses_bad_input_without_5xx_panics_or_changes() {
             failures.push(format!("{}: {failure}", probe.describe()));
         }
     }
-    assert!(failures.is_empty(), "{} of {count} probes failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {count} probes failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     // Still serving, nothing queued or held, nothing written.
     let beat = client.post(format!("{url}/beat")).header(ACCESS_TOKEN_HEADER, ACCESS_TOKEN);
     let beat: Value = beat.json(&json!({})).send().await.unwrap().json().await.unwrap();

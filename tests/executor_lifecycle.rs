@@ -789,10 +789,7 @@ async fn a_stop_deregisters_refuses_drains_then_kills_and_reports_every_run() {
     let killed = "killed: the run was stopped on request".to_owned();
     assert_eq!(admin.result_of(long.log_id).await, (500, killed.clone()));
     assert_eq!(admin.result_of(fetching.log_id).await, (500, killed));
-    assert_eq!(
-        admin.result_of(queued.log_id).await,
-        (500, "killed before it started".to_owned())
-    );
+    assert_eq!(admin.result_of(queued.log_id).await, (500, "killed before it started".to_owned()));
     for param in [&probe, &fresh] {
         assert_eq!(journal_count(dir.path(), "accepted", param.log_id), 0);
     }

@@ -97,11 +97,7 @@ struct Queued {
 impl Workers {
     /// No workers yet.
     pub fn new(ctx: RunContext) -> Workers {
-        Workers {
-            map: Arc::default(),
-            ctx: Arc::new(ctx),
-            closed: Arc::default(),
-        }
+        Workers { map: Arc::default(), ctx: Arc::new(ctx), closed: Arc::default() }
     }
 
     /// Accepts a trigger (journaled, not yet durable) or refuses it (the reason). Blocks on
@@ -109,6 +105,9 @@ impl Workers {
     pub fn push(&self, param: TriggerParam) -> Result<Pushed, String> {
         if param.log_id <= 0 {
             return Err("logId must be a positive run id".to_owned());
+        }
+        if param.job_id <= 0 {
+            return Err("jobId must be a positive job id".to_owned());
         }
         // Every acceptance happens under this lock, so a duplicate cannot slip in between the
         // journal's answer here and its record below.
@@ -364,7 +363,8 @@ async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken
         Err(error) => {
             tracing::error!(%error, "cannot open the log of run {}", param.log_id);
             let reason = format!("host error: cannot open the run log: {error}");
-            finish_blocking(&ctx, &param, bytes, code::FAILURE, reason, None, Some(started_at)).await;
+            finish_blocking(&ctx, &param, bytes, code::FAILURE, reason, None, Some(started_at))
+                .await;
             return;
         }
     };
@@ -410,7 +410,8 @@ async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken
         _ => None,
     };
     let (handle_code, handle_msg) = (outcome.handle_code(), outcome.handle_msg());
-    finish_blocking(&ctx, &param, bytes, handle_code, handle_msg, fuel_used, Some(started_at)).await;
+    finish_blocking(&ctx, &param, bytes, handle_code, handle_msg, fuel_used, Some(started_at))
+        .await;
 }
 
 /// [`finish`] off the async runtime (it syncs files).

@@ -207,7 +207,10 @@ async fn runs_beyond_the_pool_wait_for_a_slot() {
     spin_kill.cancel();
     assert_eq!(spinning.await.unwrap(), RunOutcome::Killed);
     let outcome = waiting.await.unwrap();
-    assert!(matches!(&outcome, RunOutcome::Success { message, .. } if message == "done"), "{outcome}");
+    assert!(
+        matches!(&outcome, RunOutcome::Success { message, .. } if message == "done"),
+        "{outcome}"
+    );
     assert_eq!(rt.free_slots(), Some(1));
 }
 

@@ -11,7 +11,8 @@
 //!
 //! Token mistakes are sent with requests that would change something if the token were taken
 //! (create a job, register, finish a run, queue a run), so a check that let one through shows.
-//! The admin is driven through its router with `oneshot`; the executor, whose router is private
+//! The admin is driven through its router with `oneshot`, on SQLite and on PostgreSQL when
+//! `WASMJOB_TEST_POSTGRES_URL` is set; the executor, whose router is private
 //! to it, through a real socket on 127.0.0.1:0.
 
 use std::path::Path;
@@ -23,11 +24,12 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 use wasmjob::admin::{AppState, now_ms, router};
 use wasmjob::protocol::{ACCESS_TOKEN_HEADER, REGISTRY_GROUP_EXECUTOR};
+use wasmjob::storage::testing::{drop_postgres_database, postgres_database};
 use wasmjob::storage::{Db, RunFilter};
 
 use crate::lifecycle::{manual_run, running_run};
 use crate::support::app::executor_config;
-use crate::support::{ACCESS_TOKEN, ADMIN_TOKEN, sample_job};
+use crate::support::{ACCESS_TOKEN, ADMIN_TOKEN, Backend, backends, sample_job};
 
 /// One request of the battery.
 struct Probe {
@@ -181,11 +183,28 @@ fn malformed_bodies() -> Vec<Vec<u8>> {
     bodies
 }
 
+/// The admin under test and what the battery needs to know of it.
+struct AdminUnderTest {
+    app: axum::Router,
+    db: Db,
+    job_id: i64,
+    run_id: i64,
+    _dir: tempfile::TempDir,
+    postgres_url: Option<String>,
+}
+
 /// The admin with a group, a job with a version, one registered executor and one running run.
-async fn admin_app() -> (axum::Router, Db, i64, i64, tempfile::TempDir) {
+async fn admin_app(backend: Backend) -> AdminUnderTest {
     wasmjob::telemetry::init_for_test();
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::connect(&format!("sqlite:{}", dir.path().join("bad.db").display())).await.unwrap();
+    let postgres_url = match backend {
+        Backend::Sqlite => None,
+        Backend::Postgres => postgres_database("badinput").await.unwrap(),
+    };
+    let url = postgres_url
+        .clone()
+        .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("bad.db").display()));
+    let db = Db::connect(&url).await.unwrap();
     db.ensure_group("default", "Default", 0).await.unwrap();
     let config = crate::support::app::admin_config(String::new());
     let app = router(AppState::new(db.clone(), config).unwrap());
@@ -201,7 +220,7 @@ async fn admin_app() -> (axum::Router, Db, i64, i64, tempfile::TempDir) {
         .await
         .unwrap();
     let run_id = running_run(&db, &manual_run(1, now), "http://127.0.0.1:9", now, 3600).await;
-    (app, db, 1, run_id, dir)
+    AdminUnderTest { app, db, job_id: 1, run_id, _dir: dir, postgres_url }
 }
 
 async fn one(app: &axum::Router, probe: Probe) -> (StatusCode, Value) {
@@ -286,8 +305,19 @@ fn access_token_mistakes() -> Vec<Vec<(&'static str, String)>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_apis_refuse_bad_input_without_5xx_panics_or_changes() {
-    let (app, db, job_id, run_id, _dir) = admin_app().await;
-    let before = admin_snapshot(&db).await;
+    for backend in backends() {
+        let admin = admin_app(backend).await;
+        admin_battery(&admin).await;
+        if let Some(url) = &admin.postgres_url {
+            drop_postgres_database(url).await.unwrap();
+        }
+    }
+}
+
+async fn admin_battery(admin: &AdminUnderTest) {
+    let AdminUnderTest { app, db, job_id, run_id, .. } = admin;
+    let (app, db, job_id, run_id) = (app, db, *job_id, *run_id);
+    let before = admin_snapshot(db).await;
     let mut probes = Vec::new();
 
     // Every token mistake, on requests that would change something.
@@ -597,14 +627,14 @@ async fn the_admin_apis_refuse_bad_input_without_5xx_panics_or_changes() {
     }
 
     let count = probes.len();
-    let failures = run_admin_probes(&app, probes).await;
+    let failures = run_admin_probes(app, probes).await;
     assert!(
         failures.is_empty(),
         "{} of {count} probes failed:\n{}",
         failures.len(),
         failures.join("\n")
     );
-    let after = admin_snapshot(&db).await;
+    let after = admin_snapshot(db).await;
     assert_eq!(before, after, "bad input changed the admin's state");
 }
 

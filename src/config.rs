@@ -364,6 +364,35 @@ mod tests {
     }
 
     #[test]
+    fn executor_limits_are_checked() {
+        let limits = |queue: u32, queued_mb: u64, grace_secs: u64| {
+            let args = LimitArgs {
+                default_fuel: 1_000,
+                default_memory_mb: 64,
+                max_log_kb: 64,
+                log_retention_days: 1,
+                max_concurrent_runs: 4,
+                max_queue_per_job: queue,
+                max_queued_mb: queued_mb,
+                shutdown_grace_secs: grace_secs,
+            };
+            match RunDefaults::from_args(&args) {
+                Ok(defaults) => format!(
+                    "ok {} {} {:?}",
+                    defaults.max_queue_per_job, defaults.max_queued_bytes, defaults.shutdown_grace
+                ),
+                Err(error) => error.to_string(),
+            }
+        };
+        assert_eq!(limits(1000, 256, 10), "ok 1000 268435456 10s");
+        assert_eq!(limits(1, 1, 0), "ok 1 1048576 0ns");
+        assert_eq!(limits(0, 256, 10), "--max-queue-per-job must be positive");
+        assert_eq!(limits(10, 0, 10), "--max-queued-mb must be between 1 and 65536");
+        assert_eq!(limits(10, 65_537, 10), "--max-queued-mb must be between 1 and 65536");
+        assert_eq!(limits(10, 256, 3601), "--shutdown-grace-secs must be at most 3600");
+    }
+
+    #[test]
     fn standalone_tokens_are_generated_once_and_private() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("admin-token");

@@ -9,6 +9,10 @@
 //! [`run_reply::ACCEPTED`]; a `logId` accepted before is answered with code 200, a message
 //! saying so and `content` naming where that run is ([`run_reply`]), and is not run again.
 //!
+//! A trigger is refused (`code 500` and the reason) when its job's queue or the executor's bytes
+//! of held triggers are full, and once the executor is stopping; ids that are not positive are
+//! refused on every route.
+//!
 //! `/runs` is wasmjob's batch extension: a JSON array of triggers, each judged as `/run` would
 //! judge it, answered with the array of their envelopes, in order, inside one envelope. The
 //! acceptances of a batch share one journal sync.

@@ -20,8 +20,8 @@
 //!
 //! Acceptance goes through the run journal: a `logId` the journal knows is answered with where
 //! that run is and never queued again, also after a restart within the journal's window. A
-//! trigger refused (bad module reference, `DISCARD_LATER`) is not journaled. A worker runs a
-//! trigger only once its acceptance is durable.
+//! trigger refused (bad module reference, `DISCARD_LATER`, a full queue, a stopping executor) is
+//! not journaled. A worker runs a trigger only once its acceptance is durable.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -380,8 +380,10 @@ async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken
     let started = std::time::Instant::now();
     // A kill must not wait for a slow admin or a long compilation: the run ends as killed at
     // once, and a compilation already under way finishes on its blocking thread for the cache.
+    let resolve =
+        ctx.modules.resolve(&param.glue_type, &param.glue_source, &param.executor_handler);
     let resolved = tokio::select! {
-        resolved = ctx.modules.resolve(&param.glue_type, &param.glue_source, &param.executor_handler) => Some(resolved),
+        resolved = resolve => Some(resolved),
         () = cancel.cancelled() => None,
     };
     let outcome = match resolved {

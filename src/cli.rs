@@ -156,9 +156,19 @@ pub struct LimitArgs {
     /// Days run logs are kept.
     #[arg(long, env = "WASMJOB_LOG_RETENTION_DAYS", default_value_t = 30)]
     pub log_retention_days: u32,
-    /// Runs one executor holds at once; a trigger past that fails as busy.
+    /// Runs one executor runs at once; runs past that wait for a free slot.
     #[arg(long, env = "WASMJOB_MAX_CONCURRENT_RUNS", default_value_t = 64)]
     pub max_concurrent_runs: u32,
+    /// Runs of one job waiting in its queue on this executor; a trigger past that is refused.
+    #[arg(long, env = "WASMJOB_MAX_QUEUE_PER_JOB", default_value_t = 1000)]
+    pub max_queue_per_job: u32,
+    /// MiB of triggers (parameters, handler names, sharding items) held by this executor's
+    /// accepted runs that have not ended; a trigger past that is refused.
+    #[arg(long, env = "WASMJOB_MAX_QUEUED_MB", default_value_t = 256)]
+    pub max_queued_mb: u64,
+    /// Seconds running runs may go on after a stop request before the rest are killed.
+    #[arg(long, env = "WASMJOB_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    pub shutdown_grace_secs: u64,
 }
 
 #[cfg(test)]

@@ -87,6 +87,12 @@ pub struct RunDefaults {
     pub log_retention_days: u32,
     /// Runs held at once (the size of the runtime's instance pool).
     pub max_concurrent_runs: u32,
+    /// Runs of one job that may wait in its queue.
+    pub max_queue_per_job: usize,
+    /// Bytes of triggers that the accepted runs not yet ended may hold, all jobs together.
+    pub max_queued_bytes: usize,
+    /// How long running runs may go on after a stop request before the rest are killed.
+    pub shutdown_grace: Duration,
 }
 
 /// Both halves of `standalone`.
@@ -195,6 +201,15 @@ impl RunDefaults {
         if args.max_log_kb == 0 {
             anyhow::bail!("--max-log-kb must be positive");
         }
+        if args.max_queue_per_job == 0 {
+            anyhow::bail!("--max-queue-per-job must be positive");
+        }
+        if !(1..=65_536).contains(&args.max_queued_mb) {
+            anyhow::bail!("--max-queued-mb must be between 1 and 65536");
+        }
+        if args.shutdown_grace_secs > 3600 {
+            anyhow::bail!("--shutdown-grace-secs must be at most 3600");
+        }
         Ok(RunDefaults {
             fuel: args.default_fuel,
             memory_bytes: usize::try_from(args.default_memory_mb * 1024 * 1024)
@@ -202,6 +217,11 @@ impl RunDefaults {
             max_log_bytes: args.max_log_kb * 1024,
             log_retention_days: args.log_retention_days,
             max_concurrent_runs: args.max_concurrent_runs,
+            max_queue_per_job: usize::try_from(args.max_queue_per_job)
+                .context("--max-queue-per-job does not fit this machine")?,
+            max_queued_bytes: usize::try_from(args.max_queued_mb * 1024 * 1024)
+                .context("--max-queued-mb does not fit this machine")?,
+            shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
         })
     }
 }
@@ -341,6 +361,35 @@ mod tests {
         assert!(check(Some("aaaaaaaaaaaaaaaaaaaa")).contains("well-known"));
         assert!(check(Some("1234567890123456")).contains("well-known"));
         assert_eq!(check(Some(" 9f8e7d6c5b4a39281706 ")), "ok 9f8e7d6c5b4a39281706");
+    }
+
+    #[test]
+    fn executor_limits_are_checked() {
+        let limits = |queue: u32, queued_mb: u64, grace_secs: u64| {
+            let args = LimitArgs {
+                default_fuel: 1_000,
+                default_memory_mb: 64,
+                max_log_kb: 64,
+                log_retention_days: 1,
+                max_concurrent_runs: 4,
+                max_queue_per_job: queue,
+                max_queued_mb: queued_mb,
+                shutdown_grace_secs: grace_secs,
+            };
+            match RunDefaults::from_args(&args) {
+                Ok(defaults) => format!(
+                    "ok {} {} {:?}",
+                    defaults.max_queue_per_job, defaults.max_queued_bytes, defaults.shutdown_grace
+                ),
+                Err(error) => error.to_string(),
+            }
+        };
+        assert_eq!(limits(1000, 256, 10), "ok 1000 268435456 10s");
+        assert_eq!(limits(1, 1, 0), "ok 1 1048576 0ns");
+        assert_eq!(limits(0, 256, 10), "--max-queue-per-job must be positive");
+        assert_eq!(limits(10, 0, 10), "--max-queued-mb must be between 1 and 65536");
+        assert_eq!(limits(10, 65_537, 10), "--max-queued-mb must be between 1 and 65536");
+        assert_eq!(limits(10, 256, 3601), "--shutdown-grace-secs must be at most 3600");
     }
 
     #[test]

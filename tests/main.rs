@@ -7,6 +7,8 @@ mod support;
 mod access;
 /// The operator and executor APIs' answers to bad input, through the router (no socket).
 mod api_errors;
+/// The bad-input battery against every API: no 5xx, no panic, no state changed.
+mod bad_input;
 /// The console in headless Chromium against `wasmjob standalone` (skipped without chromium).
 mod console_browser;
 /// The whole platform on 127.0.0.1: cron fires, manual triggers, logs, on each database.

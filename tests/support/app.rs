@@ -222,6 +222,9 @@ pub fn executor_config(admin_url: &str, data_dir: PathBuf) -> ExecutorConfig {
             max_log_bytes: 1024 * 1024,
             log_retention_days: 30,
             max_concurrent_runs: 16,
+            max_queue_per_job: 1000,
+            max_queued_bytes: 256 * 1024 * 1024,
+            shutdown_grace: Duration::from_secs(10),
         },
         heartbeat_interval: Duration::from_secs(30),
     }

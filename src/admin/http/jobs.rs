@@ -424,6 +424,15 @@ async fn validate(state: &AppState, body: JobBody) -> Result<(JobSpec, Schedule)
     if glue_type == GlueType::Bean && handler.is_none() {
         return Err(invalid("handler: a BEAN job needs the handler's name"));
     }
+    let handler_chars = |c: char| c.is_ascii_alphanumeric() || "-_.:$@#".contains(c);
+    if handler
+        .as_deref()
+        .is_some_and(|h| h.len() > 255 || h.contains("..") || !h.chars().all(handler_chars))
+    {
+        return Err(invalid(
+            "handler: a name of at most 255 letters, digits and `-_.:$@#`, not a path",
+        ));
+    }
     if !(0..=86_400 * 7).contains(&body.timeout_secs) {
         return Err(invalid("timeout_secs: 0 (none) to 604800"));
     }

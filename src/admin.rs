@@ -52,7 +52,15 @@ pub struct AppState {
 impl AppState {
     /// Builds the state over an open database.
     pub fn new(db: Db, config: AdminConfig) -> anyhow::Result<AppState> {
-        let client = protocol::Client::new(&config.access_token, Duration::from_secs(10))?;
+        let client_options = protocol::ClientOptions {
+            ca_file: config.network.ca_file.clone(),
+            policy: Some(config.network.executor_policy.clone()),
+        };
+        let client = protocol::Client::with_options(
+            &config.access_token,
+            Duration::from_secs(10),
+            &client_options,
+        )?;
         let online_window_ms =
             3 * i64::try_from(config.heartbeat_interval.as_millis()).unwrap_or(30_000);
         Ok(AppState {

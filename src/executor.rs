@@ -83,7 +83,13 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         }),
         ..RuntimeConfig::default()
     })?);
-    let client = protocol::Client::new(&config.access_token, Duration::from_secs(10))?;
+    let client_options =
+        protocol::ClientOptions { ca_file: config.network.ca_file.clone(), policy: None };
+    let client = protocol::Client::with_options(
+        &config.access_token,
+        Duration::from_secs(10),
+        &client_options,
+    )?;
     let logs = LogStore::new(config.data_dir.join("logs"), config.limits.max_log_bytes)
         .context("creating the log directory")?;
     let outbox_dir = config.data_dir.join("outbox");

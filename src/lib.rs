@@ -4,6 +4,7 @@
 //! - `model`, `lifecycle`, `schedule`, `routing`: data, a run's state machine, fire times and
 //!   executor choice; pure, no IO.
 //! - `access`: roles and which route asks for which; pure.
+//! - `netpolicy`: which executor addresses an admin accepts and calls; pure.
 //! - `protocol`: the admin⇄executor wire format (XXL-JOB compatible) and its HTTP client.
 //! - `storage`: every SQL query, for SQLite and PostgreSQL.
 //! - `runtime`: wasmtime; compiles components and runs one job in a sandbox.
@@ -21,6 +22,7 @@ pub mod executor;
 pub mod failpoint;
 pub mod lifecycle;
 pub mod model;
+pub mod netpolicy;
 pub mod protocol;
 pub mod routing;
 pub mod runtime;

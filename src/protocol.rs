@@ -18,7 +18,9 @@ mod client;
 
 use serde::{Deserialize, Serialize};
 
-pub use self::client::{Client, ClientOptions, ProtocolError, excerpt, join_url};
+pub use self::client::{
+    Client, ClientOptions, EXCERPT_CHARS, MAX_REPLY_BYTES, ProtocolError, excerpt, join_url,
+};
 
 /// The header that carries the access token.
 pub const ACCESS_TOKEN_HEADER: &str = "XXL-JOB-ACCESS-TOKEN";

@@ -10,6 +10,7 @@
 //! - `runtime`: wasmtime; compiles components and runs one job in a sandbox.
 //! - `admin`: REST API, scheduler and dispatch. `executor`: runs triggers, reports results.
 //! - `cli`, `config`, `telemetry`: flags, validated configuration, logging.
+//! - `tls`: serving the APIs over plain HTTP or rustls.
 //! - `failpoint`: named crash points for the fault tests.
 //!
 //! `admin` and `executor` never import each other; `main` wires both for `standalone`.
@@ -29,3 +30,4 @@ pub mod runtime;
 pub mod schedule;
 pub mod storage;
 pub mod telemetry;
+pub mod tls;

@@ -2,6 +2,7 @@
 //! admin accepts and calls, a client that follows no redirect and reads no more than its cap,
 //! foreign text shown only as a short excerpt, and TLS between admin and executor.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,11 +10,13 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use wasmjob::admin::{self, Admin};
+use wasmjob::config::NetworkConfig;
+use wasmjob::executor;
 use wasmjob::netpolicy::AddressPolicy;
 use wasmjob::protocol::{self, ClientOptions, ProtocolError};
 
-use crate::support::app::admin_config;
-use crate::support::{ACCESS_TOKEN, ADMIN_TOKEN, Api};
+use crate::support::app::{admin_config, executor_config};
+use crate::support::{ACCESS_TOKEN, ADMIN_TOKEN, Api, sample_job};
 
 /// What a [`RawServer`] answers: the whole HTTP reply, or a stream of body chunks after a head.
 #[derive(Clone)]
@@ -287,4 +290,78 @@ async fn a_reply_that_never_ends_is_given_up_at_the_timeout() {
         matches!(&error, ProtocolError::Transport { source, .. } if source.is_timeout()),
         "{error:?}"
     );
+}
+
+/// A CA made for the test, and a certificate it signed for `localhost` and 127.0.0.1: the
+/// paths of the CA's certificate, the server's chain and its key (PEM).
+fn test_certificates(dir: &std::path::Path) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, "wasmjob test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let cert = CertificateParams::new(names).unwrap().signed_by(&key, &ca, &ca_key).unwrap();
+    let paths = (dir.join("ca.pem"), dir.join("server.pem"), dir.join("server.key"));
+    std::fs::write(&paths.0, ca.pem()).unwrap();
+    std::fs::write(&paths.1, cert.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    paths
+}
+
+/// Admin and executor both serve https with a certificate of a CA made here, and trust that CA:
+/// registration, the trigger, the module download, the result and the log page all go over TLS.
+#[tokio::test]
+async fn admin_and_executor_speak_tls_with_a_ca_made_in_the_test() {
+    wasmjob::telemetry::init_for_test();
+    // Built first: the first build blocks this test's runtime, heartbeats included.
+    let hello = sample_job("hello");
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = test_certificates(dir.path());
+    let network = NetworkConfig {
+        executor_policy: AddressPolicy::default(),
+        ca_file: Some(ca.clone()),
+        serve_tls: Some((cert, key)),
+    };
+    let mut config = admin_config(format!("sqlite:{}", dir.path().join("wasmjob.db").display()));
+    config.network = network.clone();
+    let admin = admin::start(config).await.unwrap();
+    admin.state.db.ensure_group("default", "Default", admin::now_ms()).await.unwrap();
+    assert!(admin.url().starts_with("https://127.0.0.1:"), "{}", admin.url());
+    let mut config = executor_config(&admin.url(), dir.path().join("executor"));
+    config.network = network;
+    let executor = executor::start(config).await.unwrap();
+    assert!(executor.address.starts_with("https://127.0.0.1:"), "{}", executor.address);
+
+    let root = reqwest::Certificate::from_pem(&std::fs::read(&ca).unwrap()).unwrap();
+    let http = reqwest::Client::builder().add_root_certificate(root).build().unwrap();
+    let api = Api { http, base: admin.url(), token: ADMIN_TOKEN.to_owned() };
+    api.wait_for_executors(1).await;
+    let (_, group) = api.get("/api/v1/groups/1").await;
+    assert_eq!(group["online_addresses"][0], executor.address.as_str(), "{group}");
+    let job_id = api.create_job(json!({"name": "over tls"})).await;
+    let (status, version) = api.upload(job_id, hello).await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{version}");
+    let (_, triggered) =
+        api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({"param": "tls"})).await;
+    let log_id = triggered["log_ids"][0].as_i64().unwrap();
+    let run = api.finished_run(log_id).await;
+    assert_eq!(
+        (run["handle_code"].as_i64(), run["handle_msg"].as_str()),
+        (Some(200), Some("hello, tls")),
+        "{run}"
+    );
+    assert!(api.log_content(log_id).await.contains("hello, tls"));
+
+    // Without the CA, the executor's certificate is refused; plain HTTP gets no answer.
+    let stranger = protocol::Client::new(ACCESS_TOKEN, Duration::from_secs(5)).unwrap();
+    let error = stranger.call::<_, String>(&executor.address, "beat", &()).await.unwrap_err();
+    assert!(format!("{error:?}").to_lowercase().contains("certificate"), "{error:?}");
+    let plain = executor.address.replace("https://", "http://");
+    let error = stranger.call::<_, String>(&plain, "beat", &()).await.unwrap_err();
+    assert!(matches!(error, ProtocolError::Transport { .. }), "{error:?}");
+    executor.stop().await;
+    admin.stop().await;
 }

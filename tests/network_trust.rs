@@ -365,3 +365,41 @@ async fn admin_and_executor_speak_tls_with_a_ca_made_in_the_test() {
     executor.stop().await;
     admin.stop().await;
 }
+
+/// `sslmode=require` in a PostgreSQL URL gives encrypted connections (rustls), checked from the
+/// server's side in `pg_stat_ssl`. Skipped without a test server, or when its ssl is off.
+#[tokio::test]
+async fn the_admin_reaches_postgres_over_tls_when_the_url_asks() {
+    #[expect(clippy::disallowed_methods, reason = "test configuration")]
+    let Ok(server_url) = std::env::var("WASMJOB_TEST_POSTGRES_URL") else {
+        eprintln!("WASMJOB_TEST_POSTGRES_URL is unset: skipping PostgreSQL over TLS");
+        return;
+    };
+    sqlx::any::install_default_drivers();
+    let server = sqlx::AnyPool::connect(&server_url).await.unwrap();
+    let ssl: String = sqlx::query_scalar("show ssl").fetch_one(&server).await.unwrap();
+    if ssl != "on" {
+        eprintln!("the PostgreSQL test server has ssl off: skipping PostgreSQL over TLS");
+        return;
+    }
+    let url = wasmjob::storage::testing::postgres_database("tls").await.unwrap().unwrap();
+    let name = url.rsplit('/').next().unwrap().to_owned();
+    let db = wasmjob::storage::Db::connect(&format!("{url}?sslmode=require")).await.unwrap();
+    db.ensure_group("default", "Default", admin::now_ms()).await.unwrap();
+    let sessions: Vec<(bool, String)> = sqlx::query_as(
+        "select s.ssl, coalesce(s.version, '') from pg_stat_ssl s \
+         join pg_stat_activity a using (pid) where a.datname = $1",
+    )
+    .bind(&name)
+    .fetch_all(&server)
+    .await
+    .unwrap();
+    assert!(!sessions.is_empty(), "no session on {name}");
+    assert!(
+        sessions.iter().all(|(ssl, version)| *ssl && version.starts_with("TLS")),
+        "{sessions:?}"
+    );
+    db.close().await;
+    server.close().await;
+    wasmjob::storage::testing::drop_postgres_database(&url).await.unwrap();
+}

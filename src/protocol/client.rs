@@ -272,15 +272,10 @@ impl reqwest::dns::Resolve for CheckedResolver {
 /// A peer's text as it may be shown to an operator: control characters dropped, at most
 /// [`EXCERPT_CHARS`] characters, and `…` when it was cut.
 pub fn excerpt(text: &str) -> String {
-    let mut kept: String = String::new();
-    let mut count = 0;
-    for c in text.chars().filter(|c| !c.is_control() && !is_invisible(*c)) {
-        if count == EXCERPT_CHARS {
-            kept.push('…');
-            return kept;
-        }
-        kept.push(c);
-        count += 1;
+    let mut shown = text.chars().filter(|c| !c.is_control() && !is_invisible(*c));
+    let mut kept: String = shown.by_ref().take(EXCERPT_CHARS).collect();
+    if shown.next().is_some() {
+        kept.push('…');
     }
     kept
 }

@@ -399,6 +399,20 @@ mod tests {
     }
 
     #[test]
+    fn the_executor_allow_list_is_checked_at_start() {
+        let list = |entries: &[&str]| entries.iter().map(|e| (*e).to_owned()).collect::<Vec<_>>();
+        assert!(executor_policy(&list(&["10.0.0.0/8", "*.jobs.internal"])).is_ok());
+        let error = executor_policy(&list(&["10.0.0.0/8", "bad host"])).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "--executor-allow: `bad host` is neither a CIDR nor a host pattern (`name`, `*.domain` or `*`)"
+        );
+        let default =
+            crate::netpolicy::DEFAULT_ALLOW.split(',').map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(executor_policy(&default).unwrap(), AddressPolicy::default());
+    }
+
+    #[test]
     fn admin_urls_are_checked() {
         let table = [
             ("http://127.0.0.1:8080", "ok"),

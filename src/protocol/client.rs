@@ -36,7 +36,7 @@ pub const EXCERPT_CHARS: usize = 100;
 #[derive(Debug, thiserror::Error)]
 pub enum ProtocolError {
     /// The peer could not be reached or did not answer in time.
-    #[error("{url}: {source}")]
+    #[error("{url}: {}", causes(source))]
     Transport {
         /// What was called.
         url: String,
@@ -69,6 +69,22 @@ pub enum ProtocolError {
         /// Why.
         reason: String,
     },
+}
+
+/// An error and its causes on one line (reqwest's own message omits them: "error sending
+/// request" says nothing of a refused connection or a refused address).
+fn causes(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// How a [`Client`] connects, beyond its token and timeout.

@@ -83,6 +83,11 @@ pub struct StandaloneArgs {
     /// Components run by `BEAN` jobs, by file stem.
     #[arg(long, env = "WASMJOB_HANDLERS_DIR")]
     pub handlers_dir: Option<PathBuf>,
+    /// Executor addresses accepted at registration and called: CIDRs (`10.0.0.0/8`), IPs and
+    /// host patterns (`exec-1.internal`, `*.jobs.internal`, `*`), comma-separated. Link-local and
+    /// cloud metadata addresses stay refused unless an entry inside their range names them.
+    #[arg(long, env = "WASMJOB_EXECUTOR_ALLOW", value_delimiter = ',', default_value = crate::netpolicy::DEFAULT_ALLOW)]
+    pub executor_allow: Vec<String>,
     #[command(flatten)]
     pub limits: LimitArgs,
 }
@@ -108,6 +113,13 @@ pub struct AdminArgs {
     /// Days ended run records are kept (XXL-JOB's log retention); 0 keeps them for ever.
     #[arg(long, env = "WASMJOB_RUN_RETENTION_DAYS", default_value_t = 30)]
     pub run_retention_days: u32,
+    /// Executor addresses accepted at registration and called: CIDRs (`10.0.0.0/8`), IPs and
+    /// host patterns (`exec-1.internal`, `*.jobs.internal`, `*`), comma-separated. Link-local and
+    /// cloud metadata addresses stay refused unless an entry inside their range names them.
+    #[arg(long, env = "WASMJOB_EXECUTOR_ALLOW", value_delimiter = ',', default_value = crate::netpolicy::DEFAULT_ALLOW)]
+    pub executor_allow: Vec<String>,
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 /// `wasmjob executor`.
@@ -138,7 +150,23 @@ pub struct ExecutorArgs {
     #[arg(long, env = "WASMJOB_HEARTBEAT_SECS", default_value_t = 30)]
     pub heartbeat_secs: u64,
     #[command(flatten)]
+    pub tls: TlsArgs,
+    #[command(flatten)]
     pub limits: LimitArgs,
+}
+
+/// TLS: the roots trusted when calling peers, and the certificate served.
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// PEM file of CA certificates trusted (besides the webpki roots) for https:// peers.
+    #[arg(long, env = "WASMJOB_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// PEM certificate chain to serve the API over https (with --tls-key).
+    #[arg(long, env = "WASMJOB_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "WASMJOB_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Defaults for runs whose job does not set its own limits.

@@ -78,6 +78,10 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         .await
         .with_context(|| format!("binding the executor API to {}", config.listen))?;
     let local_addr = listener.local_addr()?;
+    let tls = match &config.network.serve_tls {
+        Some((cert, key)) => Some(crate::tls::server_config(cert, key)?),
+        None => None,
+    };
     let address = advertised_address(&config, local_addr);
     tracing::info!(
         "executor `{}` listening on {local_addr}, registered as {address}",
@@ -92,7 +96,13 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         }),
         ..RuntimeConfig::default()
     })?);
-    let client = protocol::Client::new(&config.access_token, Duration::from_secs(10))?;
+    let client_options =
+        protocol::ClientOptions { ca_file: config.network.ca_file.clone(), policy: None };
+    let client = protocol::Client::with_options(
+        &config.access_token,
+        Duration::from_secs(10),
+        &client_options,
+    )?;
     let logs = LogStore::new(config.data_dir.join("logs"), config.limits.max_log_bytes)
         .context("creating the log directory")?;
     let outbox_dir = config.data_dir.join("outbox");
@@ -127,9 +137,8 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
     let server_shutdown = shutdown.clone();
     let mut tasks = vec![tokio::spawn(
         async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
-                .await;
+            let stopped = async move { server_shutdown.cancelled().await };
+            let served = crate::tls::serve(listener, tls, app, stopped).await;
             if let Err(error) = served {
                 tracing::error!(%error, "executor API stopped");
             }
@@ -272,7 +281,8 @@ fn advertised_address(config: &ExecutorConfig, local_addr: SocketAddr) -> String
     } else {
         local_addr.ip()
     };
-    format!("http://{}", SocketAddr::new(ip, local_addr.port()))
+    let scheme = if config.network.serve_tls.is_some() { "https" } else { "http" };
+    format!("{scheme}://{}", SocketAddr::new(ip, local_addr.port()))
 }
 
 async fn retention(logs: LogStore, keep_days: u32, shutdown: CancellationToken) {

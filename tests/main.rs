@@ -19,6 +19,8 @@ mod executor_lifecycle;
 mod fault;
 /// The admin's side of the run lifecycle: each way a run was lost, stranded or doubled.
 mod lifecycle;
+/// The network attack surface: executor addresses, redirects, reply caps, excerpts, TLS.
+mod network_trust;
 /// The sandbox through the real executor: hostile jobs, kills, block strategies, the cache.
 mod sandbox;
 /// `GET /api/v1/schedule/preview` through the router: fire times, DST, every refusal.

@@ -203,6 +203,7 @@ pub fn admin_config(database_url: String) -> AdminConfig {
         heartbeat_interval: Duration::from_secs(30),
         max_module_bytes: 4 * 1024 * 1024,
         run_retention_days: Some(30),
+        network: Default::default(),
     }
 }
 
@@ -227,5 +228,6 @@ pub fn executor_config(admin_url: &str, data_dir: PathBuf) -> ExecutorConfig {
             shutdown_grace: Duration::from_secs(10),
         },
         heartbeat_interval: Duration::from_secs(30),
+        network: Default::default(),
     }
 }

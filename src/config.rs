@@ -12,6 +12,7 @@ use anyhow::Context;
 
 use crate::access::Role;
 use crate::cli::{AdminArgs, CreateUserArgs, ExecutorArgs, LimitArgs, StandaloneArgs};
+use crate::protocol::Generation;
 
 /// The shortest token accepted.
 pub const MIN_TOKEN_LEN: usize = 16;
@@ -72,6 +73,8 @@ pub struct ExecutorConfig {
     pub limits: RunDefaults,
     /// How often to send a heartbeat.
     pub heartbeat_interval: Duration,
+    /// The admins' protocol generation (`--admin-protocol`).
+    pub admin_protocol: Generation,
 }
 
 /// Limits applied to runs whose job does not set its own.
@@ -177,6 +180,10 @@ impl ExecutorConfig {
             access_token,
             limits: RunDefaults::from_args(&args.limits)?,
             heartbeat_interval: heartbeat(args.heartbeat_secs)?,
+            admin_protocol: args
+                .admin_protocol
+                .parse()
+                .map_err(|error| anyhow::anyhow!("--admin-protocol: {error}"))?,
         })
     }
 }
@@ -241,6 +248,7 @@ impl StandaloneConfig {
             access_token,
             limits: RunDefaults::from_args(&args.limits)?,
             heartbeat_interval: Duration::from_secs(30),
+            admin_protocol: Generation::Classic,
         };
         Ok(StandaloneConfig {
             admin,

@@ -126,16 +126,21 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         }
         .instrument(tracing::info_span!("executor_http")),
     )];
+    let admin_link = heartbeat::AdminLink {
+        urls: config.admin_urls.clone(),
+        app_name: config.app_name.clone(),
+        generation: config.admin_protocol,
+    };
     tasks.push(tokio::spawn(
         outbox
             .clone()
-            .deliver(client.clone(), config.admin_urls.clone(), shutdown.clone())
+            .deliver(client.clone(), admin_link.clone(), shutdown.clone())
             .instrument(tracing::info_span!("outbox")),
     ));
     tasks.push(tokio::spawn(
         heartbeat::run(
             client,
-            config.admin_urls.clone(),
+            admin_link,
             heartbeat::param(&config.app_name, &address),
             heartbeat::Held { journal, outbox: outbox.clone() },
             config.heartbeat_interval,

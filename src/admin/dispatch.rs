@@ -23,6 +23,7 @@
 //! `sweep.rs` is the periodic pass that finds work whose owner died or whose executor went away.
 
 mod events;
+mod peers;
 mod sender;
 mod sweep;
 
@@ -48,6 +49,7 @@ use crate::routing::{Probe, Route, RouterState, sharding};
 use crate::schedule::Schedule;
 use crate::storage::{Claim, Db, Fired, NewRun};
 
+pub use self::peers::{Peer, PeerKind};
 use self::sender::{PostError, Senders};
 pub use self::sweep::sweep;
 
@@ -101,6 +103,8 @@ struct Inner {
     online: Mutex<HashMap<String, (i64, Vec<String>)>>,
     /// The executors' send queues.
     senders: Arc<Senders>,
+    /// What each registered executor speaks.
+    peers: Arc<peers::Peers>,
     /// Jobs as read on the hot path, with when they were read.
     jobs: Mutex<HashMap<i64, (i64, Option<Job>)>>,
     /// Groups as read on the hot path, with when they were read.
@@ -129,9 +133,11 @@ impl Dispatcher {
         online_window_ms: i64,
         run_retention_days: Option<u32>,
     ) -> Dispatcher {
+        let peers = Arc::new(peers::Peers::default());
         let inner = Inner {
             db,
-            senders: Senders::new(client.clone()),
+            senders: Senders::new(client.clone(), peers.clone()),
+            peers,
             client,
             router: Mutex::new(RouterState::new()),
             online_window_ms,

@@ -224,5 +224,6 @@ pub fn executor_config(admin_url: &str, data_dir: PathBuf) -> ExecutorConfig {
             max_concurrent_runs: 16,
         },
         heartbeat_interval: Duration::from_secs(30),
+        admin_protocol: wasmjob::protocol::Generation::Classic,
     }
 }

@@ -346,6 +346,10 @@ mod tests {
         assert!(check(None).contains("is required"));
         assert!(check(Some("short")).contains("too short"));
         assert!(check(Some("default_token")).contains("too short"));
+        // XXL-JOB's shipped token and an empty or blank one, as a migrating user might pass them.
+        assert!(check(Some("")).contains("too short"));
+        assert!(check(Some("                    ")).contains("too short"));
+        assert!(check(Some("DEFAULT_TOKEN")).contains("too short"));
         assert!(check(Some("aaaaaaaaaaaaaaaaaaaa")).contains("well-known"));
         assert!(check(Some("1234567890123456")).contains("well-known"));
         assert_eq!(check(Some(" 9f8e7d6c5b4a39281706 ")), "ok 9f8e7d6c5b4a39281706");

@@ -110,6 +110,9 @@ struct Received {
     body: Value,
 }
 
+/// How a fake peer answers a request: its path and JSON body to the reply.
+type Answer = fn(&Peer, &str, Value) -> Value;
+
 #[derive(Clone)]
 struct Peer {
     generation: &'static str,
@@ -129,9 +132,9 @@ impl Peer {
     }
 
     /// Serves `handler` on 127.0.0.1:0; returns its base URL.
-    async fn serve(&self, handler: fn(&Peer, &str, Value) -> Value) -> String {
+    async fn serve(&self, handler: Answer) -> String {
         async fn any(
-            State((peer, handler)): State<(Peer, fn(&Peer, &str, Value) -> Value)>,
+            State((peer, handler)): State<(Peer, Answer)>,
             uri: Uri,
             headers: HeaderMap,
             body: Bytes,
@@ -381,6 +384,8 @@ async fn our_executor_against_java_admin(g: &'static str) {
     // The registration is one the admin parses (it answers 500 otherwise, and we would retry).
     let registry = peer.wait_for("/api/registry").await;
     assert_parses(g, "RegistryParam", &registry.body);
+    // Registered as Java executors register, so a Java admin's CONSISTENT_HASH places it alike.
+    assert_eq!(registry.body["registryValue"], format!("{}/", executor.address), "{g}");
     assert_eq!(registry.app_name.as_deref(), Some(APP_NAME), "{g}");
 
     // The admin's trigger, at its route; our answer is one it parses.

@@ -588,16 +588,19 @@ impl Dispatcher {
             Route::Broadcast(targets) => targets.into_iter().next().map(|(address, _, _)| address),
             Route::FirstPassing { probe, candidates } => {
                 for candidate in candidates {
+                    // XXL-JOB 3.5 executors answer only calls that name their application.
+                    let peer = self.peer(&candidate);
+                    let app_name = peer.as_ref().and_then(Peer::app_name_header);
+                    let client = &self.inner.client;
                     let probed = async {
                         match probe {
                             Probe::Beat => {
-                                self.inner.client.call::<_, String>(&candidate, "beat", &()).await
+                                client.call_as::<_, String>(&candidate, "beat", &(), app_name).await
                             }
                             Probe::IdleBeat => {
                                 let param = JobIdParam { job_id: job.id, log_id: None };
-                                self.inner
-                                    .client
-                                    .call::<_, String>(&candidate, "idleBeat", &param)
+                                client
+                                    .call_as::<_, String>(&candidate, "idleBeat", &param, app_name)
                                     .await
                             }
                         }

@@ -85,11 +85,14 @@ pub async fn run(
 }
 
 /// The registry parameter of an executor, without held runs (as `/api/registryRemove` sends it).
+///
+/// The address ends in one slash, as XXL-JOB executors register theirs (`http://ip:port/`): an
+/// XXL-JOB admin hashes that string for `CONSISTENT_HASH`, and a wasmjob admin drops the slash.
 pub fn param(app_name: &str, address: &str) -> RegistryParam {
     RegistryParam {
         registry_group: REGISTRY_GROUP_EXECUTOR.to_owned(),
         registry_key: app_name.to_owned(),
-        registry_value: address.to_owned(),
+        registry_value: format!("{}/", address.trim_end_matches('/')),
         held_runs: None,
     }
 }

@@ -272,13 +272,13 @@ impl Dispatcher {
                 let sent = "kill requested: the run is being sent and is stopped as soon as its \
                      executor has it";
                 match address {
-                    Some(address) => kill_scope(sent, address, run.job_id, self.peer(address)),
+                    Some(address) => kill_scope(sent, run.job_id, self.peer(address)),
                     None => run_only(sent),
                 }
             }
             (_, _, Some(address)) => {
                 let sent = format!("kill sent to {address}");
-                kill_scope(&sent, address, run.job_id, self.peer(address))
+                kill_scope(&sent, run.job_id, self.peer(address))
             }
             (_, _, None) => run_only("kill requested"),
         })
@@ -323,7 +323,7 @@ impl Dispatcher {
 
 /// What a kill sent to `address` (now, or once the run being sent reaches it) does, by what
 /// answers there: `sent` and then why.
-fn kill_scope(sent: &str, address: &str, job_id: i64, peer: Option<Peer>) -> Killed {
+fn kill_scope(sent: &str, job_id: i64, peer: Option<Peer>) -> Killed {
     let (what, scope) = match peer.map(|peer| peer.kind) {
         Some(PeerKind::Wasmjob) => ("it stops this run only".to_owned(), KILLS_RUN),
         Some(PeerKind::XxlJob(_)) => (
@@ -336,14 +336,14 @@ fn kill_scope(sent: &str, address: &str, job_id: i64, peer: Option<Peer>) -> Kil
         ),
         None => (
             format!(
-                "its kind is not known yet (it has not registered with this admin since it \
-                 started): a wasmjob executor stops this run only, an XXL-JOB executor job \
-                 {job_id}'s whole queue"
+                "its kind is not known yet (it has not registered with this admin since this \
+                 admin started): a wasmjob executor stops this run only, an XXL-JOB executor \
+                 stops job {job_id}'s whole queue"
             ),
             KILLS_RUN_OR_JOB_QUEUE,
         ),
     };
-    Killed { message: format!("{sent}; {address}: {what}"), scope }
+    Killed { message: format!("{sent}; {what}"), scope }
 }
 
 /// The delay of `job` if it is a `FIX_DELAY` job whose schedule reads.
@@ -354,4 +354,36 @@ fn fix_delay_ms(job: &Job) -> Option<i64> {
     Schedule::parse(job.spec.schedule_type, &job.spec.schedule_conf, job.spec.time_zone.as_deref())
         .ok()
         .and_then(|schedule| schedule.fix_delay_ms())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Generation;
+
+    #[test]
+    fn a_kill_says_what_it_stops() {
+        let peer = |kind| Some(Peer { kind, app_name: "app".to_owned() });
+        let rows = [
+            peer(PeerKind::Wasmjob),
+            peer(PeerKind::XxlJob(Generation::Classic)),
+            peer(PeerKind::XxlJob(Generation::V3_5)),
+            None,
+        ];
+        let out: Vec<String> = rows
+            .into_iter()
+            .map(|peer| {
+                let killed = kill_scope("kill sent to http://e:9999", 7, peer);
+                format!("{}: {}", killed.scope, killed.message)
+            })
+            .collect();
+        expect_test::expect![[r#"
+            [
+                "run: kill sent to http://e:9999; it stops this run only",
+                "job_queue: kill sent to http://e:9999; it is an XXL-JOB executor, whose kill takes only the job: it stops job 7's whole queue, this run and every run of job 7 waiting behind it there",
+                "job_queue: kill sent to http://e:9999; it is an XXL-JOB executor, whose kill takes only the job: it stops job 7's whole queue, this run and every run of job 7 waiting behind it there",
+                "run_or_job_queue: kill sent to http://e:9999; its kind is not known yet (it has not registered with this admin since this admin started): a wasmjob executor stops this run only, an XXL-JOB executor stops job 7's whole queue",
+            ]
+        "#]].assert_debug_eq(&out);
+    }
 }

@@ -103,3 +103,29 @@ impl Dispatcher {
         self.inner.peers.get(address)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_registration_tells_what_answers_at_an_address() {
+        let kinds: Vec<(bool, bool, PeerKind, &str)> =
+            [(true, true), (true, false), (false, true), (false, false)]
+                .into_iter()
+                .map(|(held, named)| {
+                    let peer = Peer::from_registration("app", held, named);
+                    (held, named, peer.kind, peer.generation().trigger_path())
+                })
+                .collect();
+        assert_eq!(
+            kinds,
+            [
+                (true, true, PeerKind::Wasmjob, "run"),
+                (true, false, PeerKind::Wasmjob, "run"),
+                (false, true, PeerKind::XxlJob(Generation::V3_5), "trigger"),
+                (false, false, PeerKind::XxlJob(Generation::Classic), "run"),
+            ]
+        );
+    }
+}

@@ -244,8 +244,10 @@ mod tests {
 
     use super::*;
 
-    /// Each row: the page asked for, what the executor answered, whether the run has ended.
-    fn check(rows: &[(i64, (i64, i64, &str, bool), bool)], expected: Expect) {
+    /// The page asked for, what the executor answered, whether the run has ended.
+    type Row<'a> = (i64, (i64, i64, &'a str, bool), bool);
+
+    fn check(rows: &[Row<'_>], expected: Expect) {
         let mut out = String::new();
         for &(from_line, (from_line_num, to_line_num, content, is_end), run_ended) in rows {
             let page =

@@ -1,5 +1,8 @@
-//! The admin⇄executor wire format: XXL-JOB's executor protocol (2.2–3.4, tolerant of 3.5),
-//! extended for Wasm, and the HTTP client both sides use to speak it.
+//! The admin⇄executor wire format: XXL-JOB's executor protocol (2.2 to 3.5), extended for Wasm,
+//! and the HTTP client both sides use to speak it.
+//!
+//! Bodies are written so that every generation reads them; where the generations cannot be
+//! served by one body (the trigger route, the callback form), [`Generation`] says which to use.
 //!
 //! Every call is a `POST` with a JSON body, answered with HTTP 200 and the envelope
 //! `{"code":200|500|502,"msg":…,"content":…}` (also sent as `data` for 3.3+ readers).
@@ -405,7 +408,7 @@ impl HandleCallbackParam {
 pub enum CallbackBody {
     /// XXL-JOB's bare array.
     List(Vec<HandleCallbackParam>),
-    /// The wrapped form some clients send.
+    /// XXL-JOB 3.5's wrapped form.
     Wrapped {
         /// The results.
         #[serde(rename = "callbackList")]

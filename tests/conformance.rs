@@ -269,9 +269,24 @@ async fn java_executor_against_our_admin(g: &'static str) {
     let sends_app_name = peer.meta("sends_app_name") == json!(true);
     let app_header = sends_app_name.then_some(APP_NAME);
 
-    // Registration, with the address as Java registers it (a trailing slash).
+    // Registration, with the address as Java registers it (a trailing slash). An executor left
+    // with XXL-JOB's shipped token, or none, is refused and not registered.
     let mut registry = fixture(g, "executor_sends/registry");
     registry["registryValue"] = json!(format!("{executor_url}/"));
+    for token in ["default_token", ""] {
+        let reply = reqwest::Client::new()
+            .post(api.url("/api/registry"))
+            .header(ACCESS_HEADER, token)
+            .json(&registry)
+            .send()
+            .await
+            .unwrap();
+        let reply: Value = reply.json().await.unwrap();
+        assert_parses(g, "reply", &reply);
+        assert_eq!(reply["code"], 500, "{g}: token {token:?}: {reply}");
+    }
+    let (_, online) = api.get(&format!("/api/v1/groups/{}", group.id)).await;
+    assert_eq!(online["online_addresses"], json!([]), "{g}: {online}");
     let reply = post(&api.url("/api/registry"), &registry, app_header).await;
     assert_parses(g, "reply", &reply);
     assert_eq!(reply["code"], 200, "{g}: {reply}");

@@ -8,7 +8,8 @@
 //! once. An executor that does not speak `/runs` (an XXL-JOB executor answers that it has no such
 //! mapping; an older wasmjob executor answers 404) gets one `/run` per trigger, and is asked
 //! again only after [`PLAIN_FOR`]. A request that no executor answered leaves every trigger in it
-//! unconfirmed, exactly as a single `/run` would.
+//! unconfirmed, exactly as a single `/run` would. An executor known to be an XXL-JOB executor
+//! (`peers.rs`) gets single triggers from the start, at `/trigger` for a 3.5 executor.
 //!
 //! It does not decide what an answer means for a run: `send_to_executor` does.
 

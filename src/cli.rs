@@ -149,6 +149,10 @@ pub struct ExecutorArgs {
     /// Seconds between heartbeats (XXL-JOB's 30); the admin's `--heartbeat-secs` must match.
     #[arg(long, env = "WASMJOB_HEARTBEAT_SECS", default_value_t = 30)]
     pub heartbeat_secs: u64,
+    /// The admins' protocol: `classic` (wasmjob, XXL-JOB 2.2 to 3.4) or `3.5` (XXL-JOB 3.5:
+    /// callbacks wrapped in `callbackList`).
+    #[arg(long, env = "WASMJOB_ADMIN_PROTOCOL", default_value = "classic")]
+    pub admin_protocol: String,
     #[command(flatten)]
     pub tls: TlsArgs,
     #[command(flatten)]

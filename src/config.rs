@@ -13,6 +13,7 @@ use anyhow::Context;
 use crate::access::Role;
 use crate::cli::{AdminArgs, CreateUserArgs, ExecutorArgs, LimitArgs, StandaloneArgs, TlsArgs};
 use crate::netpolicy::AddressPolicy;
+use crate::protocol::Generation;
 
 /// The shortest token accepted.
 pub const MIN_TOKEN_LEN: usize = 16;
@@ -77,6 +78,8 @@ pub struct ExecutorConfig {
     pub heartbeat_interval: Duration,
     /// TLS (its executor policy is the admin's business and unused here).
     pub network: NetworkConfig,
+    /// The admins' protocol generation (`--admin-protocol`).
+    pub admin_protocol: Generation,
 }
 
 /// Who a process talks to, and how: the executor addresses an admin accepts and calls, the
@@ -226,6 +229,10 @@ impl ExecutorConfig {
             limits: RunDefaults::from_args(&args.limits)?,
             heartbeat_interval: heartbeat(args.heartbeat_secs)?,
             network: NetworkConfig::from_args(args.tls, None)?,
+            admin_protocol: args
+                .admin_protocol
+                .parse()
+                .map_err(|error| anyhow::anyhow!("--admin-protocol: {error}"))?,
         })
     }
 }
@@ -309,6 +316,7 @@ impl StandaloneConfig {
             limits: RunDefaults::from_args(&args.limits)?,
             heartbeat_interval: Duration::from_secs(30),
             network: NetworkConfig::default(),
+            admin_protocol: Generation::Classic,
         };
         Ok(StandaloneConfig {
             admin,
@@ -413,6 +421,10 @@ mod tests {
         assert!(check(None).contains("is required"));
         assert!(check(Some("short")).contains("too short"));
         assert!(check(Some("default_token")).contains("too short"));
+        // XXL-JOB's shipped token and an empty or blank one, as a migrating user might pass them.
+        assert!(check(Some("")).contains("too short"));
+        assert!(check(Some("                    ")).contains("too short"));
+        assert!(check(Some("DEFAULT_TOKEN")).contains("too short"));
         assert!(check(Some("aaaaaaaaaaaaaaaaaaaa")).contains("well-known"));
         assert!(check(Some("1234567890123456")).contains("well-known"));
         assert_eq!(check(Some(" 9f8e7d6c5b4a39281706 ")), "ok 9f8e7d6c5b4a39281706");

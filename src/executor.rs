@@ -145,17 +145,22 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         }
         .instrument(tracing::info_span!("executor_http")),
     )];
+    let admin_link = heartbeat::AdminLink {
+        urls: config.admin_urls.clone(),
+        app_name: config.app_name.clone(),
+        generation: config.admin_protocol,
+    };
     tasks.push(tokio::spawn(
         outbox
             .clone()
-            .deliver(client.clone(), config.admin_urls.clone(), shutdown.clone())
+            .deliver(client.clone(), admin_link.clone(), shutdown.clone())
             .instrument(tracing::info_span!("outbox")),
     ));
     let heartbeat_stop = CancellationToken::new();
     let heartbeat = tokio::spawn(
         heartbeat::run(
             client,
-            config.admin_urls.clone(),
+            admin_link,
             heartbeat::param(&config.app_name, &address),
             heartbeat::Held { journal, outbox: outbox.clone() },
             config.heartbeat_interval,

@@ -1,5 +1,8 @@
-//! The admin⇄executor wire format: XXL-JOB's executor protocol (2.2–3.4, tolerant of 3.5),
-//! extended for Wasm, and the HTTP client both sides use to speak it.
+//! The admin⇄executor wire format: XXL-JOB's executor protocol (2.2 to 3.5), extended for Wasm,
+//! and the HTTP client both sides use to speak it.
+//!
+//! Bodies are written so that every generation reads them; where the generations cannot be
+//! served by one body (the trigger route, the callback form), [`Generation`] says which to use.
 //!
 //! Every call is a `POST` with a JSON body, answered with HTTP 200 and the envelope
 //! `{"code":200|500|502,"msg":…,"content":…}` (also sent as `data` for 3.3+ readers).
@@ -30,6 +33,55 @@ pub const APP_NAME_HEADER: &str = "XXL-JOB-APPNAME";
 pub const REGISTRY_GROUP_EXECUTOR: &str = "EXECUTOR";
 /// `glueType` of uploaded Wasm modules.
 pub const GLUE_WASM: &str = "GLUE_WASM";
+
+/// A generation of XXL-JOB's protocol, where the generations differ on the wire.
+///
+/// Bodies are written so that every generation reads them (both `logDateTim` and `logDateTime`,
+/// both `handleCode` and 2.2's `executeResult`); what cannot be said to all at once is chosen by
+/// the peer's generation: the trigger route, the `XXL-JOB-APPNAME` header and the callback form.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Generation {
+    /// XXL-JOB 2.2 to 3.4, and wasmjob: `/run`, callbacks as a bare array, the access token alone.
+    #[default]
+    Classic,
+    /// XXL-JOB 3.5: `/trigger`, `XXL-JOB-APPNAME` beside the token on every call, callbacks
+    /// wrapped in `{"callbackList": [...]}`.
+    V3_5,
+}
+
+impl Generation {
+    /// The executor route that takes a `TriggerParam`.
+    pub fn trigger_path(self) -> &'static str {
+        match self {
+            Generation::Classic => "run",
+            Generation::V3_5 => "trigger",
+        }
+    }
+
+    /// Its spelling in flags and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Generation::Classic => "classic",
+            Generation::V3_5 => "3.5",
+        }
+    }
+}
+
+impl std::str::FromStr for Generation {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Generation, String> {
+        match text {
+            "classic" | "2.2" | "2.3" | "2.4" | "3.0" | "3.1" | "3.2" | "3.3" | "3.4" => {
+                Ok(Generation::Classic)
+            }
+            "3.5" => Ok(Generation::V3_5),
+            other => Err(format!(
+                "`{other}` is not a protocol generation: `classic` (XXL-JOB 2.2 to 3.4) or `3.5`"
+            )),
+        }
+    }
+}
 
 /// The reply envelope (XXL-JOB's `ReturnT`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,17 +190,57 @@ pub struct JobIdParam {
     pub log_id: Option<i64>,
 }
 
-/// `/log`: a page of a run's log.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+/// `/log`: a page of a run's log. Sent with the trigger time under both names, `logDateTim`
+/// (XXL-JOB up to 3.4) and `logDateTime` (3.5), so every generation finds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(from = "LogParamIn")]
 pub struct LogParam {
-    /// The run's trigger time (ms); XXL-JOB spells it `logDateTim`.
-    #[serde(alias = "logDateTime")]
+    /// The run's trigger time (ms); XXL-JOB spells it `logDateTim` (`logDateTime` from 3.5).
     pub log_date_tim: i64,
     /// The run's id.
     pub log_id: i64,
     /// The first line wanted, 1-based.
     pub from_line_num: i64,
+}
+
+/// `LogParam` as read: either spelling of the time, or both.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct LogParamIn {
+    log_date_tim: Option<i64>,
+    log_date_time: Option<i64>,
+    log_id: i64,
+    from_line_num: i64,
+}
+
+impl From<LogParamIn> for LogParam {
+    fn from(read: LogParamIn) -> LogParam {
+        LogParam {
+            log_date_tim: read.log_date_tim.or(read.log_date_time).unwrap_or_default(),
+            log_id: read.log_id,
+            from_line_num: read.from_line_num,
+        }
+    }
+}
+
+impl Serialize for LogParam {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Wire {
+            log_date_tim: i64,
+            log_date_time: i64,
+            log_id: i64,
+            from_line_num: i64,
+        }
+        Wire {
+            log_date_tim: self.log_date_tim,
+            log_date_time: self.log_date_tim,
+            log_id: self.log_id,
+            from_line_num: self.from_line_num,
+        }
+        .serialize(serializer)
+    }
 }
 
 /// The answer to `/log`.
@@ -202,27 +294,104 @@ pub mod run_reply {
 }
 
 /// One result in `/api/callback`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+///
+/// Written for every generation at once: the trigger time as `logDateTim` and `logDateTime`
+/// (3.5), and the result both as `handleCode`/`handleMsg` (2.3 and later) and as 2.2's
+/// `executeResult: {code, msg}`. Readers of each generation ignore the fields they do not know.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(from = "CallbackIn")]
 pub struct HandleCallbackParam {
     /// The run's id.
     pub log_id: i64,
-    /// The run's trigger time (ms).
-    #[serde(alias = "logDateTime")]
+    /// The run's trigger time (ms): `logDateTim`, or `logDateTime` from 3.5.
     pub log_date_tim: i64,
     /// 200 success, 500 failure, 502 timeout.
     pub handle_code: i32,
     /// The handler's message.
     pub handle_msg: Option<String>,
     /// wasmjob: fuel a successful run consumed.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub fuel_used: Option<i64>,
     /// wasmjob: when the executor started the handler (ms since the epoch).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at: Option<i64>,
-    /// XXL-JOB 2.2 reports the result here instead of `handleCode`/`handleMsg`.
-    #[serde(skip_serializing)]
+    /// XXL-JOB 2.2 reports the result here instead of `handleCode`/`handleMsg`. Read only: it
+    /// is always written from `handleCode`/`handleMsg`.
     pub execute_result: Option<ReturnT<String>>,
+}
+
+/// `HandleCallbackParam` as read: either spelling of the time, or both.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct CallbackIn {
+    log_id: i64,
+    log_date_tim: Option<i64>,
+    log_date_time: Option<i64>,
+    handle_code: i32,
+    handle_msg: Option<String>,
+    fuel_used: Option<i64>,
+    started_at: Option<i64>,
+    execute_result: Option<ReturnT<String>>,
+}
+
+impl From<CallbackIn> for HandleCallbackParam {
+    fn from(read: CallbackIn) -> HandleCallbackParam {
+        HandleCallbackParam {
+            log_id: read.log_id,
+            log_date_tim: read.log_date_tim.or(read.log_date_time).unwrap_or_default(),
+            handle_code: read.handle_code,
+            handle_msg: read.handle_msg,
+            fuel_used: read.fuel_used,
+            started_at: read.started_at,
+            execute_result: read.execute_result,
+        }
+    }
+}
+
+impl Serialize for HandleCallbackParam {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Wire<'a> {
+            log_id: i64,
+            log_date_tim: i64,
+            log_date_time: i64,
+            handle_code: i32,
+            handle_msg: Option<&'a str>,
+            execute_result: ExecuteResult<'a>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            fuel_used: Option<i64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            started_at: Option<i64>,
+        }
+        /// 2.2's `ReturnT<String>`: it reads `code` and `msg`.
+        #[derive(Serialize)]
+        struct ExecuteResult<'a> {
+            code: i32,
+            msg: Option<&'a str>,
+        }
+        let (handle_code, handle_msg) = match &self.execute_result {
+            Some(result) if self.handle_code == 0 => (result.code, result.msg.as_deref()),
+            _ => (self.handle_code, self.handle_msg.as_deref()),
+        };
+        Wire {
+            log_id: self.log_id,
+            log_date_tim: self.log_date_tim,
+            log_date_time: self.log_date_tim,
+            handle_code,
+            handle_msg,
+            execute_result: ExecuteResult { code: handle_code, msg: handle_msg },
+            fuel_used: self.fuel_used,
+            started_at: self.started_at,
+        }
+        .serialize(serializer)
+    }
+}
+
+/// An `/api/callback` body as XXL-JOB 3.5 admins read it: `{"callbackList": [...]}`.
+#[derive(Debug, Serialize)]
+pub struct CallbackList<'a> {
+    /// The results.
+    #[serde(rename = "callbackList")]
+    pub callback_list: &'a [&'a HandleCallbackParam],
 }
 
 impl HandleCallbackParam {
@@ -243,7 +412,7 @@ impl HandleCallbackParam {
 pub enum CallbackBody {
     /// XXL-JOB's bare array.
     List(Vec<HandleCallbackParam>),
-    /// The wrapped form some clients send.
+    /// XXL-JOB 3.5's wrapped form.
     Wrapped {
         /// The results.
         #[serde(rename = "callbackList")]
@@ -399,6 +568,48 @@ mod tests {
         let old = r#"[{"logId":2,"logDateTim":5,"executeResult":{"code":500,"msg":"boom"}}]"#;
         let list = serde_json::from_str::<CallbackBody>(old).unwrap().into_list();
         assert_eq!(list[0].code_and_msg(), (500, "boom".to_owned()));
+    }
+
+    #[test]
+    fn callbacks_are_written_for_every_generation() {
+        // 2.2 admins read `executeResult.code`, 2.3 to 3.4 `handleCode` and `logDateTim`, 3.5
+        // `logDateTime`: every entry carries all of them.
+        let result = HandleCallbackParam {
+            log_id: 9,
+            log_date_tim: 5,
+            handle_code: 500,
+            handle_msg: Some("boom".to_owned()),
+            ..HandleCallbackParam::default()
+        };
+        let json = serde_json::to_string(&result).unwrap();
+        assert_eq!(
+            json,
+            r#"{"logId":9,"logDateTim":5,"logDateTime":5,"handleCode":500,"handleMsg":"boom","executeResult":{"code":500,"msg":"boom"}}"#
+        );
+        let read: HandleCallbackParam = serde_json::from_str(&json).unwrap();
+        assert_eq!(read.code_and_msg(), (500, "boom".to_owned()));
+        let wrapped = serde_json::to_value(CallbackList { callback_list: &[&result] }).unwrap();
+        assert_eq!(wrapped["callbackList"][0]["executeResult"]["code"], 500);
+    }
+
+    #[test]
+    fn log_requests_name_the_time_both_ways() {
+        let param = LogParam { log_date_tim: 7, log_id: 3, from_line_num: 1 };
+        let json = serde_json::to_string(&param).unwrap();
+        assert_eq!(json, r#"{"logDateTim":7,"logDateTime":7,"logId":3,"fromLineNum":1}"#);
+        let new: LogParam =
+            serde_json::from_str(r#"{"logDateTime":7,"logId":3,"fromLineNum":1}"#).unwrap();
+        assert_eq!(new, param);
+    }
+
+    #[test]
+    fn generations_parse() {
+        let parsed: Vec<_> = ["classic", "2.2", "3.4", "3.5", "3.6"]
+            .iter()
+            .map(|text| text.parse::<Generation>().map(|g| g.trigger_path()))
+            .collect();
+        assert_eq!(parsed[..4], [Ok("run"), Ok("run"), Ok("run"), Ok("trigger")]);
+        assert!(parsed[4].as_ref().is_err_and(|error| error.contains("`3.6`")));
     }
 
     #[test]

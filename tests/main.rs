@@ -9,6 +9,8 @@ mod access;
 mod api_errors;
 /// The bad-input battery against every API: no 5xx, no panic, no state changed.
 mod bad_input;
+/// XXL-JOB wire conformance per generation (2.2 to 3.5), both directions, from recorded bodies.
+mod conformance;
 /// The console in headless Chromium against `wasmjob standalone` (skipped without chromium).
 mod console_browser;
 /// The whole platform on 127.0.0.1: cron fires, manual triggers, logs, on each database.

@@ -110,6 +110,8 @@ async fn kill_stops_a_sleeping_run() {
     let asked = Instant::now();
     let (status, body) = api.post(&format!("/api/v1/logs/{log_id}/kill"), json!({})).await;
     assert_eq!(status, 200, "{body}");
+    // Our executor stops the one run the kill names.
+    assert_eq!(body["scope"], "run", "{body}");
     let run = api.finished_run(log_id).await;
     eprintln!("kill: the sleeping run ended {} ms after the request", asked.elapsed().as_millis());
     assert_eq!(

@@ -23,6 +23,7 @@
 //! `sweep.rs` is the periodic pass that finds work whose owner died or whose executor went away.
 
 mod events;
+mod peers;
 mod sender;
 mod sweep;
 
@@ -48,6 +49,7 @@ use crate::routing::{Probe, Route, RouterState, sharding};
 use crate::schedule::Schedule;
 use crate::storage::{Claim, Db, Fired, NewRun};
 
+pub use self::peers::{Peer, PeerKind};
 use self::sender::{PostError, Senders};
 pub use self::sweep::sweep;
 
@@ -101,6 +103,8 @@ struct Inner {
     online: Mutex<HashMap<String, (i64, Vec<String>)>>,
     /// The executors' send queues.
     senders: Arc<Senders>,
+    /// What each registered executor speaks.
+    peers: Arc<peers::Peers>,
     /// Jobs as read on the hot path, with when they were read.
     jobs: Mutex<HashMap<i64, (i64, Option<Job>)>>,
     /// Groups as read on the hot path, with when they were read.
@@ -129,9 +133,11 @@ impl Dispatcher {
         online_window_ms: i64,
         run_retention_days: Option<u32>,
     ) -> Dispatcher {
+        let peers = Arc::new(peers::Peers::default());
         let inner = Inner {
             db,
-            senders: Senders::new(client.clone()),
+            senders: Senders::new(client.clone(), peers.clone()),
+            peers,
             client,
             router: Mutex::new(RouterState::new()),
             online_window_ms,
@@ -582,16 +588,19 @@ impl Dispatcher {
             Route::Broadcast(targets) => targets.into_iter().next().map(|(address, _, _)| address),
             Route::FirstPassing { probe, candidates } => {
                 for candidate in candidates {
+                    // XXL-JOB 3.5 executors answer only calls that name their application.
+                    let peer = self.peer(&candidate);
+                    let app_name = peer.as_ref().and_then(Peer::app_name_header);
+                    let client = &self.inner.client;
                     let probed = async {
                         match probe {
                             Probe::Beat => {
-                                self.inner.client.call::<_, String>(&candidate, "beat", &()).await
+                                client.call_as::<_, String>(&candidate, "beat", &(), app_name).await
                             }
                             Probe::IdleBeat => {
                                 let param = JobIdParam { job_id: job.id, log_id: None };
-                                self.inner
-                                    .client
-                                    .call::<_, String>(&candidate, "idleBeat", &param)
+                                client
+                                    .call_as::<_, String>(&candidate, "idleBeat", &param, app_name)
                                     .await
                             }
                         }

@@ -13,7 +13,20 @@ use tokio_util::sync::CancellationToken;
 
 use super::journal::Journal;
 use super::outbox::Outbox;
-use crate::protocol::{self, REGISTRY_GROUP_EXECUTOR, RegistryParam};
+use crate::protocol::{self, Generation, REGISTRY_GROUP_EXECUTOR, RegistryParam};
+
+/// The admins this executor reports to, and how they speak: every call names the application in
+/// `XXL-JOB-APPNAME` (older admins ignore it, 3.5 requires it), and the generation picks the
+/// callback form.
+#[derive(Debug, Clone)]
+pub struct AdminLink {
+    /// The admins' URLs, tried in order.
+    pub urls: Vec<String>,
+    /// This executor's application name.
+    pub app_name: String,
+    /// The admins' protocol generation (`--admin-protocol`).
+    pub generation: Generation,
+}
 
 /// Where the held runs are: the journal (queued and running) and the outbox (ended, not yet
 /// acknowledged).
@@ -37,7 +50,7 @@ impl Held {
 /// Beats until `shutdown`, then says goodbye.
 pub async fn run(
     client: protocol::Client,
-    admin_urls: Vec<String>,
+    admin: AdminLink,
     base: RegistryParam,
     held: Held,
     interval: Duration,
@@ -46,7 +59,7 @@ pub async fn run(
     let mut registered = false;
     loop {
         let param = beat_param(&base, &held);
-        match send(&client, &admin_urls, "api/registry", &param).await {
+        match send(&client, &admin, "api/registry", &param).await {
             Ok(admin) if !registered => {
                 tracing::info!(
                     "registered {} as `{}` with {admin}",
@@ -66,17 +79,20 @@ pub async fn run(
             () = shutdown.cancelled() => break,
         }
     }
-    if let Err(error) = send(&client, &admin_urls, "api/registryRemove", &base).await {
+    if let Err(error) = send(&client, &admin, "api/registryRemove", &base).await {
         tracing::warn!(%error, "could not deregister");
     }
 }
 
 /// The registry parameter of an executor, without held runs (as `/api/registryRemove` sends it).
+///
+/// The address ends in one slash, as XXL-JOB executors register theirs (`http://ip:port/`): an
+/// XXL-JOB admin hashes that string for `CONSISTENT_HASH`, and a wasmjob admin drops the slash.
 pub fn param(app_name: &str, address: &str) -> RegistryParam {
     RegistryParam {
         registry_group: REGISTRY_GROUP_EXECUTOR.to_owned(),
         registry_key: app_name.to_owned(),
-        registry_value: address.to_owned(),
+        registry_value: format!("{}/", address.trim_end_matches('/')),
         held_runs: None,
     }
 }
@@ -89,14 +105,15 @@ pub fn beat_param(base: &RegistryParam, held: &Held) -> RegistryParam {
 /// Sends `param` to the first admin that accepts it; returns that admin.
 async fn send<'a>(
     client: &protocol::Client,
-    admin_urls: &'a [String],
+    admin: &'a AdminLink,
     path: &str,
     param: &RegistryParam,
 ) -> anyhow::Result<&'a str> {
     let mut errors = Vec::new();
-    for admin in admin_urls {
-        match client.call::<_, String>(admin, path, param).await {
-            Ok(_) => return Ok(admin),
+    let app_name = Some(admin.app_name.as_str());
+    for url in &admin.urls {
+        match client.call_as::<_, String>(url, path, param, app_name).await {
+            Ok(_) => return Ok(url),
             Err(error) => errors.push(error.to_string()),
         }
     }

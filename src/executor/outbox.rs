@@ -35,7 +35,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::protocol::{self, HandleCallbackParam, ProtocolError};
+use super::heartbeat::AdminLink;
+use crate::protocol::{self, CallbackList, Generation, HandleCallbackParam, ProtocolError};
 
 /// The most results sent in one `/api/callback`.
 const BATCH: usize = 500;
@@ -290,12 +291,12 @@ impl Outbox {
     pub async fn deliver(
         self,
         client: protocol::Client,
-        admin_urls: Vec<String>,
+        admin: AdminLink,
         shutdown: CancellationToken,
     ) {
         let mut backoff = Duration::from_millis(500);
         loop {
-            let round = self.deliver_once(&client, &admin_urls).await;
+            let round = self.deliver_once(&client, &admin).await;
             if shutdown.is_cancelled() {
                 return;
             }
@@ -318,7 +319,7 @@ impl Outbox {
                 () = self.inner.notify.notified() => {}
                 () = tokio::time::sleep(wait) => {}
                 () = shutdown.cancelled() => {
-                    let _ = self.deliver_once(&client, &admin_urls).await;
+                    let _ = self.deliver_once(&client, &admin).await;
                     return;
                 }
             }
@@ -330,14 +331,14 @@ impl Outbox {
     async fn deliver_once(
         &self,
         client: &protocol::Client,
-        admin_urls: &[String],
+        admin: &AdminLink,
     ) -> anyhow::Result<Round> {
         let batch = self.due(BATCH);
         if batch.is_empty() {
             return Ok(Round::Idle(self.next_due()));
         }
         let results: Vec<&HandleCallbackParam> = batch.iter().collect();
-        match send(client, admin_urls, &results).await {
+        match send(client, admin, &results).await {
             Sent::Acknowledged => {
                 self.acknowledged(&batch).await;
                 tracing::debug!(count = batch.len(), "delivered {} results", batch.len());
@@ -356,7 +357,7 @@ impl Outbox {
                     batch.len()
                 );
                 for result in &batch {
-                    match send(client, admin_urls, &[result]).await {
+                    match send(client, admin, &[result]).await {
                         Sent::Acknowledged => {
                             self.acknowledged(std::slice::from_ref(result)).await;
                         }
@@ -610,16 +611,27 @@ fn remove(path: &Path) {
     }
 }
 
-/// Sends `results` to the first admin that acknowledges them.
+/// Sends `results` to the first admin that acknowledges them, in the form its generation reads:
+/// a bare array, or for XXL-JOB 3.5 `{"callbackList": [...]}`.
 async fn send(
     client: &protocol::Client,
-    admin_urls: &[String],
+    admin: &AdminLink,
     results: &[&HandleCallbackParam],
 ) -> Sent {
     let mut refused = None;
     let mut unreachable = None;
-    for admin in admin_urls {
-        match client.call::<_, String>(admin, "api/callback", results).await {
+    let app_name = Some(admin.app_name.as_str());
+    for url in &admin.urls {
+        let sent = match admin.generation {
+            Generation::Classic => {
+                client.call_as::<_, String>(url, "api/callback", results, app_name).await
+            }
+            Generation::V3_5 => {
+                let body = CallbackList { callback_list: results };
+                client.call_as::<_, String>(url, "api/callback", &body, app_name).await
+            }
+        };
+        match sent {
             Ok(_) => return Sent::Acknowledged,
             Err(error @ ProtocolError::Transport { .. }) => unreachable = Some(error),
             Err(error) => refused = Some(error),

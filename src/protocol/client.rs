@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{ACCESS_TOKEN_HEADER, ReturnT};
+use super::{ACCESS_TOKEN_HEADER, APP_NAME_HEADER, ReturnT};
 use crate::netpolicy::AddressPolicy;
 
 /// The largest reply body read from a peer (a page of a run's log is at most 256 KiB of text).
@@ -150,12 +150,25 @@ impl Client {
         path: &str,
         body: &B,
     ) -> Result<Option<T>, ProtocolError> {
+        self.call_as(base, path, body, None).await
+    }
+
+    /// [`Client::call`], naming the application in `XXL-JOB-APPNAME` when `app_name` is given
+    /// (XXL-JOB 3.5 peers refuse calls without it).
+    pub async fn call_as<B: Serialize + ?Sized, T: serde::de::DeserializeOwned + Clone>(
+        &self,
+        base: &str,
+        path: &str,
+        body: &B,
+        app_name: Option<&str>,
+    ) -> Result<Option<T>, ProtocolError> {
         self.check(base)?;
         let url = join_url(base, path);
-        let mut reply = self
-            .http
-            .post(&url)
-            .header(ACCESS_TOKEN_HEADER, &self.access_token)
+        let mut request = self.http.post(&url).header(ACCESS_TOKEN_HEADER, &self.access_token);
+        if let Some(app_name) = app_name {
+            request = request.header(APP_NAME_HEADER, app_name);
+        }
+        let mut reply = request
             .json(body)
             .send()
             .await

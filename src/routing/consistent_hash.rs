@@ -5,6 +5,11 @@
 //! little-endian first four bytes of an MD5 digest, as XXL-JOB computes it, so a job lands on the
 //! same executor here as it would under XXL-JOB for the same addresses. The ring is rebuilt on
 //! every call like XXL-JOB does; it does not cache it, because groups are small and change.
+//!
+//! The address hashed is the one an XXL-JOB executor registers, `http://ip:port/`, with its
+//! trailing slash. Our admin stores addresses without it, so the slash is put back before
+//! hashing; an executor whose configured address has a path is hashed the same way, with one
+//! slash at its end.
 
 use md5::{Digest, Md5};
 
@@ -29,8 +34,9 @@ pub(super) fn pick(job_id: i64, addresses: &[String]) -> Option<&String> {
     let mut ceiling: Option<(u32, &String)> = None;
     let mut lowest: Option<(u32, &String)> = None;
     for address in addresses {
+        let registered = format!("{}/", address.trim_end_matches('/'));
         for node in 0..VIRTUAL_NODE_NUM {
-            let point = hash(&format!("SHARD-{address}-NODE-{node}"));
+            let point = hash(&format!("SHARD-{registered}-NODE-{node}"));
             if point >= job_hash && ceiling.is_none_or(|(best, _)| point <= best) {
                 ceiling = Some((point, address));
             }

@@ -213,6 +213,46 @@ fn consistent_hash_matches_xxl_job() {
 }
 
 #[test]
+fn consistent_hash_hashes_the_address_as_xxl_job_registered_it() {
+    // Our admin stores `http://ip:port` without the slash XXL-JOB executors register with, and
+    // XXL-JOB hashes the registered string, slash included. Expected placements, from the
+    // Python ring of the test above fed the registered (slashed) spellings:
+    //
+    // A=["http://192.168.1.10:9999/","http://192.168.1.11:9999/","http://192.168.1.12:9999/"]
+    // print([pick(j,A)[-7] for j in [1,2,3,4,5,6,7,8,9,10,42,1000]])
+    // ['0', '2', '0', '2', '0', '1', '1', '1', '0', '0', '0', '0']
+    //
+    // (Hashing the stored spellings instead gives 2 0 0 0 0 2 0 2 2 2 2 1: most jobs would move
+    // when a user switches from a Java admin.) Both spellings must land on the same executor.
+    const STORED: &[&str] =
+        &["http://192.168.1.10:9999", "http://192.168.1.11:9999", "http://192.168.1.12:9999"];
+    const REGISTERED: &[&str] =
+        &["http://192.168.1.10:9999/", "http://192.168.1.11:9999/", "http://192.168.1.12:9999/"];
+    let jobs = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 42, 1000];
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut state = RouterState::new();
+    let mut line = |addresses: &[&str]| -> String {
+        let addresses: Vec<String> = addresses.iter().map(|a| (*a).to_owned()).collect();
+        let picks: Vec<String> = jobs
+            .iter()
+            .map(|&job| {
+                let route = state.route(ConsistentHash, job, &addresses, 0, &mut rng);
+                let picked = render(route);
+                let host = picked.trim_end_matches('/').trim_end_matches(":9999");
+                host.rsplit('.').next().unwrap_or_default().to_owned()
+            })
+            .collect();
+        picks.join(" ")
+    };
+    let out = format!("stored:     {}\nregistered: {}\n", line(STORED), line(REGISTERED));
+    expect![[r#"
+        stored:     10 12 10 12 10 11 11 11 10 10 10 10
+        registered: 10 12 10 12 10 11 11 11 10 10 10 10
+    "#]]
+    .assert_eq(&out);
+}
+
+#[test]
 fn least_frequently_used() {
     check(
         RouterState::new(),

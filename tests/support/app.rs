@@ -229,5 +229,6 @@ pub fn executor_config(admin_url: &str, data_dir: PathBuf) -> ExecutorConfig {
         },
         heartbeat_interval: Duration::from_secs(30),
         network: Default::default(),
+        admin_protocol: wasmjob::protocol::Generation::Classic,
     }
 }

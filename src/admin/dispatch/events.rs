@@ -7,13 +7,29 @@
 //! Only after that commit are the follow-ups sent and kills delivered, so a crash in between
 //! leaves pending runs for the sweep, never a transition without its consequences.
 
-use super::{Dispatcher, PlannedTrigger, now_ms};
+use super::{Dispatcher, Peer, PeerKind, PlannedTrigger, now_ms};
 use crate::failpoint;
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
 use crate::model::{Job, RunRecord, RunState, ScheduleType, TriggerType};
 use crate::protocol::{HandleCallbackParam, JobIdParam};
 use crate::schedule::Schedule;
 use crate::storage::NewRun;
+
+/// `Killed::scope` of a kill that stops the one run.
+pub const KILLS_RUN: &str = "run";
+/// `Killed::scope` of a kill that stops the job's whole queue on an XXL-JOB executor.
+pub const KILLS_JOB_QUEUE: &str = "job_queue";
+/// `Killed::scope` of a kill sent to an executor whose kind this admin does not know.
+pub const KILLS_RUN_OR_JOB_QUEUE: &str = "run_or_job_queue";
+
+/// What a kill did, for the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Killed {
+    /// A sentence.
+    pub message: String,
+    /// What it stops: [`KILLS_RUN`], [`KILLS_JOB_QUEUE`] or [`KILLS_RUN_OR_JOB_QUEUE`].
+    pub scope: &'static str,
+}
 
 /// How many times an event is tried again when the run changed between reading and writing it.
 const RACE_RETRIES: usize = 5;
@@ -237,31 +253,45 @@ impl Dispatcher {
 
     /// Kills run `run`: a pending run ends here, a run being sent is stopped once its executor
     /// has it, a running run is stopped by its executor. Returns what happened, for the operator.
-    pub async fn kill(&self, run: &RunRecord) -> anyhow::Result<String> {
+    ///
+    /// A wasmjob executor stops the one run (the kill names its `logId`). An XXL-JOB executor's
+    /// `/kill` takes only `jobId` and stops the job's thread: the running run and every run of
+    /// that job queued behind it (each reported failed by the executor). The kill still goes, as
+    /// XXL-JOB's own admin sends it, and the answer says so plainly.
+    pub async fn kill(&self, run: &RunRecord) -> anyhow::Result<Killed> {
+        let run_only = |message: &str| Killed { message: message.to_owned(), scope: KILLS_RUN };
         if run.state.is_terminal() {
-            return Ok("the run has ended already".to_owned());
+            return Ok(run_only("the run has ended already"));
         }
         let Some(after) = self.apply(run.id, Event::Kill, None, None).await? else {
-            return Ok("the run has ended already".to_owned());
+            return Ok(run_only("the run has ended already"));
         };
-        Ok(match (run.state, after.state) {
-            (_, RunState::Killed) => "killed before it was sent".to_owned(),
-            (RunState::Dispatching, _) => {
-                "kill requested: the run is being sent and is stopped as soon as its executor has it"
-                    .to_owned()
+        Ok(match (run.state, after.state, &after.executor_address) {
+            (_, RunState::Killed, _) => run_only("killed before it was sent"),
+            (RunState::Dispatching, _, address) => {
+                let sent = "kill requested: the run is being sent and is stopped as soon as its \
+                     executor has it";
+                match address {
+                    Some(address) => kill_scope(sent, run.job_id, self.peer(address)),
+                    None => run_only(sent),
+                }
             }
-            (_, _) => match &after.executor_address {
-                Some(address) => format!("kill sent to {address}"),
-                None => "kill requested".to_owned(),
-            },
+            (_, _, Some(address)) => {
+                let sent = format!("kill sent to {address}");
+                kill_scope(&sent, run.job_id, self.peer(address))
+            }
+            (_, _, None) => run_only("kill requested"),
         })
     }
 
-    /// Asks the executor of `run` to stop it (our executors stop that run only).
+    /// Asks the executor of `run` to stop it (our executors stop that run only, XXL-JOB executors
+    /// the job's whole queue).
     pub(super) async fn send_kill(&self, run: &RunRecord) -> anyhow::Result<()> {
         let Some(address) = &run.executor_address else { return Ok(()) };
         let param = JobIdParam { job_id: run.job_id, log_id: Some(run.id) };
-        self.inner.client.call::<_, String>(address, "kill", &param).await?;
+        let peer = self.peer(address);
+        let app_name = peer.as_ref().and_then(|peer| peer.app_name_header());
+        self.inner.client.call_as::<_, String>(address, "kill", &param, app_name).await?;
         Ok(())
     }
 
@@ -291,6 +321,31 @@ impl Dispatcher {
     }
 }
 
+/// What a kill sent to `address` (now, or once the run being sent reaches it) does, by what
+/// answers there: `sent` and then why.
+fn kill_scope(sent: &str, job_id: i64, peer: Option<Peer>) -> Killed {
+    let (what, scope) = match peer.map(|peer| peer.kind) {
+        Some(PeerKind::Wasmjob) => ("it stops this run only".to_owned(), KILLS_RUN),
+        Some(PeerKind::XxlJob(_)) => (
+            format!(
+                "it is an XXL-JOB executor, whose kill takes only the job: it stops job \
+                 {job_id}'s whole queue, this run and every run of job {job_id} waiting \
+                 behind it there"
+            ),
+            KILLS_JOB_QUEUE,
+        ),
+        None => (
+            format!(
+                "its kind is not known yet (it has not registered with this admin since this \
+                 admin started): a wasmjob executor stops this run only, an XXL-JOB executor \
+                 stops job {job_id}'s whole queue"
+            ),
+            KILLS_RUN_OR_JOB_QUEUE,
+        ),
+    };
+    Killed { message: format!("{sent}; {what}"), scope }
+}
+
 /// The delay of `job` if it is a `FIX_DELAY` job whose schedule reads.
 fn fix_delay_ms(job: &Job) -> Option<i64> {
     if job.spec.schedule_type != ScheduleType::FixDelay {
@@ -299,4 +354,36 @@ fn fix_delay_ms(job: &Job) -> Option<i64> {
     Schedule::parse(job.spec.schedule_type, &job.spec.schedule_conf, job.spec.time_zone.as_deref())
         .ok()
         .and_then(|schedule| schedule.fix_delay_ms())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Generation;
+
+    #[test]
+    fn a_kill_says_what_it_stops() {
+        let peer = |kind| Some(Peer { kind, app_name: "app".to_owned() });
+        let rows = [
+            peer(PeerKind::Wasmjob),
+            peer(PeerKind::XxlJob(Generation::Classic)),
+            peer(PeerKind::XxlJob(Generation::V3_5)),
+            None,
+        ];
+        let out: Vec<String> = rows
+            .into_iter()
+            .map(|peer| {
+                let killed = kill_scope("kill sent to http://e:9999", 7, peer);
+                format!("{}: {}", killed.scope, killed.message)
+            })
+            .collect();
+        expect_test::expect![[r#"
+            [
+                "run: kill sent to http://e:9999; it stops this run only",
+                "job_queue: kill sent to http://e:9999; it is an XXL-JOB executor, whose kill takes only the job: it stops job 7's whole queue, this run and every run of job 7 waiting behind it there",
+                "job_queue: kill sent to http://e:9999; it is an XXL-JOB executor, whose kill takes only the job: it stops job 7's whole queue, this run and every run of job 7 waiting behind it there",
+                "run_or_job_queue: kill sent to http://e:9999; its kind is not known yet (it has not registered with this admin since this admin started): a wasmjob executor stops this run only, an XXL-JOB executor stops job 7's whole queue",
+            ]
+        "#]].assert_debug_eq(&out);
+    }
 }

@@ -8,7 +8,8 @@
 //! once. An executor that does not speak `/runs` (an XXL-JOB executor answers that it has no such
 //! mapping; an older wasmjob executor answers 404) gets one `/run` per trigger, and is asked
 //! again only after [`PLAIN_FOR`]. A request that no executor answered leaves every trigger in it
-//! unconfirmed, exactly as a single `/run` would.
+//! unconfirmed, exactly as a single `/run` would. An executor known to be an XXL-JOB executor
+//! (`peers.rs`) gets single triggers from the start, at `/trigger` for a 3.5 executor.
 //!
 //! It does not decide what an answer means for a run: `send_to_executor` does.
 
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use super::peers::{PeerKind, Peers};
 use crate::protocol::{self, ProtocolError, ReturnT, TriggerParam};
 
 /// The most triggers in one `/runs` request.
@@ -49,6 +51,8 @@ type Waiting = (TriggerParam, oneshot::Sender<Result<Option<String>, PostError>>
 /// The send queues of every executor.
 pub(super) struct Senders {
     client: protocol::Client,
+    /// What each executor speaks: the single trigger's route and `XXL-JOB-APPNAME`.
+    peers: Arc<Peers>,
     queues: Mutex<HashMap<String, mpsc::UnboundedSender<Waiting>>>,
     /// Executors that do not speak `/runs`, until when.
     plain: Mutex<HashMap<String, Instant>>,
@@ -57,9 +61,10 @@ pub(super) struct Senders {
 }
 
 impl Senders {
-    pub(super) fn new(client: protocol::Client) -> Arc<Senders> {
+    pub(super) fn new(client: protocol::Client, peers: Arc<Peers>) -> Arc<Senders> {
         Arc::new(Senders {
             client,
+            peers,
             queues: Mutex::default(),
             plain: Mutex::default(),
             windows: Mutex::default(),
@@ -73,7 +78,9 @@ impl Senders {
         address: &str,
         param: TriggerParam,
     ) -> Result<Option<String>, PostError> {
-        if self.is_plain(address) {
+        // XXL-JOB executors have no `/runs`: they get single triggers from the start.
+        let xxl_job = self.peers.get(address).is_some_and(|peer| peer.kind != PeerKind::Wasmjob);
+        if xxl_job || self.is_plain(address) {
             return self.post_one(address, &param).await;
         }
         let (reply, answer) = oneshot::channel();
@@ -214,7 +221,11 @@ impl Senders {
     ) -> Result<Option<String>, PostError> {
         let window = self.window(address);
         let _in_flight = window.acquire().await;
-        match self.client.call::<_, String>(address, "run", param).await {
+        // XXL-JOB 3.5 executors take triggers at `/trigger` and want their application named.
+        let peer = self.peers.get(address);
+        let path = peer.as_ref().map_or("run", |peer| peer.generation().trigger_path());
+        let app_name = peer.as_ref().and_then(|peer| peer.app_name_header());
+        match self.client.call_as::<_, String>(address, path, param, app_name).await {
             Ok(reply) => Ok(reply),
             Err(
                 error @ (ProtocolError::Refused { .. }

@@ -8,7 +8,7 @@
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -16,10 +16,11 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 use super::extract::Path;
+use crate::admin::dispatch::Peer;
 use crate::admin::{AppState, now_ms};
 use crate::protocol::{
-    ACCESS_TOKEN_HEADER, REGISTRY_GROUP_EXECUTOR, RegistryParam, ReturnT, constant_time_eq,
-    parse_callbacks,
+    ACCESS_TOKEN_HEADER, APP_NAME_HEADER, REGISTRY_GROUP_EXECUTOR, RegistryParam, ReturnT,
+    constant_time_eq, parse_callbacks,
 };
 
 pub fn router(state: &AppState) -> Router<AppState> {
@@ -69,7 +70,11 @@ fn check_registry(state: &AppState, param: &RegistryParam) -> Result<(), String>
     policy.check_address(value).map(|_| ()).map_err(|reason| format!("registryValue {reason}"))
 }
 
-async fn registry(State(state): State<AppState>, body: Bytes) -> axum::Json<ReturnT<String>> {
+async fn registry(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> axum::Json<ReturnT<String>> {
     let param: RegistryParam = match parse(&body) {
         Ok(param) => param,
         Err(reply) => return reply,
@@ -87,6 +92,11 @@ async fn registry(State(state): State<AppState>, body: Bytes) -> axum::Json<Retu
         return axum::Json(ReturnT::fail("registry failed: internal error"));
     }
     state.dispatcher.forget_online(&param.registry_key);
+    // What speaks at this address: a wasmjob executor lists its held runs, an XXL-JOB 3.5
+    // executor names its application in a header, older XXL-JOB executors do neither.
+    let names_app = headers.get(APP_NAME_HEADER).is_some_and(|name| !name.is_empty());
+    let peer = Peer::from_registration(&param.registry_key, param.held_runs.is_some(), names_app);
+    state.dispatcher.note_peer(address, peer);
     if let Some(held) = &param.held_runs {
         match state.dispatcher.reconcile(address, held).await {
             Ok(0) => {}
@@ -117,6 +127,7 @@ async fn registry_remove(
     {
         Ok(()) => {
             state.dispatcher.forget_online(&param.registry_key);
+            state.dispatcher.forget_peer(address);
             tracing::info!("executor {address} of `{}` deregistered", param.registry_key);
             axum::Json(ReturnT::success())
         }

@@ -175,24 +175,39 @@ async fn log_content(
     };
     let param =
         LogParam { log_date_tim: run.trigger_time_ms, log_id: run.id, from_line_num: from_line };
+    let peer = state.dispatcher.peer(address);
+    let app_name = peer.as_ref().and_then(|peer| peer.app_name_header());
     let page: LogResult = state
         .dispatcher
         .client()
-        .call(address, "log", &param)
+        .call_as(address, "log", &param, app_name)
         .await
         .map_err(|error| ApiError::BadGateway(format!("reading the log from {address}: {error}")))?
         .ok_or_else(|| ApiError::BadGateway(format!("{address} returned no log page")))?;
-    Ok(axum::Json(LogContent {
-        from_line: page.from_line_num,
-        to_line: page.to_line_num,
-        content: page.log_content,
-        is_end: page.is_end,
-    }))
+    Ok(axum::Json(log_page(from_line, page, run.state.is_terminal())))
+}
+
+/// Our answer from an executor's page of the log starting at `from_line`.
+///
+/// The admin decides the end, as XXL-JOB's admin does: the run has a result and the page is past
+/// the log's last line. Executors' own `isEnd` is not enough: an XXL-JOB executor always answers
+/// `false` for a file that exists (and `true` for one that does not exist, even while the run is
+/// still queued). A page past the end is empty and may say `toLineNum: 0` (XXL-JOB 3.x) or the
+/// last line (2.x); either way it is answered `to_line = from_line - 1`, so a reader that goes on
+/// at `to_line + 1` never starts over at line 1.
+fn log_page(from_line: i64, page: LogResult, run_ended: bool) -> LogContent {
+    let past_the_end = page.to_line_num < from_line;
+    let to_line = if past_the_end { from_line - 1 } else { page.to_line_num };
+    let content = if past_the_end && !page.is_end { String::new() } else { page.log_content };
+    LogContent { from_line, to_line, content, is_end: run_ended && (past_the_end || page.is_end) }
 }
 
 #[derive(Debug, Serialize)]
 struct KillResponse {
     message: String,
+    /// What the kill stops: `run`, `job_queue` (an XXL-JOB executor, whose kill takes only the
+    /// job), or `run_or_job_queue` (an executor whose kind the admin does not know yet).
+    scope: &'static str,
 }
 
 async fn kill_run(
@@ -204,14 +219,15 @@ async fn kill_run(
     // A run whose job was deleted belongs to no group any more: only an admin may kill it.
     let group_id = state.db.get_job(run.job_id).await?.map_or(-1, |job| job.spec.group_id);
     actor.require_group(group_id)?;
-    let message = state
+    let killed = state
         .dispatcher
         .kill(&run)
         .await
         .map_err(|error| ApiError::BadGateway(format!("{error:#}")))?;
-    let what = serde_json::json!({"job_id": run.job_id, "message": message});
+    let what =
+        serde_json::json!({"job_id": run.job_id, "message": killed.message, "scope": killed.scope});
     actor.audit(&state, "run.kill", format!("run {id}"), None, Some(&what)).await;
-    Ok(axum::Json(KillResponse { message }))
+    Ok(axum::Json(KillResponse { message: killed.message, scope: killed.scope }))
 }
 
 async fn load(state: &AppState, id: i64) -> Result<RunRecord, ApiError> {
@@ -220,4 +236,60 @@ async fn load(state: &AppState, id: i64) -> Result<RunRecord, ApiError> {
         .get_run(id)
         .await?
         .ok_or_else(|| ApiError::not_found("log_not_found", format!("log {id}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::{Expect, expect};
+
+    use super::*;
+
+    /// The page asked for, what the executor answered, whether the run has ended.
+    type Row<'a> = (i64, (i64, i64, &'a str, bool), bool);
+
+    fn check(rows: &[Row<'_>], expected: Expect) {
+        let mut out = String::new();
+        for &(from_line, (from_line_num, to_line_num, content, is_end), run_ended) in rows {
+            let page =
+                LogResult { from_line_num, to_line_num, log_content: content.to_owned(), is_end };
+            let ours = log_page(from_line, page, run_ended);
+            out.push_str(&format!(
+                "from {from_line} ({from_line_num},{to_line_num},{content:?},{is_end}) ended={run_ended} -> to {} {:?} end={}\n",
+                ours.to_line, ours.content, ours.is_end
+            ));
+        }
+        expected.assert_eq(&out);
+    }
+
+    #[test]
+    fn the_admin_decides_the_end_of_a_log() {
+        check(
+            &[
+                // A Java 2.4 executor: `isEnd` always false, `toLineNum` the file's last line.
+                (1, (1, 2, "a\nb\n", false), true),
+                (3, (3, 2, "", false), false),
+                (3, (3, 2, "", false), true),
+                // A Java 3.4 executor: `toLineNum` 0 past the end.
+                (3, (3, 0, "", false), false),
+                (3, (3, 0, "", false), true),
+                // No log file (yet): Java says `isEnd` with a message, whatever the run's state.
+                (1, (1, 0, "readLog fail, logFile not exists", true), false),
+                (1, (1, 0, "readLog fail, logFile not exists", true), true),
+                // A wasmjob executor: its own end, taken once the admin has the result too.
+                (1, (1, 2, "a\nb\n", true), false),
+                (1, (1, 2, "a\nb\n", true), true),
+            ],
+            expect![[r#"
+                from 1 (1,2,"a\nb\n",false) ended=true -> to 2 "a\nb\n" end=false
+                from 3 (3,2,"",false) ended=false -> to 2 "" end=false
+                from 3 (3,2,"",false) ended=true -> to 2 "" end=true
+                from 3 (3,0,"",false) ended=false -> to 2 "" end=false
+                from 3 (3,0,"",false) ended=true -> to 2 "" end=true
+                from 1 (1,0,"readLog fail, logFile not exists",true) ended=false -> to 0 "readLog fail, logFile not exists" end=false
+                from 1 (1,0,"readLog fail, logFile not exists",true) ended=true -> to 0 "readLog fail, logFile not exists" end=true
+                from 1 (1,2,"a\nb\n",true) ended=false -> to 2 "a\nb\n" end=false
+                from 1 (1,2,"a\nb\n",true) ended=true -> to 2 "a\nb\n" end=true
+            "#]],
+        );
+    }
 }

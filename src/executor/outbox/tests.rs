@@ -62,6 +62,14 @@ fn client() -> protocol::Client {
     protocol::Client::new("test-access-token-0123456789", Duration::from_secs(5)).unwrap()
 }
 
+fn link(url: &str) -> AdminLink {
+    AdminLink {
+        urls: vec![url.to_owned()],
+        app_name: "test".to_owned(),
+        generation: Generation::Classic,
+    }
+}
+
 fn names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
@@ -101,7 +109,7 @@ async fn a_refused_result_does_not_hold_back_the_others() {
         outbox.push(&result(log_id)).unwrap();
     }
 
-    let round = outbox.deliver_once(&client(), std::slice::from_ref(&url)).await.unwrap();
+    let round = outbox.deliver_once(&client(), &link(&url)).await.unwrap();
     assert!(matches!(round, Round::More));
     assert_eq!(admin.calls(), [vec![1, 2, 3, 4, 5], vec![1], vec![2], vec![3], vec![4], vec![5]]);
     assert_eq!(outbox.pending_ids(), [3]);
@@ -109,14 +117,14 @@ async fn a_refused_result_does_not_hold_back_the_others() {
 
     // Refused alone, it waits for its own backoff while later results go first.
     outbox.push(&result(6)).unwrap();
-    let round = outbox.deliver_once(&client(), std::slice::from_ref(&url)).await.unwrap();
+    let round = outbox.deliver_once(&client(), &link(&url)).await.unwrap();
     assert!(matches!(round, Round::Idle(Some(_))));
     assert_eq!(admin.calls(), [vec![6]]);
     assert_eq!(outbox.pending_ids(), [3]);
 
     // Refused again alone: no batch fallback for a single entry, a longer backoff.
     due_now(&outbox, 3);
-    outbox.deliver_once(&client(), std::slice::from_ref(&url)).await.unwrap();
+    outbox.deliver_once(&client(), &link(&url)).await.unwrap();
     assert_eq!(admin.calls(), [vec![3]]);
     let entry_refusals = outbox.inner.state.lock().unwrap().entries[&3].refusals;
     assert_eq!(entry_refusals, 2);
@@ -124,7 +132,7 @@ async fn a_refused_result_does_not_hold_back_the_others() {
     // Once the admin can apply it, it goes.
     admin.refuse.lock().unwrap().clear();
     due_now(&outbox, 3);
-    outbox.deliver_once(&client(), std::slice::from_ref(&url)).await.unwrap();
+    outbox.deliver_once(&client(), &link(&url)).await.unwrap();
     assert_eq!(admin.calls(), [vec![3]]);
     assert!(outbox.pending_ids().is_empty());
 }
@@ -138,7 +146,7 @@ async fn an_unreachable_admin_keeps_everything() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
-    assert!(outbox.deliver_once(&client(), &[url]).await.is_err());
+    assert!(outbox.deliver_once(&client(), &link(&url)).await.is_err());
     assert_eq!(outbox.pending_ids(), [1]);
     assert!(outbox.inner.state.lock().unwrap().entries[&1].retry_at.is_none());
 }
@@ -164,7 +172,7 @@ async fn a_result_the_disk_refuses_is_kept_in_memory_and_delivered() {
     let error = outbox.push(&result(10)).unwrap_err();
     assert!(error.to_string().contains("an earlier write or sync failed"), "{error}");
     assert_eq!(outbox.pending_ids(), [9, 10]);
-    outbox.deliver_once(&client(), &[url]).await.unwrap();
+    outbox.deliver_once(&client(), &link(&url)).await.unwrap();
     assert_eq!(admin.calls(), [vec![9, 10]]);
     assert!(outbox.pending_ids().is_empty());
 }
@@ -179,7 +187,7 @@ async fn a_restart_delivers_what_was_not_acknowledged_and_only_that() {
     for log_id in 1..=3 {
         outbox.push(&result(log_id)).unwrap();
     }
-    outbox.deliver_once(&client(), std::slice::from_ref(&url)).await.unwrap();
+    outbox.deliver_once(&client(), &link(&url)).await.unwrap();
     assert_eq!(admin.calls(), [vec![1, 2, 3]]);
     outbox.push(&result(4)).unwrap();
     // A result pushed again (a killed run reported twice) replaces the first.
@@ -193,7 +201,7 @@ async fn a_restart_delivers_what_was_not_acknowledged_and_only_that() {
     assert_eq!(outbox.stored_code(4), Some(500));
     // The first segment still held run 4; the new one starts empty.
     assert_eq!(names(&outbox_dir), ["quarantine", "results-1.log", "results-2.log"]);
-    outbox.deliver_once(&client(), std::slice::from_ref(&url)).await.unwrap();
+    outbox.deliver_once(&client(), &link(&url)).await.unwrap();
     assert_eq!(admin.calls(), [vec![4]]);
     // Everything acknowledged: the closed segment is gone.
     assert_eq!(names(&outbox_dir), ["quarantine", "results-2.log"]);

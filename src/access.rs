@@ -187,6 +187,7 @@ mod tests {
                 ("POST", "/jobs/{id}/trigger"),
                 ("POST", "/jobs/{id}/versions/{version}/activate"),
                 ("POST", "/logs/{id}/kill"),
+                ("GET", "/logs/{id}/stream"),
                 ("POST", "/groups"),
                 ("GET", "/groups"),
                 ("GET", "/audit"),
@@ -204,6 +205,7 @@ mod tests {
                 POST /jobs/{id}/trigger: GroupWrite admin operator -
                 POST /jobs/{id}/versions/{version}/activate: GroupWrite admin operator -
                 POST /logs/{id}/kill: GroupWrite admin operator -
+                GET /logs/{id}/stream: Read admin operator viewer
                 POST /groups: Admin admin - -
                 GET /groups: Read admin operator viewer
                 GET /audit: Admin admin - -

@@ -199,6 +199,7 @@ async fn every_route_with_every_caller() {
         ("POST", "/api/v1/jobs/2/versions/1/activate", Value::Null),
         ("GET", "/api/v1/logs", Value::Null),
         ("GET", "/api/v1/logs/1", Value::Null),
+        ("GET", "/api/v1/logs/1/stream", Value::Null),
         ("POST", "/api/v1/logs/1/kill", Value::Null),
         ("POST", "/api/v1/jobs/1/versions", json!("not a component")),
         ("POST", "/api/v1/jobs/2/versions", json!("not a component")),
@@ -259,6 +260,7 @@ async fn every_route_with_every_caller() {
         POST /api/v1/jobs/2/versions/1/activate          401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          404          404
         GET /api/v1/logs                                 401 unauthor          200          200          200          200          200          200
         GET /api/v1/logs/1                               401 unauthor          404          404          404          404          404          404
+        GET /api/v1/logs/1/stream                        401 unauthor          404          404          404          404          404          404
         POST /api/v1/logs/1/kill                         401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          404          404          404
         POST /api/v1/jobs/1/versions                     401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          422          422          422
         POST /api/v1/jobs/2/versions                     401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          422          422

@@ -23,5 +23,7 @@ mod sandbox;
 mod schedule_preview;
 /// `wasmjob standalone` as a real process, the way the README runs it.
 mod standalone;
+/// Live log streams (SSE) from a real executor through the admin, with resume.
+mod streaming;
 /// Rules of the source tree: docs on every file, layering, migrations.
 mod tidy;

@@ -15,6 +15,7 @@ mod groups;
 mod jobs;
 mod logs;
 mod schedule;
+mod stream;
 mod users;
 mod versions;
 
@@ -32,6 +33,7 @@ pub fn router(state: AppState) -> Router {
         .merge(jobs::router())
         .merge(versions::router(&state))
         .merge(logs::router())
+        .merge(stream::router())
         .merge(executors::router())
         .merge(schedule::router())
         .merge(users::router())

@@ -204,3 +204,95 @@ async fn streams_of_unknown_runs_and_bad_resume_points_are_refused() {
     assert_eq!(reply.unwrap().status(), StatusCode::UNAUTHORIZED);
     app.stop().await;
 }
+
+/// An executor without `/log/stream` (XXL-JOB's: a stand-in here, serving `/run` and `/log`
+/// from lines the test adds) is polled through `/log`: the stream still gets every line once,
+/// in order, then the result the executor calls back.
+#[tokio::test]
+async fn an_executor_without_push_is_polled() {
+    use std::sync::{Arc, Mutex};
+
+    use axum::extract::State;
+    use axum::routing::post;
+
+    #[derive(Clone, Default)]
+    struct XxlExecutor {
+        lines: Arc<Mutex<Vec<String>>>,
+        ended: Arc<Mutex<bool>>,
+    }
+    async fn run() -> axum::Json<Value> {
+        axum::Json(json!({"code": 200, "msg": null}))
+    }
+    async fn log(
+        State(executor): State<XxlExecutor>,
+        axum::Json(param): axum::Json<Value>,
+    ) -> axum::Json<Value> {
+        let from = param["fromLineNum"].as_i64().unwrap().max(1);
+        let lines = executor.lines.lock().unwrap().clone();
+        let page: Vec<String> =
+            lines.iter().skip(from as usize - 1).map(|l| format!("{l}\n")).collect();
+        let is_end = *executor.ended.lock().unwrap();
+        axum::Json(json!({"code": 200, "content": {
+            "fromLineNum": from,
+            "toLineNum": from - 1 + page.len() as i64,
+            "logContent": page.concat(),
+            "isEnd": is_end,
+        }}))
+    }
+    let executor = XxlExecutor::default();
+    let router = axum::Router::new()
+        .route("/run", post(run))
+        .route("/log", post(log))
+        .with_state(executor.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+
+    let app = TestApp::start(Backend::Sqlite).await;
+    let api = &app.api;
+    let (status, group) = api
+        .post(
+            "/api/v1/groups",
+            json!({"app_name": "xxl", "address_type": "MANUAL", "addresses": [address]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{group}");
+    let job_id = api
+        .create_job(json!({"name": "legacy", "group_id": group["id"], "glue_type": "BEAN", "handler": "demoJobHandler"}))
+        .await;
+    let (_, triggered) = api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({})).await;
+    let log_id = triggered["log_ids"][0].as_i64().unwrap();
+
+    let mut stream = open_stream(api, log_id, None).await;
+    let mut received = Vec::new();
+    for batch in [&["one", "two"][..], &["three"][..]] {
+        executor.lines.lock().unwrap().extend(batch.iter().map(|line| line.to_string()));
+        for _ in batch {
+            let event = stream.next().await.unwrap();
+            received.push((event.id.unwrap(), event.data));
+        }
+    }
+    *executor.ended.lock().unwrap() = true;
+    let callback =
+        json!([{"logId": log_id, "logDateTim": 0, "handleCode": 200, "handleMsg": "done"}]);
+    let reply = api
+        .http
+        .post(api.url("/api/callback"))
+        .header("XXL-JOB-ACCESS-TOKEN", crate::support::ACCESS_TOKEN)
+        .json(&callback)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), StatusCode::OK);
+    let end = stream.next().await.unwrap();
+    assert_eq!(end.event.as_deref(), Some("end"), "{end:?}");
+    let end: Value = serde_json::from_str(&end.data).unwrap();
+    assert_eq!((end["state"].as_str(), end["last_line"].as_i64()), (Some("success"), Some(3)));
+    let expected: Vec<(String, String)> = ["one", "two", "three"]
+        .iter()
+        .enumerate()
+        .map(|(i, line)| ((i + 1).to_string(), line.to_string()))
+        .collect();
+    assert_eq!(received, expected);
+    app.stop().await;
+}

@@ -447,6 +447,47 @@ mod tests {
         assert_eq!(six.matches("[WARN] lost: gone").count(), 1, "{six}");
     }
 
+    #[tokio::test]
+    async fn a_follower_reads_lines_as_they_are_written_then_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::new(dir.path().to_owned(), 1_000_000).unwrap();
+        let day = 86_400_000;
+        store.started(3);
+        let mut log = store.open(3, day).unwrap();
+        for i in 1..=3 {
+            log.line(Level::Info, &format!("line {i}"));
+        }
+        let mut follower = store.follow(3, day, 2);
+        let page = follower.next_page(std::time::Duration::from_secs(5)).await.unwrap();
+        assert_eq!((page.from_line_num, page.to_line_num, page.is_end), (2, 3, false));
+        assert!(page.log_content.ends_with("[INFO] line 3\n"), "{}", page.log_content);
+
+        // Quiet: a page without lines once the wait is over.
+        let quiet = follower.next_page(std::time::Duration::from_millis(1)).await.unwrap();
+        assert_eq!((quiet.from_line_num, quiet.to_line_num, quiet.is_end), (4, 3, false));
+
+        // A write wakes a waiting follower (the wait would otherwise outlast the test).
+        let waiting = tokio::spawn(async move {
+            let page = follower.next_page(std::time::Duration::from_secs(3600)).await.unwrap();
+            (page, follower)
+        });
+        tokio::task::yield_now().await;
+        log.line(Level::Warn, "line 4\nline 5");
+        let (page, mut follower) = waiting.await.unwrap();
+        assert_eq!((page.from_line_num, page.to_line_num), (4, 5), "{}", page.log_content);
+        store.finished(3);
+        let end = follower.next_page(std::time::Duration::from_secs(3600)).await.unwrap();
+        assert_eq!((end.from_line_num, end.to_line_num, end.is_end), (6, 5, true));
+
+        // A follower of a finished run, or of a run this executor never had, ends at once.
+        let mut again = store.follow(3, day, 1);
+        let all = again.next_page(std::time::Duration::from_secs(3600)).await.unwrap();
+        assert_eq!((all.to_line_num, all.is_end), (5, true));
+        let mut unknown = store.follow(4, day, 1);
+        let none = unknown.next_page(std::time::Duration::from_secs(3600)).await.unwrap();
+        assert_eq!((none.to_line_num, none.is_end), (0, true));
+    }
+
     #[test]
     fn old_days_are_removed() {
         let dir = tempfile::tempdir().unwrap();

@@ -8,7 +8,8 @@
 //! - `storage`: every SQL query, for SQLite and PostgreSQL.
 //! - `runtime`: wasmtime; compiles components and runs one job in a sandbox.
 //! - `admin`: REST API, scheduler and dispatch. `executor`: runs triggers, reports results.
-//! - `cli`, `config`, `telemetry`: flags, validated configuration, logging.
+//! - `cli`, `config`, `telemetry`, `metrics`: flags, validated configuration, logging,
+//!   Prometheus metrics.
 //! - `failpoint`: named crash points for the fault tests.
 //!
 //! `admin` and `executor` never import each other; `main` wires both for `standalone`.
@@ -20,6 +21,7 @@ pub mod config;
 pub mod executor;
 pub mod failpoint;
 pub mod lifecycle;
+pub mod metrics;
 pub mod model;
 pub mod protocol;
 pub mod routing;

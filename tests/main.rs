@@ -17,6 +17,8 @@ mod executor_lifecycle;
 mod fault;
 /// The admin's side of the run lifecycle: each way a run was lost, stranded or doubled.
 mod lifecycle;
+/// `/metrics` of the admin and the executor, parsed strictly and watched as runs happen.
+mod metrics;
 /// The sandbox through the real executor: hostile jobs, kills, block strategies, the cache.
 mod sandbox;
 /// `GET /api/v1/schedule/preview` through the router: fire times, DST, every refusal.

@@ -16,6 +16,9 @@
 //! `GET /log/stream?logId=&logDateTim=&fromLineNum=` is wasmjob's push extension of `/log`: the
 //! same pages as JSON lines, each sent as soon as the run writes (an empty one every
 //! [`super::logs::FOLLOW_IDLE`] while it is quiet), the last with `isEnd`.
+//!
+//! `GET /metrics` is the executor's Prometheus metrics (`crate::metrics`), for the access token
+//! in either header or as `Authorization: Bearer`.
 
 use std::sync::Arc;
 
@@ -61,6 +64,7 @@ pub fn router(state: ExecutorState) -> Router {
         .route("/log", post(log))
         .route("/log/stream", get(log_stream))
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .route("/metrics", get(metrics))
         .with_state(state)
 }
 
@@ -259,6 +263,24 @@ async fn log_stream(
         state.logs.follow(query.log_id, query.log_date_tim, query.from_line_num.unwrap_or(1));
     let body = axum::body::Body::from_stream(follow_json_lines(follower));
     ([(axum::http::header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
+}
+
+/// Prometheus metrics, for the access token as `XXL-JOB-ACCESS-TOKEN` or as a bearer token
+/// (what Prometheus's `authorization` setting sends).
+async fn metrics(State(state): State<ExecutorState>, headers: HeaderMap) -> Response {
+    let bearer = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    let bearer_matches = bearer.is_some_and(|token| {
+        constant_time_eq(token.trim().as_bytes(), state.access_token.as_bytes())
+    });
+    if !bearer_matches && !token_matches(&headers, &state.access_token) {
+        return (axum::http::StatusCode::UNAUTHORIZED, "the access token is wrong\n")
+            .into_response();
+    }
+    let text = crate::metrics::executor().encode(&state.workers.levels());
+    ([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Json<ReturnT<String>>> {

@@ -152,15 +152,13 @@ impl Subscriber {
 
     /// Sends the lines of `page` (numbered from its `from_line_num`); the next line's number.
     async fn send_page(&self, page: &LogResult, next_line: i64) -> Result<i64, Gone> {
-        let mut line_no = page.from_line_num;
         let mut next_line = next_line;
-        for line in page.log_content.split_terminator('\n') {
+        for (line_no, line) in (page.from_line_num..).zip(page.log_content.split_terminator('\n')) {
             // A page never starts before the line asked for; skip any overlap all the same.
             if line_no >= next_line {
                 self.send(Event::default().id(line_no.to_string()).data(line)).await?;
                 next_line = line_no + 1;
             }
-            line_no += 1;
         }
         Ok(next_line)
     }
@@ -168,7 +166,9 @@ impl Subscriber {
 
 /// Follows run `run`'s log from `from_line` to its end, then sends its result.
 async fn follow(state: AppState, run: RunRecord, from_line: i64, subscriber: Subscriber) {
+    crate::metrics::admin().log_streams.inc();
     let _ = follow_inner(&state, run, from_line, &subscriber).await;
+    crate::metrics::admin().log_streams.dec();
 }
 
 async fn follow_inner(

@@ -10,6 +10,7 @@
 //! - `admin`: REST API, scheduler and dispatch. `executor`: runs triggers, reports results.
 //! - `cli`, `config`, `telemetry`, `metrics`: flags, validated configuration, logging,
 //!   Prometheus metrics.
+//! - `client_cli`: the REST API's command-line client (`wasmjob job|run|log|…`).
 //! - `failpoint`: named crash points for the fault tests.
 //!
 //! `admin` and `executor` never import each other; `main` wires both for `standalone`.
@@ -17,6 +18,7 @@
 pub mod access;
 pub mod admin;
 pub mod cli;
+pub mod client_cli;
 pub mod config;
 pub mod executor;
 pub mod failpoint;

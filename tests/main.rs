@@ -7,6 +7,8 @@ mod support;
 mod access;
 /// The operator and executor APIs' answers to bad input, through the router (no socket).
 mod api_errors;
+/// The command-line client as real processes against `wasmjob standalone`, `--follow` included.
+mod cli;
 /// The console in headless Chromium against `wasmjob standalone` (skipped without chromium).
 mod console_browser;
 /// The whole platform on 127.0.0.1: cron fires, manual triggers, logs, on each database.

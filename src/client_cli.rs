@@ -38,7 +38,9 @@ pub enum ClientCommand {
 
 impl ClientCommand {
     /// The client command `command` is, or `command` back when it is not one.
-    pub fn from_cli(command: crate::cli::Command) -> Result<ClientCommand, crate::cli::Command> {
+    pub fn from_cli(
+        command: crate::cli::Command,
+    ) -> Result<ClientCommand, Box<crate::cli::Command>> {
         use crate::cli::Command;
         Ok(match command {
             Command::Job(args) => ClientCommand::Job(args.connect, args.command),
@@ -47,7 +49,7 @@ impl ClientCommand {
             Command::Version(args) => ClientCommand::Version(args.connect, args.command),
             Command::Group(args) => ClientCommand::Group(args.connect, args.command),
             Command::Executors(args) => ClientCommand::Executors(args.connect, args.command),
-            other => return Err(other),
+            other => return Err(Box::new(other)),
         })
     }
 }

@@ -23,7 +23,7 @@ fn main() -> ExitCode {
     };
     let command = match wasmjob::client_cli::ClientCommand::from_cli(cli.command) {
         Ok(client) => return runtime.block_on(wasmjob::client_cli::run(client)),
-        Err(command) => command,
+        Err(command) => *command,
     };
     match runtime.block_on(run(command)) {
         Ok(()) => ExitCode::SUCCESS,

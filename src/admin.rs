@@ -52,7 +52,15 @@ pub struct AppState {
 impl AppState {
     /// Builds the state over an open database.
     pub fn new(db: Db, config: AdminConfig) -> anyhow::Result<AppState> {
-        let client = protocol::Client::new(&config.access_token, Duration::from_secs(10))?;
+        let client_options = protocol::ClientOptions {
+            ca_file: config.network.ca_file.clone(),
+            policy: Some(config.network.executor_policy.clone()),
+        };
+        let client = protocol::Client::with_options(
+            &config.access_token,
+            Duration::from_secs(10),
+            &client_options,
+        )?;
         let online_window_ms =
             3 * i64::try_from(config.heartbeat_interval.as_millis()).unwrap_or(30_000);
         Ok(AppState {
@@ -97,17 +105,20 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
         .await
         .with_context(|| format!("binding the admin API to {}", config.listen))?;
     let local_addr = listener.local_addr()?;
-    tracing::info!("admin listening on http://{local_addr}");
+    let tls = match &config.network.serve_tls {
+        Some((cert, key)) => Some(crate::tls::server_config(cert, key)?),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!("admin listening on {scheme}://{local_addr}");
     let state = AppState::new(db, config)?;
     let shutdown = CancellationToken::new();
     let app = http::router(state.clone()).layer(tower_http::trace::TraceLayer::new_for_http());
     let server_shutdown = shutdown.clone();
     let mut tasks = vec![tokio::spawn(
         async move {
-            let app = app.into_make_service_with_connect_info::<SocketAddr>();
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
-                .await;
+            let stopped = async move { server_shutdown.cancelled().await };
+            let served = crate::tls::serve(listener, tls, app, stopped).await;
             if let Err(error) = served {
                 tracing::error!(%error, "admin API stopped");
             }
@@ -128,7 +139,8 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
 impl Admin {
     /// The base URL executors and operators use.
     pub fn url(&self) -> String {
-        format!("http://{}", self.local_addr)
+        let scheme = if self.state.config.network.serve_tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.local_addr)
     }
 
     /// Stops the loops and the server, then closes the database.

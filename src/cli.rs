@@ -97,6 +97,11 @@ pub struct StandaloneArgs {
     /// Components run by `BEAN` jobs, by file stem.
     #[arg(long, env = "WASMJOB_HANDLERS_DIR")]
     pub handlers_dir: Option<PathBuf>,
+    /// Executor addresses accepted at registration and called: CIDRs (`10.0.0.0/8`), IPs and
+    /// host patterns (`exec-1.internal`, `*.jobs.internal`, `*`), comma-separated. Link-local and
+    /// cloud metadata addresses stay refused unless an entry inside their range names them.
+    #[arg(long, env = "WASMJOB_EXECUTOR_ALLOW", value_delimiter = ',', default_value = crate::netpolicy::DEFAULT_ALLOW)]
+    pub executor_allow: Vec<String>,
     #[command(flatten)]
     pub limits: LimitArgs,
 }
@@ -122,6 +127,13 @@ pub struct AdminArgs {
     /// Days ended run records are kept (XXL-JOB's log retention); 0 keeps them for ever.
     #[arg(long, env = "WASMJOB_RUN_RETENTION_DAYS", default_value_t = 30)]
     pub run_retention_days: u32,
+    /// Executor addresses accepted at registration and called: CIDRs (`10.0.0.0/8`), IPs and
+    /// host patterns (`exec-1.internal`, `*.jobs.internal`, `*`), comma-separated. Link-local and
+    /// cloud metadata addresses stay refused unless an entry inside their range names them.
+    #[arg(long, env = "WASMJOB_EXECUTOR_ALLOW", value_delimiter = ',', default_value = crate::netpolicy::DEFAULT_ALLOW)]
+    pub executor_allow: Vec<String>,
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 /// `wasmjob executor`.
@@ -152,7 +164,23 @@ pub struct ExecutorArgs {
     #[arg(long, env = "WASMJOB_HEARTBEAT_SECS", default_value_t = 30)]
     pub heartbeat_secs: u64,
     #[command(flatten)]
+    pub tls: TlsArgs,
+    #[command(flatten)]
     pub limits: LimitArgs,
+}
+
+/// TLS: the roots trusted when calling peers, and the certificate served.
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// PEM file of CA certificates trusted (besides the webpki roots) for https:// peers.
+    #[arg(long, env = "WASMJOB_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// PEM certificate chain to serve the API over https (with --tls-key).
+    #[arg(long, env = "WASMJOB_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "WASMJOB_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Defaults for runs whose job does not set its own limits.
@@ -170,9 +198,19 @@ pub struct LimitArgs {
     /// Days run logs are kept.
     #[arg(long, env = "WASMJOB_LOG_RETENTION_DAYS", default_value_t = 30)]
     pub log_retention_days: u32,
-    /// Runs one executor holds at once; a trigger past that fails as busy.
+    /// Runs one executor runs at once; runs past that wait for a free slot.
     #[arg(long, env = "WASMJOB_MAX_CONCURRENT_RUNS", default_value_t = 64)]
     pub max_concurrent_runs: u32,
+    /// Runs of one job waiting in its queue on this executor; a trigger past that is refused.
+    #[arg(long, env = "WASMJOB_MAX_QUEUE_PER_JOB", default_value_t = 1000)]
+    pub max_queue_per_job: u32,
+    /// MiB of triggers (parameters, handler names, sharding items) held by this executor's
+    /// accepted runs that have not ended; a trigger past that is refused.
+    #[arg(long, env = "WASMJOB_MAX_QUEUED_MB", default_value_t = 256)]
+    pub max_queued_mb: u64,
+    /// Seconds running runs may go on after a stop request before the rest are killed.
+    #[arg(long, env = "WASMJOB_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    pub shutdown_grace_secs: u64,
 }
 
 #[cfg(test)]

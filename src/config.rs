@@ -11,7 +11,8 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::access::Role;
-use crate::cli::{AdminArgs, CreateUserArgs, ExecutorArgs, LimitArgs, StandaloneArgs};
+use crate::cli::{AdminArgs, CreateUserArgs, ExecutorArgs, LimitArgs, StandaloneArgs, TlsArgs};
+use crate::netpolicy::AddressPolicy;
 
 /// The shortest token accepted.
 pub const MIN_TOKEN_LEN: usize = 16;
@@ -49,6 +50,8 @@ pub struct AdminConfig {
     pub max_module_bytes: usize,
     /// Days ended runs are kept; `None` keeps them.
     pub run_retention_days: Option<u32>,
+    /// Executor addresses, TLS.
+    pub network: NetworkConfig,
 }
 
 /// How an executor runs.
@@ -72,6 +75,40 @@ pub struct ExecutorConfig {
     pub limits: RunDefaults,
     /// How often to send a heartbeat.
     pub heartbeat_interval: Duration,
+    /// TLS (its executor policy is the admin's business and unused here).
+    pub network: NetworkConfig,
+}
+
+/// Who a process talks to, and how: the executor addresses an admin accepts and calls, the
+/// roots trusted for `https://` peers, and the certificate served.
+#[derive(Debug, Clone, Default)]
+pub struct NetworkConfig {
+    /// The executor addresses an admin accepts at registration and calls.
+    pub executor_policy: AddressPolicy,
+    /// CA certificates (PEM) trusted besides the webpki roots.
+    pub ca_file: Option<PathBuf>,
+    /// The certificate chain and key (PEM files) to serve the API over https.
+    pub serve_tls: Option<(PathBuf, PathBuf)>,
+}
+
+impl NetworkConfig {
+    fn from_args(tls: TlsArgs, executor_allow: Option<&[String]>) -> anyhow::Result<NetworkConfig> {
+        let executor_policy = match executor_allow {
+            Some(entries) => executor_policy(entries)?,
+            None => AddressPolicy::default(),
+        };
+        for path in [&tls.ca_file, &tls.tls_cert, &tls.tls_key].into_iter().flatten() {
+            if !path.is_file() {
+                anyhow::bail!("{} is not a readable file", path.display());
+            }
+        }
+        let serve_tls = match (tls.tls_cert, tls.tls_key) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => anyhow::bail!("--tls-cert and --tls-key go together"),
+        };
+        Ok(NetworkConfig { executor_policy, ca_file: tls.ca_file, serve_tls })
+    }
 }
 
 /// Limits applied to runs whose job does not set its own.
@@ -87,6 +124,12 @@ pub struct RunDefaults {
     pub log_retention_days: u32,
     /// Runs held at once (the size of the runtime's instance pool).
     pub max_concurrent_runs: u32,
+    /// Runs of one job that may wait in its queue.
+    pub max_queue_per_job: usize,
+    /// Bytes of triggers that the accepted runs not yet ended may hold, all jobs together.
+    pub max_queued_bytes: usize,
+    /// How long running runs may go on after a stop request before the rest are killed.
+    pub shutdown_grace: Duration,
 }
 
 /// Both halves of `standalone`.
@@ -146,6 +189,7 @@ impl AdminConfig {
             heartbeat_interval: heartbeat(args.heartbeat_secs)?,
             max_module_bytes: 32 * 1024 * 1024,
             run_retention_days: (args.run_retention_days > 0).then_some(args.run_retention_days),
+            network: NetworkConfig::from_args(args.tls, Some(&args.executor_allow))?,
         })
     }
 }
@@ -163,8 +207,12 @@ impl ExecutorConfig {
         if admin_urls.is_empty() {
             anyhow::bail!("--admin-url needs at least one admin URL");
         }
-        for url in admin_urls.iter().chain(args.address.iter()) {
-            check_http_url(url)?;
+        for url in &admin_urls {
+            check_admin_url(url)?;
+        }
+        if let Some(address) = &args.address {
+            crate::netpolicy::address_host(address)
+                .map_err(|reason| anyhow::anyhow!("--address {reason}"))?;
         }
         check_app_name(&args.app_name)?;
         Ok(ExecutorConfig {
@@ -177,6 +225,7 @@ impl ExecutorConfig {
             access_token,
             limits: RunDefaults::from_args(&args.limits)?,
             heartbeat_interval: heartbeat(args.heartbeat_secs)?,
+            network: NetworkConfig::from_args(args.tls, None)?,
         })
     }
 }
@@ -195,6 +244,15 @@ impl RunDefaults {
         if args.max_log_kb == 0 {
             anyhow::bail!("--max-log-kb must be positive");
         }
+        if args.max_queue_per_job == 0 {
+            anyhow::bail!("--max-queue-per-job must be positive");
+        }
+        if !(1..=65_536).contains(&args.max_queued_mb) {
+            anyhow::bail!("--max-queued-mb must be between 1 and 65536");
+        }
+        if args.shutdown_grace_secs > 3600 {
+            anyhow::bail!("--shutdown-grace-secs must be at most 3600");
+        }
         Ok(RunDefaults {
             fuel: args.default_fuel,
             memory_bytes: usize::try_from(args.default_memory_mb * 1024 * 1024)
@@ -202,6 +260,11 @@ impl RunDefaults {
             max_log_bytes: args.max_log_kb * 1024,
             log_retention_days: args.log_retention_days,
             max_concurrent_runs: args.max_concurrent_runs,
+            max_queue_per_job: usize::try_from(args.max_queue_per_job)
+                .context("--max-queue-per-job does not fit this machine")?,
+            max_queued_bytes: usize::try_from(args.max_queued_mb * 1024 * 1024)
+                .context("--max-queued-mb does not fit this machine")?,
+            shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
         })
     }
 }
@@ -230,6 +293,10 @@ impl StandaloneConfig {
             heartbeat_interval: Duration::from_secs(30),
             max_module_bytes: 32 * 1024 * 1024,
             run_retention_days: Some(30),
+            network: NetworkConfig {
+                executor_policy: executor_policy(&args.executor_allow)?,
+                ..NetworkConfig::default()
+            },
         };
         let executor = ExecutorConfig {
             listen: args.executor_listen,
@@ -241,6 +308,7 @@ impl StandaloneConfig {
             access_token,
             limits: RunDefaults::from_args(&args.limits)?,
             heartbeat_interval: Duration::from_secs(30),
+            network: NetworkConfig::default(),
         };
         Ok(StandaloneConfig {
             admin,
@@ -294,16 +362,23 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::write(path, text)
 }
 
-fn check_http_url(url: &str) -> anyhow::Result<()> {
-    // FIXME: the HTTP client is built without TLS; until it has it, https:// is refused here
-    // rather than failing on every call.
-    if url.starts_with("https://") {
-        anyhow::bail!(
-            "`{url}`: https is not supported yet; reach the admin over http:// (or a local TLS proxy)"
-        );
+fn executor_policy(entries: &[String]) -> anyhow::Result<AddressPolicy> {
+    AddressPolicy::parse(entries).map_err(|reason| anyhow::anyhow!("--executor-allow: {reason}"))
+}
+
+/// An admin base URL: http or https, a host, perhaps a path (an admin behind a context path),
+/// and nothing that would send the token somewhere unexpected (userinfo, query, fragment).
+fn check_admin_url(text: &str) -> anyhow::Result<()> {
+    let url =
+        url::Url::parse(text).map_err(|error| anyhow::anyhow!("`{text}` is not a URL: {error}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        anyhow::bail!("`{text}` is not an http:// or https:// URL");
     }
-    if !url.starts_with("http://") || url.len() < 10 {
-        anyhow::bail!("`{url}` is not an http:// URL");
+    if !url.username().is_empty() || url.password().is_some() {
+        anyhow::bail!("`{text}`: an admin URL carries no user or password");
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        anyhow::bail!("`{text}`: an admin URL has no query or fragment");
     }
     Ok(())
 }
@@ -341,6 +416,74 @@ mod tests {
         assert!(check(Some("aaaaaaaaaaaaaaaaaaaa")).contains("well-known"));
         assert!(check(Some("1234567890123456")).contains("well-known"));
         assert_eq!(check(Some(" 9f8e7d6c5b4a39281706 ")), "ok 9f8e7d6c5b4a39281706");
+    }
+
+    #[test]
+    fn executor_limits_are_checked() {
+        let limits = |queue: u32, queued_mb: u64, grace_secs: u64| {
+            let args = LimitArgs {
+                default_fuel: 1_000,
+                default_memory_mb: 64,
+                max_log_kb: 64,
+                log_retention_days: 1,
+                max_concurrent_runs: 4,
+                max_queue_per_job: queue,
+                max_queued_mb: queued_mb,
+                shutdown_grace_secs: grace_secs,
+            };
+            match RunDefaults::from_args(&args) {
+                Ok(defaults) => format!(
+                    "ok {} {} {:?}",
+                    defaults.max_queue_per_job, defaults.max_queued_bytes, defaults.shutdown_grace
+                ),
+                Err(error) => error.to_string(),
+            }
+        };
+        assert_eq!(limits(1000, 256, 10), "ok 1000 268435456 10s");
+        assert_eq!(limits(1, 1, 0), "ok 1 1048576 0ns");
+        assert_eq!(limits(0, 256, 10), "--max-queue-per-job must be positive");
+        assert_eq!(limits(10, 0, 10), "--max-queued-mb must be between 1 and 65536");
+        assert_eq!(limits(10, 65_537, 10), "--max-queued-mb must be between 1 and 65536");
+        assert_eq!(limits(10, 256, 3601), "--shutdown-grace-secs must be at most 3600");
+    }
+
+    #[test]
+    fn the_executor_allow_list_is_checked_at_start() {
+        let list = |entries: &[&str]| entries.iter().map(|e| (*e).to_owned()).collect::<Vec<_>>();
+        assert!(executor_policy(&list(&["10.0.0.0/8", "*.jobs.internal"])).is_ok());
+        let error = executor_policy(&list(&["10.0.0.0/8", "bad host"])).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "--executor-allow: `bad host` is neither a CIDR nor a host pattern (`name`, `*.domain` or `*`)"
+        );
+        let default =
+            crate::netpolicy::DEFAULT_ALLOW.split(',').map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(executor_policy(&default).unwrap(), AddressPolicy::default());
+    }
+
+    #[test]
+    fn admin_urls_are_checked() {
+        let table = [
+            ("http://127.0.0.1:8080", "ok"),
+            ("https://admin.internal:8443/", "ok"),
+            ("http://admin.internal:8080/xxl-job-admin", "ok"),
+            ("ftp://admin", "`ftp://admin` is not an http:// or https:// URL"),
+            ("admin:8080", "`admin:8080` is not an http:// or https:// URL"),
+            (
+                "http://u:p@admin:8080",
+                "`http://u:p@admin:8080`: an admin URL carries no user or password",
+            ),
+            (
+                "http://admin:8080/?a=1",
+                "`http://admin:8080/?a=1`: an admin URL has no query or fragment",
+            ),
+            ("http://", "`http://` is not a URL: empty host"),
+        ];
+        for (url, expected) in table {
+            let actual =
+                check_admin_url(url).map_or_else(|error| error.to_string(), |()| "ok".to_owned());
+            assert_eq!(actual, expected, "{url}");
+        }
     }
 
     #[test]

@@ -2,8 +2,12 @@
 //! journals every accepted run, reports results through a durable outbox, and beats to the admin.
 //!
 //! [`start`] binds the listener and starts every task, returning a handle that knows the bound
-//! address (port 0 works) and stops everything gracefully: deregister, stop taking triggers,
-//! let running runs finish for a grace period, kill the rest, flush the outbox.
+//! address (port 0 works) and stops everything gracefully, in this order ([`Executor::stop`]):
+//! deregister (`/api/registryRemove`) and stop the heartbeats; refuse new triggers on `/run`,
+//! `/trigger` and `/runs` with a message saying the executor is stopping (`/kill`, `/log` and
+//! the rest still answer); let runs finish for the grace period (`--shutdown-grace-secs`); kill
+//! the rest, those still fetching or compiling their module or waiting for a run slot included,
+//! each reporting its end through the outbox; deliver the outbox once more; stop serving.
 //!
 //! A run's life here: `/run` journals the acceptance durably before it answers (so a `logId` is
 //! accepted once per executor data dir, across restarts, within [`RESEND_WINDOW`]); the worker
@@ -40,8 +44,8 @@ pub use self::logs::LogStore;
 /// The largest memory cap a job may ask for (a 32-bit wasm memory cannot grow past 4 GiB).
 pub const MAX_MEMORY_BYTES: usize = 4 << 30;
 
-/// How long running runs may go on after a shutdown request before they are killed.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long killed runs may take to store their results before the executor stops anyway.
+const KILL_REPORT_WAIT: Duration = Duration::from_secs(10);
 
 /// A running executor.
 pub struct Executor {
@@ -51,6 +55,11 @@ pub struct Executor {
     pub address: String,
     runtime: Arc<Runtime>,
     workers: worker::Workers,
+    grace: Duration,
+    /// Stops the heartbeats, which then deregister.
+    heartbeat_stop: CancellationToken,
+    heartbeat: JoinHandle<()>,
+    /// Stops the API, the outbox (after one last delivery) and log retention.
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -69,6 +78,10 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         .await
         .with_context(|| format!("binding the executor API to {}", config.listen))?;
     let local_addr = listener.local_addr()?;
+    let tls = match &config.network.serve_tls {
+        Some((cert, key)) => Some(crate::tls::server_config(cert, key)?),
+        None => None,
+    };
     let address = advertised_address(&config, local_addr);
     tracing::info!(
         "executor `{}` listening on {local_addr}, registered as {address}",
@@ -83,7 +96,13 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         }),
         ..RuntimeConfig::default()
     })?);
-    let client = protocol::Client::new(&config.access_token, Duration::from_secs(10))?;
+    let client_options =
+        protocol::ClientOptions { ca_file: config.network.ca_file.clone(), policy: None };
+    let client = protocol::Client::with_options(
+        &config.access_token,
+        Duration::from_secs(10),
+        &client_options,
+    )?;
     let logs = LogStore::new(config.data_dir.join("logs"), config.limits.max_log_bytes)
         .context("creating the log directory")?;
     let outbox_dir = config.data_dir.join("outbox");
@@ -106,6 +125,7 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         outbox: outbox.clone(),
         journal: journal.clone(),
         defaults: config.limits.clone(),
+        held_bytes: Default::default(),
     });
     let shutdown = CancellationToken::new();
     let state = http::ExecutorState {
@@ -117,9 +137,8 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
     let server_shutdown = shutdown.clone();
     let mut tasks = vec![tokio::spawn(
         async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
-                .await;
+            let stopped = async move { server_shutdown.cancelled().await };
+            let served = crate::tls::serve(listener, tls, app, stopped).await;
             if let Err(error) = served {
                 tracing::error!(%error, "executor API stopped");
             }
@@ -132,22 +151,33 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
             .deliver(client.clone(), config.admin_urls.clone(), shutdown.clone())
             .instrument(tracing::info_span!("outbox")),
     ));
-    tasks.push(tokio::spawn(
+    let heartbeat_stop = CancellationToken::new();
+    let heartbeat = tokio::spawn(
         heartbeat::run(
             client,
             config.admin_urls.clone(),
             heartbeat::param(&config.app_name, &address),
             heartbeat::Held { journal, outbox: outbox.clone() },
             config.heartbeat_interval,
-            shutdown.clone(),
+            heartbeat_stop.clone(),
         )
         .instrument(tracing::info_span!("heartbeat")),
-    ));
+    );
     tasks.push(tokio::spawn(
         retention(logs, config.limits.log_retention_days, shutdown.clone())
             .instrument(tracing::info_span!("log_retention")),
     ));
-    Ok(Executor { local_addr, address, runtime, workers, shutdown, tasks })
+    Ok(Executor {
+        local_addr,
+        address,
+        runtime,
+        workers,
+        grace: config.limits.shutdown_grace,
+        heartbeat_stop,
+        heartbeat,
+        shutdown,
+        tasks,
+    })
 }
 
 impl Executor {
@@ -156,22 +186,53 @@ impl Executor {
         self.runtime.cache_stats()
     }
 
-    /// Stops gracefully: see the module docs.
+    /// Bytes of triggers held by accepted runs that have not ended (bounded by
+    /// `--max-queued-mb`).
+    pub fn held_bytes(&self) -> usize {
+        self.workers.held_bytes()
+    }
+
+    /// Stops gracefully, in the order the module docs give.
     pub async fn stop(self) {
-        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-        while self.workers.busy_count() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        // Deregistered first, so that admins stop choosing this executor before it refuses.
+        self.heartbeat_stop.cancel();
+        if let Err(error) = self.heartbeat.await {
+            tracing::error!(%error, "the heartbeat task failed");
         }
         let workers = self.workers.clone();
-        if let Err(error) = tokio::task::spawn_blocking(move || workers.kill_all()).await {
-            tracing::error!(%error, "killing the remaining runs failed");
+        if let Err(error) = tokio::task::spawn_blocking(move || workers.close()).await {
+            tracing::error!(%error, "closing the job queues failed");
         }
-        // Killed runs report through the outbox: give them a moment to land there.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let held = self.workers.busy_count();
+        if held > 0 {
+            tracing::info!(
+                "stopping: {held} runs held, waiting up to {} s for them to end",
+                self.grace.as_secs()
+            );
+        }
+        wait_until_idle(&self.workers, self.grace).await;
+        let left = self.workers.busy_count();
+        if left > 0 {
+            tracing::warn!("stopping: killing the {left} runs still held after the grace period");
+            let workers = self.workers.clone();
+            if let Err(error) = tokio::task::spawn_blocking(move || workers.kill_all()).await {
+                tracing::error!(%error, "killing the remaining runs failed");
+            }
+            // Each killed run stores its result in the outbox as it ends.
+            wait_until_idle(&self.workers, KILL_REPORT_WAIT).await;
+        }
         self.shutdown.cancel();
         for task in self.tasks {
             let _ = task.await;
         }
+    }
+}
+
+/// Waits until no run is held, or `limit` has passed.
+async fn wait_until_idle(workers: &worker::Workers, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while workers.busy_count() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -220,7 +281,8 @@ fn advertised_address(config: &ExecutorConfig, local_addr: SocketAddr) -> String
     } else {
         local_addr.ip()
     };
-    format!("http://{}", SocketAddr::new(ip, local_addr.port()))
+    let scheme = if config.network.serve_tls.is_some() { "https" } else { "http" };
+    format!("{scheme}://{}", SocketAddr::new(ip, local_addr.port()))
 }
 
 async fn retention(logs: LogStore, keep_days: u32, shutdown: CancellationToken) {

@@ -4,6 +4,7 @@
 //! - `model`, `lifecycle`, `schedule`, `routing`: data, a run's state machine, fire times and
 //!   executor choice; pure, no IO.
 //! - `access`: roles and which route asks for which; pure.
+//! - `netpolicy`: which executor addresses an admin accepts and calls; pure.
 //! - `protocol`: the admin⇄executor wire format (XXL-JOB compatible) and its HTTP client.
 //! - `storage`: every SQL query, for SQLite and PostgreSQL.
 //! - `runtime`: wasmtime; compiles components and runs one job in a sandbox.
@@ -11,6 +12,7 @@
 //! - `cli`, `config`, `telemetry`, `metrics`: flags, validated configuration, logging,
 //!   Prometheus metrics.
 //! - `client_cli`: the REST API's command-line client (`wasmjob job|run|log|…`).
+//! - `tls`: serving the APIs over plain HTTP or rustls.
 //! - `failpoint`: named crash points for the fault tests.
 //!
 //! `admin` and `executor` never import each other; `main` wires both for `standalone`.
@@ -25,9 +27,11 @@ pub mod failpoint;
 pub mod lifecycle;
 pub mod metrics;
 pub mod model;
+pub mod netpolicy;
 pub mod protocol;
 pub mod routing;
 pub mod runtime;
 pub mod schedule;
 pub mod storage;
 pub mod telemetry;
+pub mod tls;

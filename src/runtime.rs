@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use wasmtime::component::Component;
 use wasmtime::{
@@ -56,7 +57,7 @@ pub struct RuntimeConfig {
 /// Sizes of the pooling allocator: the executor's hard concurrency and memory ceilings.
 #[derive(Debug, Clone)]
 pub struct PoolConfig {
-    /// Runs that may be instantiated at once; one more is refused as "busy".
+    /// Runs that may be instantiated at once; more wait in [`Runtime::run`] for a slot.
     pub max_concurrent_runs: u32,
     /// The largest memory cap any run may be given, in bytes.
     pub max_memory_bytes: usize,
@@ -113,6 +114,9 @@ pub struct Runtime {
     linker: wasmtime::component::Linker<RunState>,
     cache: cache::Cache,
     ticker_stop: Arc<AtomicBool>,
+    /// One permit per slot of the instance pool (none without a pool): a run holds one from
+    /// before its store exists until the store is gone.
+    slots: Option<Arc<Semaphore>>,
 }
 
 impl Runtime {
@@ -123,7 +127,10 @@ impl Runtime {
         let cache = cache::Cache::new(&engine, config.cache_dir.clone())?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_ticker(engine.clone(), ticker_stop.clone())?;
-        Ok(Runtime { engine, linker, cache, ticker_stop })
+        let slots = config.pool.as_ref().map(|pool| {
+            Arc::new(Semaphore::new(usize::try_from(pool.max_concurrent_runs.max(1)).unwrap_or(1)))
+        });
+        Ok(Runtime { engine, linker, cache, ticker_stop, slots })
     }
 
     /// Checks that `bytes` are a job component we can run, compiling them once to be sure.
@@ -152,12 +159,20 @@ impl Runtime {
         self.cache.stats()
     }
 
+    /// How many slots of the instance pool are free now (`None` without a pool).
+    pub fn free_slots(&self) -> Option<usize> {
+        self.slots.as_ref().map(|slots| slots.available_permits())
+    }
+
     /// Runs `job` once for `trigger` in a fresh store with `limits`. The guest gets `trigger` as
     /// the argument of its `run` and `sharding_items` from the `sharding` import, if it imports
     /// it (give an empty list for a job that is not sharded).
     ///
     /// Returns when the guest returns, traps, runs out of fuel or time, or `cancel` fires;
     /// a guest waiting in a host call (a sleep) is stopped by the deadline or `cancel` as well.
+    ///
+    /// With an instance pool, a run first waits for a free slot; the wait counts towards its
+    /// deadline (the admin's clock for the run started with the trigger) and `cancel` ends it.
     pub async fn run(
         &self,
         job: &CompiledJob,
@@ -167,12 +182,24 @@ impl Runtime {
         log: Box<dyn LogSink>,
         cancel: &CancellationToken,
     ) -> RunOutcome {
+        let deadline = limits.timeout.map(|timeout| tokio::time::Instant::now() + timeout);
+        // Held until the end of this function, after the store (and its pool slot) is gone.
+        let _slot = match &self.slots {
+            Some(slots) => tokio::select! {
+                permit = slots.acquire() => match permit {
+                    Ok(permit) => Some(permit),
+                    Err(_) => return RunOutcome::Host("the run slots are closed".to_owned()),
+                },
+                () = sleep_until_opt(deadline) => return RunOutcome::Timeout,
+                () = cancel.cancelled() => return RunOutcome::Killed,
+            },
+            None => None,
+        };
         let mut store = Store::new(&self.engine, RunState::new(limits, sharding_items, log));
         store.limiter(|state| &mut state.limiter);
         if let Err(error) = store.set_fuel(limits.fuel) {
             return RunOutcome::Host(format!("setting fuel: {error}"));
         }
-        let deadline = limits.timeout.map(|timeout| tokio::time::Instant::now() + timeout);
         let deadline_std = deadline.map(tokio::time::Instant::into_std);
 
         // The epoch callback runs at every tick while the guest executes wasm: it stops a guest

@@ -253,3 +253,29 @@ pub mod testing {
         Ok(())
     }
 }
+
+/// Splits `rows` rows into statements of a power of two rows each, at most `max` (13 rows are
+/// 8, 4 and 1), so that a handful of statement shapes serve every batch and stay prepared.
+fn statement_sizes(mut rows: usize, max: usize) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        let size = 1 << rows.min(max).checked_ilog2()?;
+        rows -= size;
+        Some(size)
+    })
+}
+
+/// The indexes of `keys` in rounds in which no key repeats: a key's first occurrence is in the
+/// first round, its second in the second, and so on.
+fn distinct_rounds(keys: impl IntoIterator<Item = i64>) -> Vec<Vec<usize>> {
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    let mut seen = std::collections::HashMap::new();
+    for (index, key) in keys.into_iter().enumerate() {
+        let round = seen.entry(key).or_insert(0_usize);
+        if *round == rounds.len() {
+            rounds.push(Vec::new());
+        }
+        rounds[*round].push(index);
+        *round += 1;
+    }
+    rounds
+}

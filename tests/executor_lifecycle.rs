@@ -1,6 +1,7 @@
 //! The executor's side of a run's lifecycle, through real executors on 127.0.0.1: a `logId` is
 //! accepted once, also across a restart and a `SIGKILL`; heartbeats list the runs held; the
-//! outbox quarantines unreadable entries and still delivers the rest.
+//! outbox quarantines unreadable entries and still delivers the rest; queues are bounded, runs
+//! beyond the instance pool wait for a slot, and a stop follows its order.
 //!
 //! Triggers are sent with the executor protocol directly, so a test chooses its run ids and
 //! can send one again, the way an admin that lost track of a send does.
@@ -12,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path as UrlPath, State};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::json;
@@ -21,6 +22,8 @@ use wasmjob::protocol::{
     self, ACCESS_TOKEN_HEADER, CallbackBody, JobIdParam, LogParam, LogResult, RegistryParam,
     ReturnT, TriggerParam, run_reply,
 };
+
+use wasmjob::config::ExecutorConfig;
 
 use crate::support::app::executor_config;
 use crate::support::{ACCESS_TOKEN, Backend, TestApp, sample_job, wait_until};
@@ -380,11 +383,15 @@ async fn a_run_cut_short_by_sigkill_is_lost_and_never_run() {
 }
 
 /// An admin that records what executors tell it and acknowledges callbacks unless told not to.
+/// Its module download records the request and never answers (a run stuck fetching).
 #[derive(Clone, Default)]
 struct RecordingAdmin {
     beats: Arc<Mutex<Vec<(String, RegistryParam)>>>,
     delivered: Arc<Mutex<Vec<i64>>>,
+    /// `(logId, handleCode, handleMsg)` of each result delivered.
+    results: Arc<Mutex<Vec<(i64, i32, String)>>>,
     refuse_callbacks: Arc<AtomicBool>,
+    module_requests: Arc<Mutex<Vec<String>>>,
 }
 
 impl RecordingAdmin {
@@ -412,12 +419,20 @@ impl RecordingAdmin {
             }
             let results = serde_json::from_slice::<CallbackBody>(&body).unwrap().into_list();
             admin.delivered.lock().unwrap().extend(results.iter().map(|result| result.log_id));
+            admin.results.lock().unwrap().extend(results.iter().map(|result| {
+                (result.log_id, result.handle_code, result.handle_msg.clone().unwrap_or_default())
+            }));
             Json(ReturnT::success())
+        }
+        async fn module(State(admin): State<RecordingAdmin>, UrlPath(sha256): UrlPath<String>) {
+            admin.module_requests.lock().unwrap().push(sha256);
+            std::future::pending::<()>().await;
         }
         let app = Router::new()
             .route("/api/registry", post(registry))
             .route("/api/registryRemove", post(registry_remove))
             .route("/api/callback", post(callback))
+            .route("/api/modules/{sha256}", axum::routing::get(module))
             .with_state(self.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -441,13 +456,61 @@ impl RecordingAdmin {
     fn delivered(&self) -> Vec<i64> {
         self.delivered.lock().unwrap().clone()
     }
+
+    /// The delivered result of run `log_id`, once there is one.
+    async fn result_of(&self, log_id: i64) -> (i32, String) {
+        wait_until(&format!("run {log_id} is reported"), || async {
+            let results = self.results.lock().unwrap();
+            results.iter().find(|result| result.0 == log_id).map(|r| (r.1, r.2.clone()))
+        })
+        .await
+    }
 }
 
 async fn start_executor(admin_url: &str, data_dir: PathBuf) -> Executor {
+    start_executor_with(admin_url, data_dir, |_| {}).await
+}
+
+async fn start_executor_with(
+    admin_url: &str,
+    data_dir: PathBuf,
+    adjust: impl FnOnce(&mut ExecutorConfig),
+) -> Executor {
     wasmjob::telemetry::init_for_test();
     let mut config = executor_config(admin_url, data_dir);
     config.heartbeat_interval = Duration::from_millis(100);
+    adjust(&mut config);
     executor::start(config).await.unwrap()
+}
+
+/// `POST {executor}/runs` with `batch`: the envelope of each trigger.
+async fn send_runs(executor_url: &str, batch: &[&TriggerParam]) -> Vec<ReturnT<String>> {
+    let reply: ReturnT<Vec<ReturnT<String>>> = reqwest::Client::new()
+        .post(protocol::join_url(executor_url, "runs"))
+        .header(ACCESS_TOKEN_HEADER, ACCESS_TOKEN)
+        .json(&batch)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(reply.code, 200, "{reply:?}");
+    reply.into_payload().unwrap()
+}
+
+/// Sends `param` and checks it is refused with a message containing `reason`.
+async fn expect_refused(executor_url: &str, param: &TriggerParam, reason: &str) {
+    let reply = send_run(executor_url, param).await;
+    assert_eq!(reply.code, 500, "{reply:?}");
+    assert!(reply.msg.as_deref().is_some_and(|msg| msg.contains(reason)), "{reply:?}");
+}
+
+async fn wait_for_log(executor_url: &str, run: &TriggerParam, text: &str) {
+    wait_until(&format!("the log of run {} says `{text}`", run.log_id), || async {
+        run_log(executor_url, run).await.contains(text).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -573,4 +636,162 @@ async fn failpoints_abort_where_the_journal_says_the_run_is_lost() {
         assert_eq!(journal_count(&data_dir, "finished", run.log_id), 0, "{failpoint}");
     }
     app.stop().await;
+}
+
+/// A job's queue and the bytes all accepted runs hold are bounded: a trigger past either limit
+/// is refused with XXL-JOB's failure code and the limit's name, on `/run` and per item of
+/// `/runs`, is not journaled, and is accepted once room is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_queues_are_refused_and_accept_again_once_drained() {
+    let admin = RecordingAdmin::default();
+    let admin_url = admin.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    install_handlers(dir.path(), &["sleeper", "hello"]);
+    let executor = start_executor_with(&admin_url, dir.path().to_owned(), |config| {
+        config.limits.max_queue_per_job = 2;
+        config.limits.max_queued_bytes = 3 * 1024 * 1024;
+    })
+    .await;
+    let url = executor_url(&executor);
+
+    // Job 920: one running, two waiting; the third waiting one is refused.
+    let running = bean(920, 7_000_001, "sleeper", "3600000");
+    expect_run_reply(&url, &running, run_reply::ACCEPTED).await;
+    wait_for_log(&url, &running, "sleeping").await;
+    for log_id in [7_000_002, 7_000_003] {
+        expect_run_reply(&url, &bean(920, log_id, "sleeper", "1"), run_reply::ACCEPTED).await;
+    }
+    let over = bean(920, 7_000_004, "sleeper", "1");
+    expect_refused(&url, &over, "queue full: job 920 already has 2 runs waiting").await;
+    // In a batch, only the trigger of the full queue is refused.
+    let other_job = bean(921, 7_000_005, "hello", "x");
+    let answers = send_runs(&url, &[&over, &other_job]).await;
+    assert_eq!(answers[0].code, 500, "{answers:?}");
+    assert!(answers[0].msg.as_deref().unwrap().contains("--max-queue-per-job"), "{answers:?}");
+    assert_eq!(answers[1].content.as_deref(), Some(run_reply::ACCEPTED), "{answers:?}");
+    assert_eq!(journal_count(dir.path(), "accepted", over.log_id), 0);
+
+    // Three jobs, each running a sleeper whose parameter carries a MiB of padding: the third
+    // passes the 3 MiB the executor may hold.
+    let padded = format!("3600000{}", " ".repeat(1024 * 1024));
+    let heavy: Vec<TriggerParam> =
+        (0..3).map(|i| bean(930 + i, 7_000_010 + i, "sleeper", &padded)).collect();
+    expect_run_reply(&url, &heavy[0], run_reply::ACCEPTED).await;
+    expect_run_reply(&url, &heavy[1], run_reply::ACCEPTED).await;
+    expect_refused(&url, &heavy[2], "(--max-queued-mb)").await;
+    assert_eq!(journal_count(dir.path(), "accepted", heavy[2].log_id), 0);
+    let before_kill = executor.held_bytes();
+    assert!(before_kill > 2 * 1024 * 1024 && before_kill <= 3 * 1024 * 1024, "{before_kill}");
+
+    // Ending a heavy run and a waiting one makes room for both refused triggers.
+    kill_job(&url, 930).await;
+    assert_eq!(admin.result_of(heavy[0].log_id).await.0, 500);
+    expect_run_reply(&url, &heavy[2], run_reply::ACCEPTED).await;
+    kill_job(&url, 920).await;
+    admin.result_of(7_000_003).await;
+    expect_run_reply(&url, &over, run_reply::ACCEPTED).await;
+    executor.stop().await;
+}
+
+/// A run beyond the instance pool waits for a slot (its log says so) and runs once one is free,
+/// instead of failing as "executor busy".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_beyond_the_pool_wait_for_a_slot() {
+    let admin = RecordingAdmin::default();
+    let admin_url = admin.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    install_handlers(dir.path(), &["sleeper", "hello"]);
+    let executor = start_executor_with(&admin_url, dir.path().to_owned(), |config| {
+        config.limits.max_concurrent_runs = 1;
+    })
+    .await;
+    let url = executor_url(&executor);
+    let holder = bean(940, 8_000_001, "sleeper", "3600000");
+    let waiting = bean(941, 8_000_002, "hello", "patient");
+    expect_run_reply(&url, &holder, run_reply::ACCEPTED).await;
+    wait_for_log(&url, &holder, "sleeping").await;
+    expect_run_reply(&url, &waiting, run_reply::ACCEPTED).await;
+    wait_for_log(&url, &waiting, "waiting for a run slot: all 1 are in use").await;
+    expect_run_reply(&url, &waiting, run_reply::RUNNING).await;
+
+    kill_job(&url, 940).await;
+    assert_eq!(admin.result_of(waiting.log_id).await, (200, "hello, patient".to_owned()));
+    let (code, msg) = admin.result_of(holder.log_id).await;
+    assert_eq!((code, msg.as_str()), (500, "killed: the run was stopped on request"));
+    executor.stop().await;
+}
+
+/// A stop deregisters, then refuses new triggers while `/log` still answers, stops beating,
+/// lets runs end for the grace period, and kills the rest, a run still fetching its module and
+/// one still waiting in a queue included, each reported through the outbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_deregisters_refuses_drains_then_kills_and_reports_every_run() {
+    let admin = RecordingAdmin::default();
+    let admin_url = admin.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    install_handlers(dir.path(), &["sleeper", "hello"]);
+    let executor = start_executor_with(&admin_url, dir.path().to_owned(), |config| {
+        config.limits.shutdown_grace = Duration::from_secs(2);
+    })
+    .await;
+    let url = executor_url(&executor);
+    admin.next_beat("the first beat", |_| true).await;
+
+    let short = bean(950, 9_000_001, "sleeper", "300");
+    let long = bean(951, 9_000_002, "sleeper", "3600000");
+    let queued = bean(951, 9_000_003, "sleeper", "1");
+    let fetching = TriggerParam {
+        glue_type: protocol::GLUE_WASM.to_owned(),
+        glue_source: "ab".repeat(32),
+        ..bean(952, 9_000_004, "", "")
+    };
+    for param in [&long, &queued, &fetching] {
+        expect_run_reply(&url, param, run_reply::ACCEPTED).await;
+    }
+    wait_for_log(&url, &long, "sleeping").await;
+    wait_until("the module is being fetched", || async {
+        (!admin.module_requests.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    expect_run_reply(&url, &short, run_reply::ACCEPTED).await;
+    wait_for_log(&url, &short, "sleeping").await;
+
+    let stopping = tokio::spawn(executor.stop());
+    wait_until("the executor deregisters", || async {
+        let beats = admin.beats.lock().unwrap();
+        beats.iter().any(|(path, _)| path == "registryRemove").then_some(())
+    })
+    .await;
+    // A DISCARD_LATER trigger for the busy job 951 is refused either way, so this probe changes
+    // nothing while it waits for the refusal to change its reason.
+    let probe = TriggerParam {
+        executor_block_strategy: "DISCARD_LATER".to_owned(),
+        ..bean(951, 9_000_005, "sleeper", "1")
+    };
+    wait_until("new triggers are refused", || async {
+        let reply = send_run(&url, &probe).await;
+        reply.msg.is_some_and(|msg| msg.contains("shutting down")).then_some(())
+    })
+    .await;
+    let fresh = bean(953, 9_000_006, "hello", "late");
+    expect_refused(&url, &fresh, "this executor is shutting down and takes no new runs").await;
+    let answers = send_runs(&url, &[&fresh]).await;
+    assert!(answers[0].msg.as_deref().unwrap().contains("shutting down"), "{answers:?}");
+    // A run accepted before is still answered with where it is, and logs are still read.
+    expect_run_reply(&url, &long, run_reply::RUNNING).await;
+    assert!(run_log(&url, &long).await.contains("sleeping"));
+
+    stopping.await.unwrap();
+    let beats = admin.beats.lock().unwrap().clone();
+    let removed = beats.iter().position(|(path, _)| path == "registryRemove").unwrap();
+    assert_eq!(removed, beats.len() - 1, "a beat after the deregistration: {beats:?}");
+    assert_eq!(admin.result_of(short.log_id).await, (200, "slept 300 ms".to_owned()));
+    let killed = "killed: the run was stopped on request".to_owned();
+    assert_eq!(admin.result_of(long.log_id).await, (500, killed.clone()));
+    assert_eq!(admin.result_of(fetching.log_id).await, (500, killed));
+    assert_eq!(admin.result_of(queued.log_id).await, (500, "killed before it started".to_owned()));
+    for param in [&probe, &fresh] {
+        assert_eq!(journal_count(dir.path(), "accepted", param.log_id), 0);
+    }
+    assert_eq!(admin.delivered().len(), 4, "{:?}", admin.delivered());
 }

@@ -7,6 +7,8 @@ mod support;
 mod access;
 /// The operator and executor APIs' answers to bad input, through the router (no socket).
 mod api_errors;
+/// The bad-input battery against every API: no 5xx, no panic, no state changed.
+mod bad_input;
 /// The command-line client as real processes against `wasmjob standalone`, `--follow` included.
 mod cli;
 /// The console in headless Chromium against `wasmjob standalone` (skipped without chromium).
@@ -21,6 +23,8 @@ mod fault;
 mod lifecycle;
 /// `/metrics` of the admin and the executor, parsed strictly and watched as runs happen.
 mod metrics;
+/// The network attack surface: executor addresses, redirects, reply caps, excerpts, TLS.
+mod network_trust;
 /// The sandbox through the real executor: hostile jobs, kills, block strategies, the cache.
 mod sandbox;
 /// `GET /api/v1/schedule/preview` through the router: fire times, DST, every refusal.

@@ -47,6 +47,7 @@ fn layering_holds() {
     let pure = [
         "src/access.rs",
         "src/model.rs",
+        "src/netpolicy.rs",
         "src/lifecycle.rs",
         "src/lifecycle/",
         "src/schedule.rs",

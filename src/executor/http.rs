@@ -9,6 +9,10 @@
 //! [`run_reply::ACCEPTED`]; a `logId` accepted before is answered with code 200, a message
 //! saying so and `content` naming where that run is ([`run_reply`]), and is not run again.
 //!
+//! A trigger is refused (`code 500` and the reason) when its job's queue or the executor's bytes
+//! of held triggers are full, and once the executor is stopping; ids that are not positive are
+//! refused on every route.
+//!
 //! `/runs` is wasmjob's batch extension: a JSON array of triggers, each judged as `/run` would
 //! judge it, answered with the array of their envelopes, in order, inside one envelope. The
 //! acceptances of a batch share one journal sync.
@@ -95,6 +99,9 @@ async fn idle_beat(State(state): State<ExecutorState>, body: Bytes) -> Json<Retu
         Ok(param) => param,
         Err(reply) => return reply,
     };
+    if param.job_id <= 0 {
+        return Json(ReturnT::fail("jobId must be a positive job id"));
+    }
     if state.workers.is_idle(param.job_id) {
         Json(ReturnT::success())
     } else {
@@ -193,6 +200,9 @@ async fn kill(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<S
         Ok(param) => param,
         Err(reply) => return reply,
     };
+    if param.job_id <= 0 || param.log_id.is_some_and(|log_id| log_id <= 0) {
+        return Json(ReturnT::fail("jobId (and logId, when given) must be positive ids"));
+    }
     let workers = state.workers.clone();
     // Killing a queued run reports it, which syncs the outbox: off the async runtime.
     let found = tokio::task::spawn_blocking(move || workers.kill(param.job_id, param.log_id)).await;
@@ -220,6 +230,14 @@ async fn log(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<Lo
             });
         }
     };
+    if param.log_id <= 0 {
+        return Json(ReturnT {
+            code: 500,
+            msg: Some("logId must be a positive run id".to_owned()),
+            content: None,
+            data: None,
+        });
+    }
     let logs = state.logs.clone();
     let page = tokio::task::spawn_blocking(move || {
         logs.read(param.log_id, param.log_date_tim, param.from_line_num)

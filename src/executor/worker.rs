@@ -11,12 +11,20 @@
 //! This module does not talk HTTP or decide what a run reports beyond its outcome: `http.rs`
 //! answers the admin, the runtime classifies outcomes.
 //!
+//! Queues are bounded: a job holds at most `max_queue_per_job` runs waiting, and the runs an
+//! executor accepted and has not ended hold at most `max_queued_bytes` of triggers, all jobs
+//! together (a parameter may be megabytes); a trigger past either limit is refused, not queued.
+//! [`Workers::close`] refuses every new trigger from then on (a stopping executor).
+//! A run killed while it fetches or compiles its module, or waits for a run slot, ends as
+//! killed at once.
+//!
 //! Acceptance goes through the run journal: a `logId` the journal knows is answered with where
 //! that run is and never queued again, also after a restart within the journal's window. A
-//! trigger refused (bad module reference, `DISCARD_LATER`) is not journaled. A worker runs a
-//! trigger only once its acceptance is durable.
+//! trigger refused (bad module reference, `DISCARD_LATER`, a full queue, a stopping executor) is
+//! not journaled. A worker runs a trigger only once its acceptance is durable.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,6 +52,10 @@ pub struct RunContext {
     pub(super) outbox: Outbox,
     pub(super) journal: Arc<Journal>,
     pub(super) defaults: RunDefaults,
+    /// Bytes held by accepted runs that have not ended (see [`held_size`]). Grows only in
+    /// `push`, under the workers' map lock, so a check and its addition cannot interleave;
+    /// shrinks in [`finish`], before the result can reach an admin.
+    pub(super) held_bytes: AtomicUsize,
 }
 
 /// What [`Workers::push`] did with a trigger.
@@ -60,6 +72,8 @@ pub enum Pushed {
 pub struct Workers {
     map: Arc<Mutex<HashMap<i64, Arc<Worker>>>>,
     ctx: Arc<RunContext>,
+    /// Set under the map's lock by [`Workers::close`]; read under it by `push`.
+    closed: Arc<AtomicBool>,
 }
 
 struct Worker {
@@ -76,12 +90,14 @@ struct Queue {
 struct Queued {
     param: TriggerParam,
     ticket: Ticket,
+    /// What this run counts in `held_bytes` until it ends.
+    bytes: usize,
 }
 
 impl Workers {
     /// No workers yet.
     pub fn new(ctx: RunContext) -> Workers {
-        Workers { map: Arc::default(), ctx: Arc::new(ctx) }
+        Workers { map: Arc::default(), ctx: Arc::new(ctx), closed: Arc::default() }
     }
 
     /// Accepts a trigger (journaled, not yet durable) or refuses it (the reason). Blocks on
@@ -90,11 +106,19 @@ impl Workers {
         if param.log_id <= 0 {
             return Err("logId must be a positive run id".to_owned());
         }
+        if param.job_id <= 0 {
+            return Err("jobId must be a positive job id".to_owned());
+        }
         // Every acceptance happens under this lock, so a duplicate cannot slip in between the
         // journal's answer here and its record below.
         let mut map = self.map.lock().map_err(|_| "worker table poisoned".to_owned())?;
         if let Some(state) = self.ctx.journal.state(param.log_id) {
             return Ok(Pushed::Duplicate(state));
+        }
+        if self.closed.load(Ordering::SeqCst) {
+            return Err("this executor is shutting down and takes no new runs: send the \
+                        trigger to another executor"
+                .to_owned());
         }
         self.ctx.modules.check(&param.glue_type, &param.glue_source, &param.executor_handler)?;
         let strategy = param
@@ -108,6 +132,27 @@ impl Workers {
             return Err(
                 "block strategy effect: DISCARD_LATER (the job is running or queued)".to_owned()
             );
+        }
+        // COVER_EARLY empties the queue, so it never finds it full.
+        let covering = strategy == BlockStrategy::CoverEarly && busy;
+        let limits = &self.ctx.defaults;
+        if !covering && queue.pending.len() >= limits.max_queue_per_job {
+            return Err(format!(
+                "queue full: job {} already has {} runs waiting on this executor (its limit, \
+                 --max-queue-per-job)",
+                param.job_id,
+                queue.pending.len()
+            ));
+        }
+        let bytes = held_size(&param);
+        let freed: usize = if covering { queue.pending.iter().map(|q| q.bytes).sum() } else { 0 };
+        let held = self.ctx.held_bytes.load(Ordering::SeqCst).saturating_sub(freed);
+        if held.saturating_add(bytes) > limits.max_queued_bytes {
+            return Err(format!(
+                "queue full: this executor's accepted runs hold {held} bytes of triggers and this \
+                 one needs {bytes} more, past its limit of {} (--max-queued-mb)",
+                limits.max_queued_bytes
+            ));
         }
         let ticket = match self.ctx.journal.accept(param.log_id, param.job_id, journal::now_ms()) {
             Ok(Admission::New(ticket)) => ticket,
@@ -125,7 +170,7 @@ impl Workers {
                 }
                 for dropped in queue.pending.drain(..) {
                     self.report_unrun(
-                        &dropped.param,
+                        &dropped,
                         "discarded: covered by a later trigger (COVER_EARLY)",
                     );
                 }
@@ -144,7 +189,8 @@ impl Workers {
                 ),
             );
         }
-        queue.pending.push_back(Queued { param, ticket });
+        self.ctx.held_bytes.fetch_add(bytes, Ordering::SeqCst);
+        queue.pending.push_back(Queued { param, ticket, bytes });
         drop(queue);
         drop(map);
         worker.notify.notify_one();
@@ -180,7 +226,7 @@ impl Workers {
             .partition(|queued| log_id.is_none_or(|id| id == queued.param.log_id));
         queue.pending.extend(kept);
         for queued in &dropped {
-            self.report_unrun(&queued.param, "killed before it started");
+            self.report_unrun(queued, "killed before it started");
         }
         found || !dropped.is_empty()
     }
@@ -222,7 +268,21 @@ impl Workers {
         levels
     }
 
-    /// Kills everything running or queued (shutdown after the grace period).
+    /// Refuses every trigger from now on (a `logId` accepted before is still answered with
+    /// where its run is). Once this returns, no new run is queued.
+    pub fn close(&self) {
+        // Under the map's lock, so no `push` is between its check and its queueing.
+        let _map = self.map.lock();
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// Bytes of triggers held by accepted runs that have not ended.
+    pub fn held_bytes(&self) -> usize {
+        self.ctx.held_bytes.load(Ordering::SeqCst)
+    }
+
+    /// Kills everything running or queued, fetching or compiling its module or waiting for a
+    /// run slot included (shutdown after the grace period).
     pub fn kill_all(&self) {
         let job_ids: Vec<i64> =
             self.map.lock().map(|map| map.keys().copied().collect()).unwrap_or_default();
@@ -274,17 +334,18 @@ impl Workers {
     }
 
     /// Reports a run that was accepted but will never run.
-    fn report_unrun(&self, param: &TriggerParam, reason: &str) {
+    fn report_unrun(&self, queued: &Queued, reason: &str) {
+        let param = &queued.param;
         if let Ok(mut log) = self.ctx.logs.open(param.log_id, param.log_date_time) {
             log.line(Level::Warn, reason);
         }
-        finish(&self.ctx, param, code::FAILURE, reason, None, None);
+        finish(&self.ctx, param, queued.bytes, code::FAILURE, reason, None, None);
     }
 }
 
 /// Runs one trigger to its end and reports the result.
 async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken) {
-    let Queued { param, ticket } = queued;
+    let Queued { param, ticket, bytes } = queued;
     // A run starts only once its acceptance is durable, so a restart never forgets a run that
     // began. This is normally already true (the `/run` answer waited for it).
     let journal = ctx.journal.clone();
@@ -307,7 +368,7 @@ async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken
     if let Some(error) = not_recorded {
         tracing::error!(%error, "run {log_id} not started: its acceptance is not durable");
         let reason = format!("host error: the run could not be recorded durably: {error}");
-        finish_blocking(&ctx, &param, code::FAILURE, reason, None, None).await;
+        finish_blocking(&ctx, &param, bytes, code::FAILURE, reason, None, None).await;
         return;
     }
     let mut log = match ctx.logs.open(param.log_id, param.log_date_time) {
@@ -315,7 +376,8 @@ async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken
         Err(error) => {
             tracing::error!(%error, "cannot open the log of run {}", param.log_id);
             let reason = format!("host error: cannot open the run log: {error}");
-            finish_blocking(&ctx, &param, code::FAILURE, reason, None, Some(started_at)).await;
+            finish_blocking(&ctx, &param, bytes, code::FAILURE, reason, None, Some(started_at))
+                .await;
             return;
         }
     };
@@ -329,17 +391,29 @@ async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken
         ),
     );
     let started = std::time::Instant::now();
-    let outcome = match ctx
-        .modules
-        .resolve(&param.glue_type, &param.glue_source, &param.executor_handler)
-        .await
-    {
-        Ok(job) => {
+    // A kill must not wait for a slow admin or a long compilation: the run ends as killed at
+    // once, and a compilation already under way finishes on its blocking thread for the cache.
+    let resolve =
+        ctx.modules.resolve(&param.glue_type, &param.glue_source, &param.executor_handler);
+    let resolved = tokio::select! {
+        resolved = resolve => Some(resolved),
+        () = cancel.cancelled() => None,
+    };
+    let outcome = match resolved {
+        Some(Ok(job)) => {
             let limits = limits(&ctx.defaults, &param);
             let (trigger, items) = (trigger(&param), sharding_items(&param));
+            if ctx.runtime.free_slots() == Some(0) {
+                let total = ctx.defaults.max_concurrent_runs;
+                log.line(Level::Info, &format!("waiting for a run slot: all {total} are in use"));
+            }
             ctx.runtime.run(&job, trigger, items, &limits, Box::new(log.clone()), &cancel).await
         }
-        Err(error) => RunOutcome::Host(format!("module unavailable: {error:#}")),
+        Some(Err(error)) => RunOutcome::Host(format!("module unavailable: {error:#}")),
+        None => {
+            log.line(Level::Warn, "killed while its module was being fetched or compiled");
+            RunOutcome::Killed
+        }
     };
     let level = if outcome.handle_code() == code::SUCCESS { Level::Info } else { Level::Error };
     log.line(level, &format!("run ended in {} ms: {outcome}", started.elapsed().as_millis()));
@@ -351,13 +425,15 @@ async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken
         _ => None,
     };
     let (handle_code, handle_msg) = (outcome.handle_code(), outcome.handle_msg());
-    finish_blocking(&ctx, &param, handle_code, handle_msg, fuel_used, Some(started_at)).await;
+    finish_blocking(&ctx, &param, bytes, handle_code, handle_msg, fuel_used, Some(started_at))
+        .await;
 }
 
 /// [`finish`] off the async runtime (it syncs files).
 async fn finish_blocking(
     ctx: &Arc<RunContext>,
     param: &TriggerParam,
+    bytes: usize,
     handle_code: i32,
     handle_msg: String,
     fuel_used: Option<i64>,
@@ -365,7 +441,7 @@ async fn finish_blocking(
 ) {
     let (ctx, param_owned) = (ctx.clone(), param.clone());
     let finished = tokio::task::spawn_blocking(move || {
-        finish(&ctx, &param_owned, handle_code, &handle_msg, fuel_used, started_at);
+        finish(&ctx, &param_owned, bytes, handle_code, &handle_msg, fuel_used, started_at);
     })
     .await;
     if let Err(error) = finished {
@@ -373,10 +449,12 @@ async fn finish_blocking(
     }
 }
 
-/// Queues the result of a run for the admin, journals its end and closes its log.
+/// Queues the result of a run for the admin, journals its end and closes its log; the `bytes`
+/// the run held are released first, so an admin that sees the result finds the room free.
 fn finish(
     ctx: &RunContext,
     param: &TriggerParam,
+    bytes: usize,
     handle_code: i32,
     handle_msg: &str,
     fuel_used: Option<i64>,
@@ -391,6 +469,7 @@ fn finish(
         started_at,
         execute_result: None,
     };
+    ctx.held_bytes.fetch_sub(bytes, Ordering::SeqCst);
     crate::failpoint::hit("executor.before_report");
     let now = journal::now_ms();
     match ctx.outbox.push(&result) {
@@ -411,6 +490,25 @@ fn finish(
         }
     }
     ctx.logs.finished(param.log_id);
+}
+
+/// What a queued trigger counts against the executor's byte limit: its text fields and a fixed
+/// share for the rest of the record.
+fn held_size(param: &TriggerParam) -> usize {
+    let items = param.sharding_items.iter().flatten();
+    let item_bytes: usize = items.map(|item| item.parameter.len() + 16).sum();
+    [
+        &param.executor_params,
+        &param.executor_handler,
+        &param.glue_source,
+        &param.executor_block_strategy,
+        &param.glue_type,
+    ]
+    .iter()
+    .map(|text| text.len())
+    .sum::<usize>()
+        + item_bytes
+        + 256
 }
 
 fn limits(defaults: &RunDefaults, param: &TriggerParam) -> RunLimits {

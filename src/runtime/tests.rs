@@ -169,26 +169,49 @@ async fn no_deadline_is_no_trap_and_fuel_is_counted() {
     assert_eq!(rt.cache_stats().memory_hits, stats.memory_hits + 1);
 }
 
-#[tokio::test]
-async fn a_full_pool_refuses_instead_of_waiting() {
+/// A run beyond the pool waits for a slot instead of failing; while it waits, its deadline and
+/// a kill apply as they do to a running guest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_beyond_the_pool_wait_for_a_slot() {
     let pool = PoolConfig { max_concurrent_runs: 1, max_memory_bytes: 64 * 1024 * 1024 };
-    let rt = Runtime::new(RuntimeConfig { pool: Some(pool), ..RuntimeConfig::default() }).unwrap();
-    // Hold the pool's only slot with a live instance, as a long run would.
-    let wat = job_wat(1, "", "");
-    let sha256 = hex::encode(Sha256::digest(wat.as_bytes()));
-    let job = rt.load(&sha256, || Ok(wat.into_bytes())).unwrap();
-    let mut holder = Store::new(
-        &rt.engine,
-        RunState::new(&RunLimits::default(), Vec::new(), Box::new(Lines::default())),
+    let rt = Arc::new(
+        Runtime::new(RuntimeConfig { pool: Some(pool), ..RuntimeConfig::default() }).unwrap(),
     );
-    let held = job.pre.instantiate_async(&mut holder).await.unwrap();
-    let refused = run_case(&rt, case("")).await;
+    // The only slot goes to a guest that spins until it is killed.
+    let spin_kill = CancellationToken::new();
+    let spinning = {
+        let (rt, cancel) = (rt.clone(), spin_kill.clone());
+        tokio::spawn(async move {
+            let wat = job_wat(1, LOOP, "");
+            let job = rt.load(&hex::encode(Sha256::digest(wat.as_bytes())), || Ok(wat.into()));
+            let limits = RunLimits::default();
+            let log = Box::new(Lines::default());
+            rt.run(&job.unwrap(), trigger(), Vec::new(), &limits, log, &cancel).await
+        })
+    };
+    while rt.free_slots() != Some(0) {
+        tokio::task::yield_now().await;
+    }
+    let waiting = {
+        let rt = rt.clone();
+        tokio::spawn(async move { run_case(&rt, case("")).await })
+    };
+    let mut killed = case("");
+    killed.kill_after = Some(Duration::from_millis(20));
+    check(&rt, killed, expect![["500 killed: the run was stopped on request"]]).await;
+    let mut late = case("");
+    late.limits.timeout = Some(Duration::from_millis(20));
+    check(&rt, late, expect![["502 timeout: the run passed its deadline and was stopped"]]).await;
+    assert!(!waiting.is_finished(), "a run took a slot that was not free");
+
+    spin_kill.cancel();
+    assert_eq!(spinning.await.unwrap(), RunOutcome::Killed);
+    let outcome = waiting.await.unwrap();
     assert!(
-        matches!(&refused, RunOutcome::Instantiate(message) if message.starts_with("executor busy")),
-        "{refused}"
+        matches!(&outcome, RunOutcome::Success { message, .. } if message == "done"),
+        "{outcome}"
     );
-    drop((held, holder));
-    assert!(matches!(run_case(&rt, case("")).await, RunOutcome::Success { .. }));
+    assert_eq!(rt.free_slots(), Some(1));
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! The audit log: one row per state change, appended and read newest first, never changed.
 
-use sqlx::Row;
 use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row};
 
+use super::batch::{Write, Written};
 use super::{Db, Result};
 
 /// A state change to record.
@@ -45,23 +46,12 @@ pub struct AuditPage {
 }
 
 impl Db {
-    /// Appends `entry` at `now_ms`.
-    pub async fn record_audit(&self, entry: &AuditEntry, now_ms: i64) -> Result<i64> {
-        let row = sqlx::query(
-            "insert into audit (at, actor, user_id, source, action, target, before_json, after_json)
-             values ($1, $2, $3, $4, $5, $6, $7, $8) returning id",
-        )
-        .bind(now_ms)
-        .bind(&entry.actor)
-        .bind(entry.user_id)
-        .bind(&entry.source)
-        .bind(&entry.action)
-        .bind(&entry.target)
-        .bind(entry.before_json.as_deref())
-        .bind(entry.after_json.as_deref())
-        .fetch_one(self.writer())
-        .await?;
-        Ok(row.try_get("id")?)
+    /// Appends `entry` at `now_ms`, committed with the lifecycle's other writes (see `batch`).
+    pub async fn record_audit(&self, entry: &AuditEntry, now_ms: i64) -> Result<()> {
+        match self.batch(Write::Audit { entry: entry.clone(), now_ms }).await? {
+            Written::Done(_) => Ok(()),
+            other => Err(other.unexpected()),
+        }
     }
 
     /// Newest first, optionally of one actor and of actions starting with `action_prefix`.
@@ -111,4 +101,40 @@ fn record_from_row(row: &AnyRow) -> Result<AuditRecord> {
             after_json: row.try_get("after_json")?,
         },
     })
+}
+
+/// Appends `entries` (each with its instant) on `conn`, in a few statements.
+pub(super) async fn insert_many(
+    conn: &mut AnyConnection,
+    entries: &[(&AuditEntry, i64)],
+) -> Result<()> {
+    let mut rest = entries;
+    for rows in super::statement_sizes(entries.len(), 256) {
+        let values = (0..rows)
+            .map(|row| {
+                let cells = (1..=8).map(|n| format!("${}", row * 8 + n));
+                format!("({})", cells.collect::<Vec<_>>().join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "insert into audit (at, actor, user_id, source, action, target, before_json, after_json)
+             values {values}"
+        );
+        let mut query = sqlx::query(&sql);
+        for (entry, now_ms) in &rest[..rows] {
+            query = query
+                .bind(*now_ms)
+                .bind(&entry.actor)
+                .bind(entry.user_id)
+                .bind(&entry.source)
+                .bind(&entry.action)
+                .bind(&entry.target)
+                .bind(entry.before_json.as_deref())
+                .bind(entry.after_json.as_deref());
+        }
+        query.execute(&mut *conn).await?;
+        rest = &rest[rows..];
+    }
+    Ok(())
 }

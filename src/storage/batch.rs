@@ -1,5 +1,5 @@
 //! Group commit for the run lifecycle's writes: claims, lease renewals, targets, transitions
-//! and new runs from many tasks queue up and commit together.
+//! and new runs from many tasks, and audit records, queue up and commit together.
 //!
 //! One task per [`Db`] takes every write waiting in the queue (up to [`MAX_BATCH`]), runs them in
 //! one transaction, commits, and only then answers each caller. A write that fails gets its own
@@ -9,10 +9,13 @@
 //! commit, never what commits together: each write (a transition with its follow-up runs, say)
 //! is still all or nothing.
 
+use std::collections::HashMap;
+
 use sqlx::{AnyConnection, AnyPool};
 use tokio::sync::{mpsc, oneshot};
 
-use super::runs::{self, Claim, NewRun};
+use super::audit::{self, AuditEntry};
+use super::runs::{self, Claim, Insert, NewRun, Update};
 use super::{Db, Result, StorageError};
 use crate::lifecycle::Transition;
 use crate::model::RunRecord;
@@ -51,6 +54,10 @@ pub(super) enum Write {
         fence: i64,
         address: String,
     },
+    Audit {
+        entry: AuditEntry,
+        now_ms: i64,
+    },
     Apply {
         id: i64,
         transition: Transition,
@@ -78,7 +85,7 @@ impl Written {
     }
 }
 
-type Request = (Write, oneshot::Sender<Result<Written>>);
+pub(super) type Request = (Write, oneshot::Sender<Result<Written>>);
 
 /// The sending side of the queue; the committing task ends when every sender is gone.
 #[derive(Clone)]
@@ -113,7 +120,8 @@ async fn commit_loop(pool: AnyPool, mut receiver: mpsc::UnboundedReceiver<Reques
     }
 }
 
-async fn commit(pool: &AnyPool, batch: Vec<Request>) {
+/// Commits `batch` and answers each of its writes.
+pub(super) async fn commit(pool: &AnyPool, batch: Vec<Request>) {
     // Writes rarely fail, so the batch first runs as plain statements in one transaction. Only
     // if one fails is the transaction rolled back and the batch run again, each write in its
     // own savepoint, so that the failure is that write's alone (on PostgreSQL a failed
@@ -130,23 +138,99 @@ async fn commit(pool: &AnyPool, batch: Vec<Request>) {
 
 /// Runs every write in one transaction and commits: `Err` if a write failed (nothing is
 /// committed then).
+///
+/// Every write of a batch was waiting at once, none of them answered, so any order of them is
+/// one in which they could have happened, and like writes are regrouped into one statement: the
+/// new runs of every write are one insert, the audit records another; transitions without
+/// consequences in the database (most are: a run sent, a run ended without a retry or
+/// children) are one update per round, a run's second transition in the batch going to the
+/// round after its first; the rest follow in their order, one statement each.
 async fn run_plain(
     pool: &AnyPool,
     writes: &[Write],
 ) -> std::result::Result<Vec<Result<Written>>, ()> {
     let Ok(mut tx) = pool.begin().await else { return Err(()) };
-    let mut answers = Vec::with_capacity(writes.len());
-    for write in writes {
-        match execute(&mut tx, write).await {
-            Ok(written) => answers.push(Ok(written)),
-            Err(_) => {
-                let _ = tx.rollback().await;
-                return Err(());
-            }
-        }
+    let mut answers: Vec<Option<Written>> = writes.iter().map(|_| None).collect();
+    if run_grouped(&mut tx, writes, &mut answers).await.is_err() {
+        let _ = tx.rollback().await;
+        return Err(());
     }
     tx.commit().await.map_err(drop)?;
-    Ok(answers)
+    Ok(answers
+        .into_iter()
+        .map(|answer| answer.ok_or_else(|| StorageError::Batch("the write was skipped".into())))
+        .collect())
+}
+
+/// Runs `writes` grouped (see [`run_plain`]) on `conn`, setting each one's answer.
+async fn run_grouped(
+    conn: &mut AnyConnection,
+    writes: &[Write],
+    answers: &mut [Option<Written>],
+) -> Result<()> {
+    let mut inserts = Vec::new();
+    let mut creators = Vec::new();
+    let mut entries = Vec::new();
+    let mut plain = Vec::new();
+    let mut others = Vec::new();
+    for (index, write) in writes.iter().enumerate() {
+        match write {
+            Write::CreateRuns { runs, now_ms } => {
+                creators.push((index, runs.len(), false));
+                inserts.extend(runs.iter().map(|run| Insert { run, claim: None, now_ms: *now_ms }));
+            }
+            Write::CreateClaimed { runs, owner, now_ms, lease_until_ms } => {
+                creators.push((index, runs.len(), true));
+                let claim = Some((owner.as_str(), *lease_until_ms));
+                inserts.extend(runs.iter().map(|run| Insert { run, claim, now_ms: *now_ms }));
+            }
+            Write::Audit { entry, now_ms } => {
+                entries.push((entry, *now_ms));
+                answers[index] = Some(Written::Done(true));
+            }
+            _ => match plain_update(write) {
+                Some(update) => plain.push((index, update)),
+                None => others.push(index),
+            },
+        }
+    }
+    let mut created = runs::insert_many(conn, &inserts).await?.into_iter();
+    for (index, count, claimed) in creators {
+        let runs = created.by_ref().take(count);
+        answers[index] = Some(if claimed {
+            Written::Claims(runs.collect())
+        } else {
+            Written::Ids(runs.map(|created| created.map(|claim| claim.run.id)).collect())
+        });
+    }
+    audit::insert_many(conn, &entries).await?;
+    for round in super::distinct_rounds(plain.iter().map(|(_, update)| update.id)) {
+        let updates: Vec<Update<'_>> = round.iter().map(|&at| plain[at].1).collect();
+        let mut updated: HashMap<i64, RunRecord> =
+            runs::update_many(conn, &updates).await?.into_iter().map(|run| (run.id, run)).collect();
+        for at in round {
+            let (index, update) = plain[at];
+            let run = updated.remove(&update.id);
+            answers[index] = Some(Written::Applied(run.map(|run| (run, Vec::new()))));
+        }
+    }
+    for index in others {
+        answers[index] = Some(execute(conn, &writes[index]).await?);
+    }
+    Ok(())
+}
+
+/// `write` as an update for [`runs::update_many`], if it is a transition without follow-up
+/// runs or a next fire to set.
+fn plain_update(write: &Write) -> Option<Update<'_>> {
+    let Write::Apply { id, transition, lease, fuel_used, follow_ups, now_ms } = write else {
+        return None;
+    };
+    if !follow_ups.is_empty() || transition.next_fire_delay_ms.is_some() {
+        return None;
+    }
+    let lease = lease.as_ref().map(|(owner, fence)| (owner.as_str(), *fence));
+    Some(Update { id: *id, transition, lease, fuel_used: *fuel_used, now_ms: *now_ms })
 }
 
 /// Runs each write in its own savepoint of one transaction, so a failed write rolls back alone.
@@ -181,20 +265,16 @@ async fn run_isolated(pool: &AnyPool, writes: &[Write]) -> Vec<Result<Written>> 
 async fn execute(conn: &mut AnyConnection, write: &Write) -> Result<Written> {
     Ok(match write {
         Write::CreateRuns { runs, now_ms } => {
-            let mut ids = Vec::with_capacity(runs.len());
-            for run in runs {
-                ids.push(runs::insert_run(conn, run, *now_ms).await?);
-            }
-            Written::Ids(ids)
+            let inserts: Vec<_> =
+                runs.iter().map(|run| Insert { run, claim: None, now_ms: *now_ms }).collect();
+            let created = runs::insert_many(conn, &inserts).await?;
+            Written::Ids(created.into_iter().map(|created| created.map(|c| c.run.id)).collect())
         }
         Write::CreateClaimed { runs, owner, now_ms, lease_until_ms } => {
-            let mut claims = Vec::with_capacity(runs.len());
-            for run in runs {
-                claims.push(
-                    runs::insert_claimed_run(conn, run, owner, *now_ms, *lease_until_ms).await?,
-                );
-            }
-            Written::Claims(claims)
+            let claim = Some((owner.as_str(), *lease_until_ms));
+            let inserts: Vec<_> =
+                runs.iter().map(|run| Insert { run, claim, now_ms: *now_ms }).collect();
+            Written::Claims(runs::insert_many(conn, &inserts).await?)
         }
         Write::Claim { id, owner, now_ms, lease_until_ms } => {
             Written::Claim(runs::claim(conn, *id, owner, *now_ms, *lease_until_ms).await?)
@@ -205,11 +285,15 @@ async fn execute(conn: &mut AnyConnection, write: &Write) -> Result<Written> {
         Write::Target { id, owner, fence, address } => {
             Written::Done(runs::target(conn, *id, owner, *fence, address).await?)
         }
+        Write::Audit { entry, now_ms } => {
+            audit::insert_many(conn, &[(entry, *now_ms)]).await?;
+            Written::Done(true)
+        }
         Write::Apply { id, transition, lease, fuel_used, follow_ups, now_ms } => {
             let lease = lease.as_ref().map(|(owner, fence)| (owner.as_str(), *fence));
-            Written::Applied(
-                runs::apply(conn, *id, transition, lease, *fuel_used, follow_ups, *now_ms).await?,
-            )
+            let update =
+                Update { id: *id, transition, lease, fuel_used: *fuel_used, now_ms: *now_ms };
+            Written::Applied(runs::apply(conn, &update, follow_ups).await?)
         }
     })
 }

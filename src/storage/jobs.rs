@@ -1,9 +1,9 @@
 //! Jobs (XXL-JOB's `xxl_job_info`) and the scheduler's fire transaction.
 
-use sqlx::Row;
 use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row};
 
-use super::runs::{Claim, NewRun, insert_claimed_run, insert_run};
+use super::runs::{Claim, Insert, NewRun, insert_many};
 use super::{Db, Result, parse_column, split_list};
 use crate::model::{Job, JobSpec};
 use crate::schedule::NextFire;
@@ -164,43 +164,73 @@ impl Db {
     /// ones for a fire with a `claim`).
     pub async fn fire_jobs(&self, fires: &[Fire], now_ms: i64) -> Result<Vec<Vec<Fired>>> {
         let mut tx = self.writer().begin().await?;
-        let mut all_ids = Vec::with_capacity(fires.len());
-        for fire in fires {
-            let moved = sqlx::query(
-                "update jobs set next_fire_ms = $1, running = $2, updated_at = $3
-                 where id = $4 and running = 1 and next_fire_ms = $5",
-            )
-            .bind(fire.next.at().unwrap_or(0))
-            .bind(i64::from(fire.next != NextFire::Never))
-            .bind(now_ms)
+        let mut moved = vec![false; fires.len()];
+        for round in super::distinct_rounds(fires.iter().map(|fire| fire.job_id)) {
+            let mut rest = &round[..];
+            for rows in super::statement_sizes(round.len(), 256) {
+                let chunk: Vec<&Fire> = rest[..rows].iter().map(|&index| &fires[index]).collect();
+                let ids = move_fires(&mut tx, &chunk, now_ms).await?;
+                for &index in &rest[..rows] {
+                    moved[index] = ids.contains(&fires[index].job_id);
+                }
+                rest = &rest[rows..];
+            }
+        }
+        let inserts: Vec<Insert<'_>> = fires
+            .iter()
+            .zip(&moved)
+            .filter(|(_, moved)| **moved)
+            .flat_map(|(fire, _)| {
+                let claim = fire.claim.as_ref().map(|(owner, until)| (owner.as_str(), *until));
+                fire.runs.iter().map(move |run| Insert { run, claim, now_ms })
+            })
+            .collect();
+        let mut created = insert_many(&mut tx, &inserts).await?.into_iter();
+        tx.commit().await?;
+        let mut all_fired = Vec::with_capacity(fires.len());
+        for (fire, moved) in fires.iter().zip(moved) {
+            let count = if moved { fire.runs.len() } else { 0 };
+            let fired = created.by_ref().take(count).flatten().map(|claim| match fire.claim {
+                Some(_) => Fired::Claimed(Box::new(claim)),
+                None => Fired::Pending(claim.run.id),
+            });
+            all_fired.push(fired.collect());
+        }
+        Ok(all_fired)
+    }
+}
+
+/// Moves each of `fires` (of distinct jobs) to its next fire if the job is still at the fire it
+/// was read at, in one statement; the ids of the jobs moved.
+async fn move_fires(
+    conn: &mut AnyConnection,
+    fires: &[&Fire],
+    now_ms: i64,
+) -> Result<std::collections::HashSet<i64>> {
+    let values = (0..fires.len())
+        .map(|row| {
+            let p = |n: usize| format!("cast(${} as bigint)", row * 4 + n);
+            format!("({}, {}, {}, {})", p(1), p(2), p(3), p(4))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let now = fires.len() * 4 + 1;
+    let sql = format!(
+        "update jobs set next_fire_ms = v.column3, running = v.column4, updated_at = ${now}
+         from (values {values}) as v
+         where jobs.id = v.column1 and jobs.running = 1 and jobs.next_fire_ms = v.column2
+         returning id"
+    );
+    let mut query = sqlx::query(&sql);
+    for fire in fires {
+        query = query
             .bind(fire.job_id)
             .bind(fire.expected_fire_ms)
-            .execute(&mut *tx)
-            .await?;
-            let mut fired = Vec::new();
-            if moved.rows_affected() == 1 {
-                for run in &fire.runs {
-                    match &fire.claim {
-                        Some((owner, lease_until_ms)) => {
-                            let claim =
-                                insert_claimed_run(&mut tx, run, owner, now_ms, *lease_until_ms);
-                            if let Some(claim) = claim.await? {
-                                fired.push(Fired::Claimed(Box::new(claim)));
-                            }
-                        }
-                        None => {
-                            if let Some(id) = insert_run(&mut tx, run, now_ms).await? {
-                                fired.push(Fired::Pending(id));
-                            }
-                        }
-                    }
-                }
-            }
-            all_ids.push(fired);
-        }
-        tx.commit().await?;
-        Ok(all_ids)
+            .bind(fire.next.at().unwrap_or(0))
+            .bind(i64::from(fire.next != NextFire::Never));
     }
+    let rows = query.bind(now_ms).fetch_all(&mut *conn).await?;
+    rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
 }
 
 /// One job's fire, for [`Db::fire_jobs`].

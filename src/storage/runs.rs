@@ -415,69 +415,122 @@ pub(super) async fn target(
 /// transaction or savepoint (see [`Db::apply_transition`]).
 pub(super) async fn apply(
     conn: &mut AnyConnection,
-    id: i64,
-    transition: &Transition,
-    lease: Option<(&str, i64)>,
-    fuel_used: Option<i64>,
+    update: &Update<'_>,
     follow_ups: &[NewRun],
-    now_ms: i64,
 ) -> Result<Option<(RunRecord, Vec<i64>)>> {
-    let (handle_code, handle_msg) = match &transition.handle {
-        Some((code, msg)) => (Some(i64::from(*code)), Some(msg.as_str())),
-        None => (None, None),
+    let Some(run) = update_many(conn, std::slice::from_ref(update)).await?.pop() else {
+        return Ok(None);
     };
-    let (dispatched_at, deadline) = transition.dispatched.unzip();
-    let (owner, fence) = lease.unzip();
-    let row = sqlx::query(&format!(
-        "update runs set state = $1,
-            trigger_code = coalesce($2, trigger_code),
-            trigger_msg = coalesce($3, trigger_msg),
-            executor_address = coalesce($4, executor_address),
-            dispatched_at = coalesce($5, dispatched_at),
-            deadline = coalesce($6, deadline),
-            handle_code = coalesce($7, handle_code),
-            handle_msg = coalesce($8, handle_msg),
-            handle_time = case when $7 is null then handle_time else $9 end,
-            fuel_used = coalesce($10, fuel_used),
-            kill_requested = case when $11 = 1 then 1 else kill_requested end,
-            lease_owner = case when $1 = 'dispatching' then lease_owner else null end,
-            started_at = coalesce($17, started_at)
-         where id = $12 and state = $13 and kill_requested = $16
-            and ($14 = '' or (lease_owner = $14 and fence = $15))
-         returning {COLUMNS}"
-    ))
-    .bind(transition.to.as_str())
-    .bind(transition.trigger_code.map(i64::from))
-    .bind(transition.trigger_msg.as_deref())
-    .bind(transition.executor_address.as_deref())
-    .bind(dispatched_at)
-    .bind(deadline)
-    .bind(handle_code)
-    .bind(handle_msg)
-    .bind(now_ms)
-    .bind(fuel_used)
-    .bind(i64::from(transition.request_kill))
-    .bind(id)
-    .bind(transition.from.as_str())
-    .bind(owner.unwrap_or(""))
-    .bind(fence.unwrap_or(0))
-    .bind(i64::from(transition.kill_requested_before))
-    .bind(transition.started_at)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(row) = row else { return Ok(None) };
-    let run = run_from_row(&row)?;
     let mut ids = Vec::with_capacity(follow_ups.len());
     for follow_up in follow_ups {
-        if let Some(id) = insert_run(conn, follow_up, now_ms).await? {
+        if let Some(id) = insert_run(conn, follow_up, update.now_ms).await? {
             ids.push(id);
         }
     }
-    if let (Some(delay_ms), Some(fire_ms)) = (transition.next_fire_delay_ms, run.fire_time_ms) {
-        schedule_after_fire(conn, run.job_id, fire_ms, now_ms.saturating_add(delay_ms), now_ms)
-            .await?;
+    let delay = update.transition.next_fire_delay_ms;
+    if let (Some(delay_ms), Some(fire_ms)) = (delay, run.fire_time_ms) {
+        let next_fire_ms = update.now_ms.saturating_add(delay_ms);
+        schedule_after_fire(conn, run.job_id, fire_ms, next_fire_ms, update.now_ms).await?;
     }
     Ok(Some((run, ids)))
+}
+
+/// One run's transition to record: the compare-and-set of [`update_many`].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Update<'a> {
+    pub id: i64,
+    pub transition: &'a Transition,
+    /// The lease (owner, fence) the run must still be under.
+    pub lease: Option<(&'a str, i64)>,
+    pub fuel_used: Option<i64>,
+    pub now_ms: i64,
+}
+
+/// The parameters of one row of [`update_many`]'s `values` list.
+const UPDATE_PARAMS: usize = 17;
+
+/// Records each of `updates` (of distinct runs) whose compare holds, in one statement, and
+/// returns those runs as they are now. The statement's row count is rounded up to a power of
+/// two with rows that match no run, so a handful of statement shapes serve every batch.
+pub(super) async fn update_many(
+    conn: &mut AnyConnection,
+    updates: &[Update<'_>],
+) -> Result<Vec<RunRecord>> {
+    const TYPES: [&str; UPDATE_PARAMS] = [
+        "bigint", "text", "bigint", "text", "text", "bigint", "bigint", "bigint", "text", "bigint",
+        "bigint", "bigint", "text", "text", "bigint", "bigint", "bigint",
+    ];
+    let rows = updates.len().next_power_of_two();
+    let values = (0..rows)
+        .map(|row| {
+            let cells = TYPES.iter().enumerate().map(|(column, kind)| {
+                format!("cast(${} as {kind})", row * UPDATE_PARAMS + column + 1)
+            });
+            format!("({})", cells.collect::<Vec<_>>().join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    // v.column1 id, 2 to, 3 trigger code, 4 trigger msg, 5 executor, 6 dispatched at,
+    // 7 deadline, 8 handle code, 9 handle msg, 10 now, 11 fuel used, 12 request kill, 13 from,
+    // 14 lease owner ('' for none), 15 fence, 16 kill requested before, 17 started at.
+    let sql = format!(
+        "update runs set state = v.column2,
+            trigger_code = coalesce(v.column3, runs.trigger_code),
+            trigger_msg = coalesce(v.column4, runs.trigger_msg),
+            executor_address = coalesce(v.column5, runs.executor_address),
+            dispatched_at = coalesce(v.column6, runs.dispatched_at),
+            deadline = coalesce(v.column7, runs.deadline),
+            handle_code = coalesce(v.column8, runs.handle_code),
+            handle_msg = coalesce(v.column9, runs.handle_msg),
+            handle_time = case when v.column8 is null then runs.handle_time else v.column10 end,
+            fuel_used = coalesce(v.column11, runs.fuel_used),
+            kill_requested = case when v.column12 = 1 then 1 else runs.kill_requested end,
+            lease_owner = case when v.column2 = 'dispatching' then runs.lease_owner else null end,
+            started_at = coalesce(v.column17, runs.started_at)
+         from (values {values}) as v
+         where runs.id = v.column1 and runs.state = v.column13
+            and runs.kill_requested = v.column16
+            and (v.column14 = '' or (runs.lease_owner = v.column14 and runs.fence = v.column15))
+         returning {COLUMNS}"
+    );
+    let mut query = sqlx::query(&sql);
+    for update in updates {
+        let transition = update.transition;
+        let (handle_code, handle_msg) = match &transition.handle {
+            Some((code, msg)) => (Some(i64::from(*code)), Some(msg.as_str())),
+            None => (None, None),
+        };
+        let (dispatched_at, deadline) = transition.dispatched.unzip();
+        let (owner, fence) = update.lease.unzip();
+        query = query
+            .bind(update.id)
+            .bind(transition.to.as_str())
+            .bind(transition.trigger_code.map(i64::from))
+            .bind(transition.trigger_msg.as_deref())
+            .bind(transition.executor_address.as_deref())
+            .bind(dispatched_at)
+            .bind(deadline)
+            .bind(handle_code)
+            .bind(handle_msg)
+            .bind(update.now_ms)
+            .bind(update.fuel_used)
+            .bind(i64::from(transition.request_kill))
+            .bind(transition.from.as_str())
+            .bind(owner.unwrap_or(""))
+            .bind(fence.unwrap_or(0))
+            .bind(i64::from(transition.kill_requested_before))
+            .bind(transition.started_at);
+    }
+    for _ in updates.len()..rows {
+        // A row no run matches (ids are positive): only its id is read before the compare fails.
+        query = query.bind(0_i64);
+        for kind in &TYPES[1..] {
+            query =
+                if *kind == "text" { query.bind(None::<&str>) } else { query.bind(None::<i64>) };
+        }
+    }
+    let rows = query.fetch_all(&mut *conn).await?;
+    rows.iter().map(run_from_row).collect()
 }
 
 /// Sets the next fire of `FIX_DELAY` job `job_id` to `next_fire_ms` if it is running, waits for
@@ -518,71 +571,123 @@ pub(super) async fn insert_run(
     run: &NewRun,
     now_ms: i64,
 ) -> Result<Option<i64>> {
-    let row = insert(conn, run, now_ms, None).await?;
-    row.map(|row| Ok(row.try_get("id")?)).transpose()
+    let insert = Insert { run, claim: None, now_ms };
+    let mut created = insert_many(conn, std::slice::from_ref(&insert)).await?;
+    Ok(created.pop().flatten().map(|created| created.run.id))
 }
 
-/// Inserts a run claimed by `owner` on `conn` (see [`Db::create_claimed_runs`]).
-pub(super) async fn insert_claimed_run(
-    conn: &mut AnyConnection,
-    run: &NewRun,
-    owner: &str,
-    now_ms: i64,
-    lease_until_ms: i64,
-) -> Result<Option<Claim>> {
-    let Some(row) = insert(conn, run, now_ms, Some((owner, lease_until_ms))).await? else {
-        return Ok(None);
-    };
-    Ok(Some(Claim { run: run_from_row(&row)?, fence: row.try_get("fence")? }))
+/// A run to create with [`insert_many`]: pending, or with `claim` (owner, lease end)
+/// `dispatching` under fence 1.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Insert<'a> {
+    pub run: &'a NewRun,
+    pub claim: Option<(&'a str, i64)>,
+    pub now_ms: i64,
 }
 
-/// Inserts `run`, pending, or with `claim` (owner, lease end) `dispatching` under fence 1;
-/// returns its id, or with a claim the whole row and its fence.
-async fn insert(
+/// The parameters of one row of an insert.
+const INSERT_PARAMS: usize = 16;
+/// The most rows in one insert statement.
+const MAX_INSERT_ROWS: usize = 512;
+
+/// Inserts `inserts`, each answered with the run as created (and its fence), or `None` when the
+/// same fire, shard and attempt exist already.
+pub(super) async fn insert_many(
     conn: &mut AnyConnection,
-    run: &NewRun,
-    now_ms: i64,
-    claim: Option<(&str, i64)>,
-) -> Result<Option<AnyRow>> {
-    let (version, sha256) = match &run.version {
-        Some((version, sha256)) => (Some(*version), Some(sha256.as_str())),
-        None => (None, None),
-    };
-    let (claim_columns, claim_values, returning) = match claim {
-        None => ("", "", "id".to_owned()),
-        Some(_) => (
-            ", state, lease_owner, lease_until, fence, claimed_at",
-            ", 'dispatching', $15, $16, 1, $13",
-            format!("{COLUMNS}, fence"),
-        ),
-    };
+    inserts: &[Insert<'_>],
+) -> Result<Vec<Option<Claim>>> {
+    let mut created = Vec::with_capacity(inserts.len());
+    let mut rest = inserts;
+    for rows in super::statement_sizes(inserts.len(), MAX_INSERT_ROWS) {
+        created.extend(insert_rows(conn, &rest[..rows]).await?);
+        rest = &rest[rows..];
+    }
+    Ok(created)
+}
+
+async fn insert_rows(
+    conn: &mut AnyConnection,
+    inserts: &[Insert<'_>],
+) -> Result<Vec<Option<Claim>>> {
+    let values = (0..inserts.len())
+        .map(|row| {
+            let p = |n: usize| format!("${}", row * INSERT_PARAMS + n);
+            let (owner, lease_until, now) = (p(15), p(16), p(13));
+            let plain = (1..=14).map(p).collect::<Vec<_>>().join(", ");
+            format!(
+                "({plain}, case when {owner} is null then 'pending' else 'dispatching' end, \
+                 {owner}, case when {owner} is null then 0 else {lease_until} end, \
+                 case when {owner} is null then 0 else 1 end, \
+                 case when {owner} is null then 0 else {now} end)"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
     let sql = format!(
         "insert into runs (job_id, executor_address, trigger_type, trigger_time, fire_time, param,
             shard_index, shard_total, attempt, version, sha256, parent_run_id, created_at,
-            sharding_items{claim_columns})
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14{claim_values})
+            sharding_items, state, lease_owner, lease_until, fence, claimed_at)
+         values {values}
          on conflict (job_id, fire_time, shard_index, attempt) do nothing
-         returning {returning}"
+         returning {COLUMNS}, fence"
     );
-    let mut query = sqlx::query(&sql)
-        .bind(run.job_id)
-        .bind(run.executor_address.as_deref())
-        .bind(run.trigger_type.as_str())
-        .bind(run.trigger_time_ms)
-        .bind(run.fire_time_ms)
-        .bind(&run.param)
-        .bind(run.shard_index)
-        .bind(run.shard_total)
-        .bind(run.attempt)
-        .bind(version)
-        .bind(sha256)
-        .bind(run.parent_run_id)
-        .bind(now_ms)
-        .bind(format_items(&run.sharding_items));
-    if let Some((owner, lease_until_ms)) = claim {
-        query = query.bind(owner).bind(lease_until_ms);
+    let mut query = sqlx::query(&sql);
+    for Insert { run, claim, now_ms } in inserts {
+        let (version, sha256) = match &run.version {
+            Some((version, sha256)) => (Some(*version), Some(sha256.as_str())),
+            None => (None, None),
+        };
+        let (owner, lease_until_ms) = claim.unzip();
+        query = query
+            .bind(run.job_id)
+            .bind(run.executor_address.as_deref())
+            .bind(run.trigger_type.as_str())
+            .bind(run.trigger_time_ms)
+            .bind(run.fire_time_ms)
+            .bind(&run.param)
+            .bind(run.shard_index)
+            .bind(run.shard_total)
+            .bind(run.attempt)
+            .bind(version)
+            .bind(sha256)
+            .bind(run.parent_run_id)
+            .bind(*now_ms)
+            .bind(format_items(&run.sharding_items))
+            .bind(owner)
+            .bind(lease_until_ms);
     }
-    Ok(query.fetch_optional(&mut *conn).await?)
+    // The rows come back in no promised order: each goes to the first unanswered insert it
+    // matches. Inserts that match the same rows are alike in everything stored for them.
+    let mut created: Vec<Option<Claim>> = vec![None; inserts.len()];
+    for row in query.fetch_all(&mut *conn).await? {
+        let run = run_from_row(&row)?;
+        let fence = row.try_get("fence")?;
+        let slot = inserts
+            .iter()
+            .zip(&created)
+            .position(|(insert, created)| created.is_none() && inserted_as(insert.run, &run));
+        match slot {
+            Some(slot) => created[slot] = Some(Claim { run, fence }),
+            None => {
+                let message = format!("inserted run {} matches no insert", run.id);
+                return Err(super::StorageError::Corrupt(message));
+            }
+        }
+    }
+    Ok(created)
+}
+
+/// Whether `run` is the row stored for `new`.
+fn inserted_as(new: &NewRun, run: &RunRecord) -> bool {
+    new.job_id == run.job_id
+        && new.fire_time_ms == run.fire_time_ms
+        && new.shard_index == run.shard_index
+        && new.attempt == run.attempt
+        && new.trigger_time_ms == run.trigger_time_ms
+        && new.trigger_type == run.trigger_type
+        && new.parent_run_id == run.parent_run_id
+        && new.executor_address == run.executor_address
+        && new.param == run.param
 }
 
 fn run_from_row(row: &AnyRow) -> Result<RunRecord> {

@@ -489,3 +489,76 @@ async fn a_claimed_fire_creates_its_runs_held_by_the_dispatcher() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_batch_records_plain_transitions_in_one_statement_with_each_compare_its_own() {
+    each_backend("merged_updates", |db| async move {
+        let mut ids = Vec::new();
+        for n in 0..5 {
+            let id = db.create_run(&fire(1, 1_000 + n, 0), 1).await.unwrap().unwrap();
+            db.claim_run(id, "admin-1", 10, 20_000).await.unwrap().unwrap();
+            ids.push(id);
+        }
+        let apply = |id: i64, fence: i64, follow_ups: Vec<NewRun>| batch::Write::Apply {
+            id,
+            transition: sent("http://e:9999", 50, 5),
+            lease: Some(("admin-1".to_owned(), fence)),
+            fuel_used: None,
+            follow_ups,
+            now_ms: 50,
+        };
+        let mut retry = fire(1, 1_004, 0);
+        retry.attempt = 1;
+        // Runs 0 and 2 apply; run 1's fence is stale; run 0 again (already running) breaks the
+        // merged group and fails its compare alone; run 3 is a claim in between; run 4 carries
+        // a follow-up and goes by itself.
+        let writes = vec![
+            apply(ids[0], 1, Vec::new()),
+            apply(ids[1], 7, Vec::new()),
+            apply(ids[2], 1, Vec::new()),
+            apply(ids[0], 1, Vec::new()),
+            batch::Write::Claim {
+                id: ids[3],
+                owner: "admin-2".into(),
+                now_ms: 11,
+                lease_until_ms: 12,
+            },
+            apply(ids[4], 1, vec![retry]),
+        ];
+        let mut answers = Vec::new();
+        let mut requests = Vec::new();
+        for write in writes {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            requests.push((write, reply));
+            answers.push(answer);
+        }
+        batch::commit(&db.writer, requests).await;
+        let mut applied = Vec::new();
+        for answer in answers {
+            applied.push(match answer.await.unwrap().unwrap() {
+                batch::Written::Applied(Some((run, follow_ups))) => {
+                    assert_eq!(run.state, RunState::Running);
+                    Some(follow_ups.len())
+                }
+                batch::Written::Applied(None) | batch::Written::Claim(None) => None,
+                other => panic!("unexpected answer {other:?}"),
+            });
+        }
+        assert_eq!(applied, [Some(0), None, Some(0), None, None, Some(1)]);
+        let states = db.get_runs(&ids).await.unwrap();
+        let states: Vec<_> =
+            ids.iter().map(|id| states.iter().find(|run| run.id == *id).unwrap().state).collect();
+        use RunState::{Dispatching, Running};
+        assert_eq!(states, [Running, Dispatching, Running, Dispatching, Running]);
+    })
+    .await;
+}
+
+#[test]
+fn batched_statements_have_few_shapes_and_rounds_never_repeat_a_run() {
+    assert_eq!(statement_sizes(13, 512).collect::<Vec<_>>(), [8, 4, 1]);
+    assert_eq!(statement_sizes(0, 512).count(), 0);
+    assert_eq!(statement_sizes(1_100, 512).collect::<Vec<_>>(), [512, 512, 64, 8, 4]);
+    assert_eq!(distinct_rounds([5, 6, 5, 7, 5]), [vec![0, 1, 3], vec![2], vec![4]]);
+    assert!(distinct_rounds([]).is_empty());
+}

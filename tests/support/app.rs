@@ -203,6 +203,7 @@ pub fn admin_config(database_url: String) -> AdminConfig {
         heartbeat_interval: Duration::from_secs(30),
         max_module_bytes: 4 * 1024 * 1024,
         run_retention_days: Some(30),
+        network: Default::default(),
     }
 }
 
@@ -222,7 +223,11 @@ pub fn executor_config(admin_url: &str, data_dir: PathBuf) -> ExecutorConfig {
             max_log_bytes: 1024 * 1024,
             log_retention_days: 30,
             max_concurrent_runs: 16,
+            max_queue_per_job: 1000,
+            max_queued_bytes: 256 * 1024 * 1024,
+            shutdown_grace: Duration::from_secs(10),
         },
         heartbeat_interval: Duration::from_secs(30),
+        network: Default::default(),
     }
 }

@@ -163,7 +163,7 @@ impl Senders {
                     let answer = if answer.code == 200 {
                         Ok(answer.into_payload())
                     } else {
-                        Err(PostError::Refused(answer.msg.unwrap_or_default()))
+                        Err(PostError::Refused(protocol::excerpt(&answer.msg.unwrap_or_default())))
                     };
                     let _ = reply.send(answer);
                 }
@@ -173,6 +173,12 @@ impl Senders {
                 let error = format!("{address} answered /runs without one reply per run");
                 for (_, reply) in batch {
                     let _ = reply.send(Err(PostError::NoAnswer(error.clone())));
+                }
+            }
+            // The address is not allowed: nothing was sent.
+            Err(error @ ProtocolError::NotAllowed { .. }) => {
+                for (_, reply) in batch {
+                    let _ = reply.send(Err(PostError::Refused(error.to_string())));
                 }
             }
             // It answered, and not with `/runs`: nothing in the batch was taken. One by one.
@@ -210,9 +216,11 @@ impl Senders {
         let _in_flight = window.acquire().await;
         match self.client.call::<_, String>(address, "run", param).await {
             Ok(reply) => Ok(reply),
-            Err(error @ (ProtocolError::Refused { .. } | ProtocolError::BadReply { .. })) => {
-                Err(PostError::Refused(error.to_string()))
-            }
+            Err(
+                error @ (ProtocolError::Refused { .. }
+                | ProtocolError::BadReply { .. }
+                | ProtocolError::NotAllowed { .. }),
+            ) => Err(PostError::Refused(error.to_string())),
             Err(ProtocolError::Transport { source, url }) if source.is_connect() => {
                 Err(PostError::Unreachable(format!("{url}: {source}")))
             }

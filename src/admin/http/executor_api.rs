@@ -54,7 +54,7 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, axum::Json<ReturnT<Strin
         .map_err(|error| axum::Json(ReturnT::fail(format!("invalid request body: {error}"))))
 }
 
-fn check_registry(param: &RegistryParam) -> Result<(), String> {
+fn check_registry(state: &AppState, param: &RegistryParam) -> Result<(), String> {
     if param.registry_group != REGISTRY_GROUP_EXECUTOR {
         return Err(format!("registryGroup `{}`: only EXECUTOR is accepted", param.registry_group));
     }
@@ -62,10 +62,11 @@ fn check_registry(param: &RegistryParam) -> Result<(), String> {
         return Err("registryKey: the application name, 1 to 64 characters".to_owned());
     }
     let value = &param.registry_value;
-    if !(value.starts_with("http://") || value.starts_with("https://")) || value.len() > 255 {
-        return Err(format!("registryValue `{value}` is not an http(s) URL"));
+    if value.len() > 255 {
+        return Err("registryValue: an address of at most 255 characters".to_owned());
     }
-    Ok(())
+    let policy = &state.config.network.executor_policy;
+    policy.check_address(value).map(|_| ()).map_err(|reason| format!("registryValue {reason}"))
 }
 
 async fn registry(State(state): State<AppState>, body: Bytes) -> axum::Json<ReturnT<String>> {
@@ -73,7 +74,7 @@ async fn registry(State(state): State<AppState>, body: Bytes) -> axum::Json<Retu
         Ok(param) => param,
         Err(reply) => return reply,
     };
-    if let Err(reason) = check_registry(&param) {
+    if let Err(reason) = check_registry(&state, &param) {
         return axum::Json(ReturnT::fail(reason));
     }
     let address = param.registry_value.trim_end_matches('/');
@@ -108,7 +109,7 @@ async fn registry_remove(
         Ok(param) => param,
         Err(reply) => return reply,
     };
-    if let Err(reason) = check_registry(&param) {
+    if let Err(reason) = check_registry(&state, &param) {
         return axum::Json(ReturnT::fail(reason));
     }
     let address = param.registry_value.trim_end_matches('/');

@@ -287,7 +287,10 @@ async fn trigger_job(
             "param: at most 64 KiB, without NUL characters",
         ));
     }
-    let job = load(&state, id).await?;
+    // A trigger is hot (an API client may send thousands a second): the job comes from the
+    // dispatcher's cache, which this admin's own changes invalidate at once.
+    let job = state.dispatcher.job(id).await.map_err(ApiError::Internal)?;
+    let job = job.ok_or_else(|| job_not_found(id))?;
     actor.require_group(job.spec.group_id)?;
     let param = body.param.unwrap_or_else(|| job.spec.param.clone());
     let trigger = PlannedTrigger::now(TriggerType::Manual, param.clone());
@@ -420,6 +423,15 @@ async fn validate(state: &AppState, body: JobBody) -> Result<(JobSpec, Schedule)
     let handler = body.handler.filter(|handler| !handler.is_empty());
     if glue_type == GlueType::Bean && handler.is_none() {
         return Err(invalid("handler: a BEAN job needs the handler's name"));
+    }
+    let handler_chars = |c: char| c.is_ascii_alphanumeric() || "-_.:$@#".contains(c);
+    if handler
+        .as_deref()
+        .is_some_and(|h| h.len() > 255 || h.contains("..") || !h.chars().all(handler_chars))
+    {
+        return Err(invalid(
+            "handler: a name of at most 255 letters, digits and `-_.:$@#`, not a path",
+        ));
     }
     if !(0..=86_400 * 7).contains(&body.timeout_secs) {
         return Err(invalid("timeout_secs: 0 (none) to 604800"));

@@ -1,0 +1,329 @@
+//! The HTTP client of the admin⇄executor protocol: the admin calls executors with it, and
+//! executors call their admins.
+//!
+//! It carries the access token and turns a reply into the envelope's payload or a
+//! [`ProtocolError`]. It knows nothing of jobs or runs: callers decide what a reply means.
+//!
+//! It trusts nothing it is answered with. Redirects are never followed (a redirect would carry
+//! the access token, and a trigger's parameters, wherever the peer points). A reply body is read
+//! as a stream and given up past [`MAX_REPLY_BYTES`], within the client's timeout, which covers
+//! the whole exchange, body included. A reply that is not the envelope is shown to operators
+//! only as a short [`excerpt`] with control characters removed, and so is a peer's failure
+//! message. An admin's client also carries the executor [`AddressPolicy`]: it refuses to call an
+//! address the policy does not allow, resolves host names itself and connects only to the
+//! resolved addresses the policy allows, and ignores proxy settings (a proxy would connect on
+//! its behalf, unchecked).
+//!
+//! TLS is rustls with the webpki roots, plus the certificates of an optional CA file.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::{ACCESS_TOKEN_HEADER, ReturnT};
+use crate::netpolicy::AddressPolicy;
+
+/// The largest reply body read from a peer (a page of a run's log is at most 256 KiB of text).
+pub const MAX_REPLY_BYTES: usize = 8 * 1024 * 1024;
+
+/// The most characters of a peer's text shown in an error.
+pub const EXCERPT_CHARS: usize = 100;
+
+/// Why a protocol call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    /// The peer could not be reached or did not answer in time.
+    #[error("{url}: {}", causes(source))]
+    Transport {
+        /// What was called.
+        url: String,
+        /// The transport error.
+        source: reqwest::Error,
+    },
+    /// The peer answered with something that is not the envelope.
+    #[error("{url}: HTTP {status}: {body}")]
+    BadReply {
+        /// What was called.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// A sanitized excerpt of the body, or what was wrong with it.
+        body: String,
+    },
+    /// The peer answered with a failure envelope.
+    #[error("{url}: {msg} (code {code})")]
+    Refused {
+        /// What was called.
+        url: String,
+        /// The envelope's code.
+        code: i32,
+        /// A sanitized excerpt of the envelope's message.
+        msg: String,
+    },
+    /// The address is not one this client may call; nothing was sent.
+    #[error("{reason}")]
+    NotAllowed {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// An error and its causes on one line (reqwest's own message omits them: "error sending
+/// request" says nothing of a refused connection or a refused address).
+fn causes(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// How a [`Client`] connects, beyond its token and timeout.
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    /// PEM certificates trusted as roots besides the webpki roots.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// For an admin's client: the executor addresses it may call.
+    pub policy: Option<AddressPolicy>,
+}
+
+/// An HTTP client for the protocol, carrying the access token.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    access_token: String,
+    policy: Option<Arc<AddressPolicy>>,
+}
+
+impl Client {
+    /// A client that sends `access_token` with every call and gives up after `timeout`.
+    pub fn new(access_token: &str, timeout: Duration) -> anyhow::Result<Client> {
+        Client::with_options(access_token, timeout, &ClientOptions::default())
+    }
+
+    /// A client as [`Client::new`], with a CA file and an address policy.
+    pub fn with_options(
+        access_token: &str,
+        timeout: Duration,
+        options: &ClientOptions,
+    ) -> anyhow::Result<Client> {
+        let mut builder = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(Duration::from_secs(3))
+            .redirect(reqwest::redirect::Policy::none())
+            .use_rustls_tls();
+        if let Some(path) = &options.ca_file {
+            for certificate in read_ca_file(path)? {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        let policy = options.policy.clone().map(Arc::new);
+        if let Some(policy) = &policy {
+            builder = builder.no_proxy().dns_resolver(Arc::new(CheckedResolver(policy.clone())));
+        }
+        Ok(Client { http: builder.build()?, access_token: access_token.to_owned(), policy })
+    }
+
+    /// Refuses `base` when this client has a policy that does not allow it.
+    fn check(&self, base: &str) -> Result<(), ProtocolError> {
+        let Some(policy) = &self.policy else {
+            return Ok(());
+        };
+        policy.check_address(base).map(|_| ()).map_err(|reason| ProtocolError::NotAllowed {
+            reason: format!("not calling {}: {reason}", excerpt(base)),
+        })
+    }
+
+    /// `POST {base}/{path}` with `body`; the envelope's payload, or why there is none.
+    pub async fn call<B: Serialize + ?Sized, T: serde::de::DeserializeOwned + Clone>(
+        &self,
+        base: &str,
+        path: &str,
+        body: &B,
+    ) -> Result<Option<T>, ProtocolError> {
+        self.check(base)?;
+        let url = join_url(base, path);
+        let mut reply = self
+            .http
+            .post(&url)
+            .header(ACCESS_TOKEN_HEADER, &self.access_token)
+            .json(body)
+            .send()
+            .await
+            .map_err(|source| ProtocolError::Transport { url: url.clone(), source })?;
+        let status = reply.status().as_u16();
+        if status != 200 {
+            // Not the protocol: say what came, and read no further.
+            let body = match reply.chunk().await {
+                Ok(Some(chunk)) => excerpt(&String::from_utf8_lossy(&chunk)),
+                _ => String::new(),
+            };
+            let body = match reply.headers().get(reqwest::header::LOCATION) {
+                Some(_) if (300..400).contains(&status) => {
+                    format!("a redirect, not followed {body}").trim_end().to_owned()
+                }
+                _ => body,
+            };
+            return Err(ProtocolError::BadReply { url, status, body });
+        }
+        let bytes = match read_capped(&mut reply, MAX_REPLY_BYTES).await {
+            Ok(bytes) => bytes,
+            Err(ReadError::Transport(source)) => {
+                return Err(ProtocolError::Transport { url, source });
+            }
+            Err(ReadError::TooLarge) => {
+                let body = format!("the reply is larger than {MAX_REPLY_BYTES} bytes");
+                return Err(ProtocolError::BadReply { url, status, body });
+            }
+        };
+        let envelope: ReturnT<T> = match serde_json::from_slice(&bytes) {
+            Ok(envelope) => envelope,
+            Err(_) => {
+                let body = excerpt(&String::from_utf8_lossy(&bytes));
+                return Err(ProtocolError::BadReply { url, status, body });
+            }
+        };
+        if envelope.code != 200 {
+            let msg = excerpt(envelope.msg.as_deref().unwrap_or_default());
+            return Err(ProtocolError::Refused { url, code: envelope.code, msg });
+        }
+        Ok(envelope.into_payload())
+    }
+
+    /// `GET {base}/{path}` of raw bytes (module downloads), at most `max_bytes`.
+    pub async fn get_bytes(
+        &self,
+        base: &str,
+        path: &str,
+        max_bytes: usize,
+    ) -> anyhow::Result<Vec<u8>> {
+        self.check(base)?;
+        let url = join_url(base, path);
+        let mut reply = self
+            .http
+            .get(&url)
+            .header(ACCESS_TOKEN_HEADER, &self.access_token)
+            .send()
+            .await?
+            .error_for_status()?;
+        match read_capped(&mut reply, max_bytes).await {
+            Ok(bytes) => Ok(bytes),
+            Err(ReadError::Transport(error)) => Err(error.into()),
+            Err(ReadError::TooLarge) => anyhow::bail!("{url}: more than {max_bytes} bytes"),
+        }
+    }
+}
+
+enum ReadError {
+    Transport(reqwest::Error),
+    TooLarge,
+}
+
+/// Reads `reply`'s body as it comes, giving up as soon as it passes `max_bytes`.
+async fn read_capped(
+    reply: &mut reqwest::Response,
+    max_bytes: usize,
+) -> Result<Vec<u8>, ReadError> {
+    if reply.content_length().is_some_and(|length| length > max_bytes as u64) {
+        return Err(ReadError::TooLarge);
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = reply.chunk().await.map_err(ReadError::Transport)? {
+        if bytes.len() + chunk.len() > max_bytes {
+            return Err(ReadError::TooLarge);
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// The certificates of a PEM file, for a client's roots.
+fn read_ca_file(path: &Path) -> anyhow::Result<Vec<reqwest::Certificate>> {
+    let pem = std::fs::read(path)
+        .map_err(|error| anyhow::anyhow!("reading the CA file {}: {error}", path.display()))?;
+    let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|error| anyhow::anyhow!("the CA file {}: {error}", path.display()))?;
+    if certificates.is_empty() {
+        anyhow::bail!("the CA file {} holds no PEM certificate", path.display());
+    }
+    Ok(certificates)
+}
+
+/// Resolves host names for an admin's client, keeping only the addresses its policy allows.
+struct CheckedResolver(Arc<AddressPolicy>);
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.0.clone();
+        let name = name.as_str().to_owned();
+        Box::pin(async move {
+            let resolved: Vec<SocketAddr> =
+                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            let allowed: Vec<SocketAddr> =
+                resolved.iter().copied().filter(|address| policy.allows_ip(address.ip())).collect();
+            if allowed.is_empty() {
+                let found: Vec<String> =
+                    resolved.iter().map(|address| address.ip().to_string()).collect();
+                let message = format!(
+                    "{name} resolves to no address the executor allow-list allows ({})",
+                    found.join(", ")
+                );
+                return Err(message.into());
+            }
+            let addresses: reqwest::dns::Addrs = Box::new(allowed.into_iter());
+            Ok(addresses)
+        })
+    }
+}
+
+/// A peer's text as it may be shown to an operator: control characters dropped, at most
+/// [`EXCERPT_CHARS`] characters, and `…` when it was cut.
+pub fn excerpt(text: &str) -> String {
+    let mut shown = text.chars().filter(|c| !c.is_control() && !is_invisible(*c));
+    let mut kept: String = shown.by_ref().take(EXCERPT_CHARS).collect();
+    if shown.next().is_some() {
+        kept.push('…');
+    }
+    kept
+}
+
+/// Format characters that reorder or hide text (bidirectional overrides, zero-width marks).
+fn is_invisible(c: char) -> bool {
+    matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
+/// Joins a base URL and a path with exactly one slash.
+pub fn join_url(base: &str, path: &str) -> String {
+    format!("{}/{}", base.trim_end_matches('/'), path.trim_start_matches('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excerpts_are_short_and_printable() {
+        let table = [
+            ("plain", "plain"),
+            ("line\nbreak\r\ttab\u{1b}[31mred\u{0}", "linebreaktab[31mred"),
+            ("a\u{202e}desrever\u{200b}", "adesrever"),
+        ];
+        for (text, expected) in table {
+            assert_eq!(excerpt(text), expected, "{text:?}");
+        }
+        let long = "é".repeat(500);
+        let cut = excerpt(&long);
+        assert_eq!(cut.chars().count(), EXCERPT_CHARS + 1);
+        assert!(cut.ends_with('…'));
+        assert_eq!(excerpt(&"x".repeat(EXCERPT_CHARS)), "x".repeat(EXCERPT_CHARS));
+    }
+}

@@ -163,6 +163,7 @@ async fn a_running_jobs_log_streams_through_the_admin_and_resumes_without_a_gap(
     }
     assert_eq!(count, lines.len());
 
+    eprintln!("latencies in order of arrival (ms): {latencies:?}");
     latencies.sort_unstable();
     let percentile = |p: usize| latencies[(latencies.len() * p / 100).min(latencies.len() - 1)];
     eprintln!(

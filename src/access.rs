@@ -121,8 +121,8 @@ pub enum Need {
     Admin,
 }
 
-/// What `method` on the operator API's `route` (as routed, without `/api/v1`: `/jobs/{id}`)
-/// asks of its caller. A change not listed here is for admins only, so a new route is closed
+/// What `method` on the operator API's `route` (as routed, without `/api/v1`: `/jobs/{id}`;
+/// also `/metrics`, which the same callers read) asks of its caller. A change not listed here is for admins only, so a new route is closed
 /// until someone opens it on purpose.
 pub fn api_need(method: &str, route: &str) -> Need {
     let reads = matches!(method, "GET" | "HEAD" | "OPTIONS");
@@ -187,6 +187,8 @@ mod tests {
                 ("POST", "/jobs/{id}/trigger"),
                 ("POST", "/jobs/{id}/versions/{version}/activate"),
                 ("POST", "/logs/{id}/kill"),
+                ("GET", "/logs/{id}/stream"),
+                ("GET", "/metrics"),
                 ("POST", "/groups"),
                 ("GET", "/groups"),
                 ("GET", "/audit"),
@@ -204,6 +206,8 @@ mod tests {
                 POST /jobs/{id}/trigger: GroupWrite admin operator -
                 POST /jobs/{id}/versions/{version}/activate: GroupWrite admin operator -
                 POST /logs/{id}/kill: GroupWrite admin operator -
+                GET /logs/{id}/stream: Read admin operator viewer
+                GET /metrics: Read admin operator viewer
                 POST /groups: Admin admin - -
                 GET /groups: Read admin operator viewer
                 GET /audit: Admin admin - -

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub mod client;
+
 /// wasmjob: a distributed job scheduler whose job handlers are WebAssembly components.
 #[derive(Debug, Parser)]
 #[command(name = "wasmjob", version, about)]
@@ -32,6 +34,18 @@ pub enum Command {
     /// Console users, written straight into the admin's database.
     #[command(subcommand)]
     User(UserCommand),
+    /// Jobs, through the REST API.
+    Job(client::JobArgs),
+    /// Runs, through the REST API.
+    Run(client::RunArgs),
+    /// A run's log; `--follow` streams it until the run ends.
+    Log(client::LogArgs),
+    /// A job's component versions, through the REST API.
+    Version(client::VersionArgs),
+    /// Executor groups, through the REST API.
+    Group(client::GroupArgs),
+    /// Registered executors, through the REST API.
+    Executors(client::ExecutorsArgs),
 }
 
 /// `wasmjob user …`.

@@ -9,7 +9,9 @@
 //! - `storage`: every SQL query, for SQLite and PostgreSQL.
 //! - `runtime`: wasmtime; compiles components and runs one job in a sandbox.
 //! - `admin`: REST API, scheduler and dispatch. `executor`: runs triggers, reports results.
-//! - `cli`, `config`, `telemetry`: flags, validated configuration, logging.
+//! - `cli`, `config`, `telemetry`, `metrics`: flags, validated configuration, logging,
+//!   Prometheus metrics.
+//! - `client_cli`: the REST API's command-line client (`wasmjob job|run|log|…`).
 //! - `tls`: serving the APIs over plain HTTP or rustls.
 //! - `failpoint`: named crash points for the fault tests.
 //!
@@ -18,10 +20,12 @@
 pub mod access;
 pub mod admin;
 pub mod cli;
+pub mod client_cli;
 pub mod config;
 pub mod executor;
 pub mod failpoint;
 pub mod lifecycle;
+pub mod metrics;
 pub mod model;
 pub mod netpolicy;
 pub mod protocol;

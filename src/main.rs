@@ -21,7 +21,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    let command = match wasmjob::client_cli::ClientCommand::from_cli(cli.command) {
+        Ok(client) => return runtime.block_on(wasmjob::client_cli::run(client)),
+        Err(command) => *command,
+    };
+    match runtime.block_on(run(command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             // `{:#}` prints the whole context chain on one line: "binding …: Address in use".
@@ -39,6 +43,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::User(UserCommand::Create(args)) => {
             admin::create_user_from_cli(NewUserConfig::from_args(args)?).await
         }
+        client => anyhow::bail!("{client:?} is a client command"),
     }
 }
 

@@ -199,12 +199,14 @@ async fn every_route_with_every_caller() {
         ("POST", "/api/v1/jobs/2/versions/1/activate", Value::Null),
         ("GET", "/api/v1/logs", Value::Null),
         ("GET", "/api/v1/logs/1", Value::Null),
+        ("GET", "/api/v1/logs/1/stream", Value::Null),
         ("POST", "/api/v1/logs/1/kill", Value::Null),
         ("POST", "/api/v1/jobs/1/versions", json!("not a component")),
         ("POST", "/api/v1/jobs/2/versions", json!("not a component")),
         // Moving job 1 to the other group: an operator of one group may not, the admin does.
         ("PUT", "/api/v1/jobs/1", job(2, "moved")),
         ("GET", "/api/v1/executors", Value::Null),
+        ("GET", "/metrics", Value::Null),
         ("GET", "/api/v1/groups", Value::Null),
         ("POST", "/api/v1/groups", json!({"app_name": "more"})),
         (
@@ -259,11 +261,13 @@ async fn every_route_with_every_caller() {
         POST /api/v1/jobs/2/versions/1/activate          401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          404          404
         GET /api/v1/logs                                 401 unauthor          200          200          200          200          200          200
         GET /api/v1/logs/1                               401 unauthor          404          404          404          404          404          404
+        GET /api/v1/logs/1/stream                        401 unauthor          404          404          404          404          404          404
         POST /api/v1/logs/1/kill                         401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          404          404          404
         POST /api/v1/jobs/1/versions                     401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          422          422          422
         POST /api/v1/jobs/2/versions                     401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          422          422
         PUT /api/v1/jobs/1                               401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          200          200
         GET /api/v1/executors                            401 unauthor          200          200          200          200          200          200
+        GET /metrics                                     401 unauthor          200          200          200          200          200          200
         GET /api/v1/groups                               401 unauthor          200          200          200          200          200          200
         POST /api/v1/groups                              401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          201          409
         GET /api/v1/schedule/preview                     401 unauthor          200          200          200          200          200          200

@@ -9,6 +9,8 @@ mod access;
 mod api_errors;
 /// The bad-input battery against every API: no 5xx, no panic, no state changed.
 mod bad_input;
+/// The command-line client as real processes against `wasmjob standalone`, `--follow` included.
+mod cli;
 /// XXL-JOB wire conformance per generation (2.2 to 3.5), both directions, from recorded bodies.
 mod conformance;
 /// The console in headless Chromium against `wasmjob standalone` (skipped without chromium).
@@ -21,6 +23,8 @@ mod executor_lifecycle;
 mod fault;
 /// The admin's side of the run lifecycle: each way a run was lost, stranded or doubled.
 mod lifecycle;
+/// `/metrics` of the admin and the executor, parsed strictly and watched as runs happen.
+mod metrics;
 /// The network attack surface: executor addresses, redirects, reply caps, excerpts, TLS.
 mod network_trust;
 /// The sandbox through the real executor: hostile jobs, kills, block strategies, the cache.
@@ -29,5 +33,7 @@ mod sandbox;
 mod schedule_preview;
 /// `wasmjob standalone` as a real process, the way the README runs it.
 mod standalone;
+/// Live log streams (SSE) from a real executor through the admin, with resume.
+mod streaming;
 /// Rules of the source tree: docs on every file, layering, migrations.
 mod tidy;

@@ -486,6 +486,9 @@ impl Dispatcher {
                         }
                     }
                     Sent::Accepted { address, .. } => {
+                        if run.trigger_type == TriggerType::Cron {
+                            crate::metrics::admin().fire_accepted(now_ms() - run.trigger_time_ms)
+                        }
                         tracing::info!(job.id = run.job_id, executor.address = %address, "run {} sent to {address}", run.id);
                         Event::Sent {
                             address,
@@ -495,10 +498,12 @@ impl Dispatcher {
                         }
                     }
                     Sent::Refused(reason) => {
+                        crate::metrics::admin().dispatch_failures.inc();
                         tracing::warn!(job.id = run.job_id, "run {} not sent: {reason}", run.id);
                         Event::NotSent { reason }
                     }
                     Sent::Unconfirmed(reason) => {
+                        crate::metrics::admin().dispatch_failures.inc();
                         tracing::warn!(job.id = run.job_id, "run {} unconfirmed: {reason}", run.id);
                         Event::Lost { reason: format!("lost: {reason}") }
                     }

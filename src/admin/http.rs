@@ -1,6 +1,7 @@
 //! The admin's HTTP surface: the operator REST API under `/api/v1` (bearer token or console
 //! session, with role rules: `auth.rs`), the executor-facing XXL-JOB API under `/api` and
-//! `/xxl-job-admin/api` (access token), and the web console at `/` (`admin::console`).
+//! `/xxl-job-admin/api` (access token), the web console at `/` (`admin::console`), and
+//! Prometheus metrics at `/metrics` (the operator API's callers).
 //!
 //! Handlers stay thin: extract, call storage or the dispatcher, map to a response DTO.
 //! The DTOs here and in `protocol` are the only serde wire types of the admin.
@@ -14,7 +15,9 @@ pub(super) mod extract;
 mod groups;
 mod jobs;
 mod logs;
+mod metrics;
 mod schedule;
+mod stream;
 mod users;
 mod versions;
 
@@ -32,13 +35,17 @@ pub fn router(state: AppState) -> Router {
         .merge(jobs::router())
         .merge(versions::router(&state))
         .merge(logs::router())
+        .merge(stream::router())
         .merge(executors::router())
         .merge(schedule::router())
         .merge(users::router())
         .merge(audit::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::authenticate));
+    let metrics = metrics::router()
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::authenticate));
     Router::new()
         .nest("/api/v1", operator)
+        .merge(metrics)
         .merge(executor_api::router(&state))
         .merge(super::console::router())
         .route("/healthz", get(|| async { "ok" }))

@@ -94,6 +94,9 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
             ids
         }
     };
+    crate::metrics::admin()
+        .fires
+        .inc_by(committed.iter().filter(|ids| !ids.is_empty()).count() as u64);
     if committed.iter().any(|ids| !ids.is_empty()) {
         crate::failpoint::hit("scheduler.after_fire_commit");
     }

@@ -16,6 +16,13 @@
 //! `/runs` is wasmjob's batch extension: a JSON array of triggers, each judged as `/run` would
 //! judge it, answered with the array of their envelopes, in order, inside one envelope. The
 //! acceptances of a batch share one journal sync.
+//!
+//! `GET /log/stream?logId=&logDateTim=&fromLineNum=` is wasmjob's push extension of `/log`: the
+//! same pages as JSON lines, each sent as soon as the run writes (an empty one every
+//! [`super::logs::FOLLOW_IDLE`] while it is quiet), the last with `isEnd`.
+//!
+//! `GET /metrics` is the executor's Prometheus metrics (`crate::metrics`), for the access token
+//! in either header or as `Authorization: Bearer`.
 
 use std::sync::Arc;
 
@@ -24,11 +31,11 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::HeaderMap;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 
-use super::logs::LogStore;
+use super::logs::{LogStore, follow_json_lines};
 use super::worker::{Pushed, Workers};
 use crate::protocol::{
     ACCESS_TOKEN_HEADER, JobIdParam, LogParam, LogResult, ReturnT, TriggerParam, constant_time_eq,
@@ -59,7 +66,9 @@ pub fn router(state: ExecutorState) -> Router {
         .route("/runs", post(runs).layer(DefaultBodyLimit::max(MAX_BATCH_BYTES)))
         .route("/kill", post(kill))
         .route("/log", post(log))
+        .route("/log/stream", get(log_stream))
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .route("/metrics", get(metrics))
         .with_state(state)
 }
 
@@ -249,6 +258,47 @@ async fn log(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<Lo
             data: None,
         }),
     }
+}
+
+/// The query of `/log/stream`, spelled as `/log`'s body.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LogStreamQuery {
+    log_id: i64,
+    log_date_tim: i64,
+    from_line_num: Option<i64>,
+}
+
+async fn log_stream(
+    State(state): State<ExecutorState>,
+    query: Result<axum::extract::Query<LogStreamQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(axum::extract::Query(query)) = query else {
+        return Json(ReturnT::<String>::fail("invalid query: logId and logDateTim are numbers"))
+            .into_response();
+    };
+    let follower =
+        state.logs.follow(query.log_id, query.log_date_tim, query.from_line_num.unwrap_or(1));
+    let body = axum::body::Body::from_stream(follow_json_lines(follower));
+    ([(axum::http::header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
+}
+
+/// Prometheus metrics, for the access token as `XXL-JOB-ACCESS-TOKEN` or as a bearer token
+/// (what Prometheus's `authorization` setting sends).
+async fn metrics(State(state): State<ExecutorState>, headers: HeaderMap) -> Response {
+    let bearer = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    let bearer_matches = bearer.is_some_and(|token| {
+        constant_time_eq(token.trim().as_bytes(), state.access_token.as_bytes())
+    });
+    if !bearer_matches && !token_matches(&headers, &state.access_token) {
+        return (axum::http::StatusCode::UNAUTHORIZED, "the access token is wrong\n")
+            .into_response();
+    }
+    let text = crate::metrics::executor().encode(&state.workers.levels());
+    ([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Json<ReturnT<String>>> {

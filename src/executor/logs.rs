@@ -4,14 +4,19 @@
 //! a level. A run's log is capped: past the cap one marker line is written and the rest dropped;
 //! a very long line is cut. Reads return bounded pages and never load a whole file.
 //! Paths are built only from numbers (the run id and its date), never from request text.
+//!
+//! A [`LogFollower`] reads a run's log as it grows: each write wakes the followers of that run
+//! (a [`Notify`] per run that may still write), and a follower reads on from the byte offset
+//! where it stopped, so following costs nothing while the run is quiet and never rereads.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
+use tokio::sync::Notify;
 
 use crate::protocol::LogResult;
 use crate::runtime::{Level, LogSink};
@@ -23,12 +28,13 @@ pub const PAGE_LINES: usize = 1000;
 /// The most bytes one page holds.
 pub const PAGE_BYTES: usize = 256 * 1024;
 
-/// The log directory and the set of runs whose logs may still grow.
+/// The log directory and the runs whose logs may still grow, each with the [`Notify`] its
+/// writes wake followers with.
 #[derive(Clone)]
 pub struct LogStore {
     root: PathBuf,
     max_bytes: u64,
-    active: Arc<Mutex<HashSet<i64>>>,
+    active: Arc<Mutex<HashMap<i64, Arc<Notify>>>>,
 }
 
 impl LogStore {
@@ -41,19 +47,37 @@ impl LogStore {
     /// Marks run `log_id` as accepted: its log is not at its end until `finished`.
     pub fn started(&self, log_id: i64) {
         if let Ok(mut active) = self.active.lock() {
-            active.insert(log_id);
+            active.entry(log_id).or_default();
         }
     }
 
     /// Marks run `log_id` as over.
     pub fn finished(&self, log_id: i64) {
-        if let Ok(mut active) = self.active.lock() {
-            active.remove(&log_id);
+        let notify = self.active.lock().ok().and_then(|mut active| active.remove(&log_id));
+        if let Some(notify) = notify {
+            notify.notify_waiters();
         }
     }
 
     fn is_active(&self, log_id: i64) -> bool {
-        self.active.lock().map(|active| active.contains(&log_id)).unwrap_or(false)
+        self.active.lock().map(|active| active.contains_key(&log_id)).unwrap_or(false)
+    }
+
+    /// The [`Notify`] of run `log_id` while its log may still grow.
+    fn notify_of(&self, log_id: i64) -> Option<Arc<Notify>> {
+        self.active.lock().ok().and_then(|active| active.get(&log_id).cloned())
+    }
+
+    /// Follows run `log_id`'s log from line `from_line` (1-based).
+    pub fn follow(&self, log_id: i64, trigger_time_ms: i64, from_line: i64) -> LogFollower {
+        LogFollower {
+            store: self.clone(),
+            log_id,
+            path: self.path(log_id, trigger_time_ms),
+            offset: 0,
+            next_line: 1,
+            from_line: from_line.max(1),
+        }
     }
 
     /// Opens (appending) the log of run `log_id` triggered at `trigger_time_ms`.
@@ -64,7 +88,9 @@ impl LogStore {
         }
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
         let written = file.metadata()?.len();
-        let inner = RunLogInner { file, written, max_bytes: self.max_bytes, truncated: false };
+        let notify = self.notify_of(log_id);
+        let inner =
+            RunLogInner { file, written, max_bytes: self.max_bytes, truncated: false, notify };
         Ok(RunLog(Arc::new(Mutex::new(inner))))
     }
 
@@ -101,7 +127,9 @@ impl LogStore {
         if last_line.ends_with(message) {
             return Ok(());
         }
-        let inner = RunLogInner { file, written, max_bytes: self.max_bytes, truncated: false };
+        let notify = self.notify_of(log_id);
+        let inner =
+            RunLogInner { file, written, max_bytes: self.max_bytes, truncated: false, notify };
         RunLog(Arc::new(Mutex::new(inner))).line(level, message);
         Ok(())
     }
@@ -197,6 +225,7 @@ struct RunLogInner {
     written: u64,
     max_bytes: u64,
     truncated: bool,
+    notify: Option<Arc<Notify>>,
 }
 
 impl LogSink for RunLog {
@@ -240,6 +269,126 @@ impl RunLogInner {
         if self.file.write_all(text.as_bytes()).is_ok() {
             self.written += text.len() as u64;
         }
+        if let Some(notify) = &self.notify {
+            notify.notify_waiters();
+        }
+    }
+}
+
+/// How long a followed log may stay quiet before its stream sends a page without lines, which
+/// tells the reader the connection is alive.
+pub const FOLLOW_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The pages of `follower` as JSON lines (each a [`LogResult`]), the last one with `isEnd`.
+/// A page is read only when the previous one was taken, so a slow reader holds one page.
+pub fn follow_json_lines(
+    follower: LogFollower,
+) -> impl futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Send {
+    futures_util::stream::unfold(Some(follower), |follower| async move {
+        let mut follower = follower?;
+        let page = match follower.next_page(FOLLOW_IDLE).await {
+            Ok(page) => page,
+            Err(error) => return Some((Err(error), None)),
+        };
+        let mut line = serde_json::to_vec(&page).unwrap_or_default();
+        line.push(b'\n');
+        let next = (!page.is_end).then_some(follower);
+        Some((Ok(bytes::Bytes::from(line)), next))
+    })
+}
+
+/// Reads one run's log as it grows; see [`LogStore::follow`].
+pub struct LogFollower {
+    store: LogStore,
+    log_id: i64,
+    path: PathBuf,
+    /// The byte offset of line `next_line`.
+    offset: u64,
+    next_line: i64,
+    from_line: i64,
+}
+
+impl LogFollower {
+    /// The lines written since the last page (at most a page), waiting up to `idle` for one
+    /// when there is none yet. A page without lines and not at the end means the run was quiet
+    /// for `idle`; `is_end` comes once the run is over and every line was returned.
+    pub async fn next_page(&mut self, idle: std::time::Duration) -> std::io::Result<LogResult> {
+        let mut waited = false;
+        loop {
+            // Registered before reading, so a write between the read and the wait still wakes.
+            let notify = self.store.notify_of(self.log_id);
+            let notified = notify.as_ref().map(|notify| notify.notified());
+            tokio::pin!(notified);
+            if let Some(notified) = notified.as_mut().as_pin_mut() {
+                notified.enable();
+            }
+            let active = notify.is_some();
+            let (path, offset, next_line, from_line) =
+                (self.path.clone(), self.offset, self.next_line, self.from_line);
+            let read =
+                tokio::task::spawn_blocking(move || read_on(&path, offset, next_line, from_line))
+                    .await
+                    .map_err(std::io::Error::other)??;
+            let first_line = from_line.max(next_line);
+            (self.offset, self.next_line) = (read.offset, read.next_line);
+            let has_lines = !read.content.is_empty();
+            // Not active before the read: every line was written before it, so it saw them all.
+            let is_end = !active && !read.more;
+            if has_lines || is_end || waited {
+                return Ok(LogResult {
+                    from_line_num: first_line,
+                    to_line_num: read.next_line.max(from_line) - 1,
+                    log_content: read.content,
+                    is_end,
+                });
+            }
+            if let Some(notified) = notified.as_pin_mut() {
+                let _ = tokio::time::timeout(idle, notified).await;
+            }
+            waited = true;
+        }
+    }
+}
+
+/// What [`read_on`] found.
+struct ReadOn {
+    content: String,
+    offset: u64,
+    next_line: i64,
+    /// Whether the page filled up before the end of the file.
+    more: bool,
+}
+
+/// Reads whole lines of `path` from byte `offset` (where line `next_line` starts), skipping
+/// those before `from_line`, up to a page. A last line without its newline is being written
+/// and is left for the next read.
+fn read_on(path: &PathBuf, offset: u64, next_line: i64, from_line: i64) -> std::io::Result<ReadOn> {
+    let mut read = ReadOn { content: String::new(), offset, next_line, more: false };
+    let mut file = match File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(read),
+        Err(error) => return Err(error),
+    };
+    file.seek(SeekFrom::Start(offset))?;
+    let mut reader = BufReader::new(file);
+    let mut lines = 0;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line)?;
+        if n == 0 || line.last() != Some(&b'\n') {
+            return Ok(read);
+        }
+        if read.next_line >= from_line {
+            if lines >= PAGE_LINES || read.content.len() + line.len() > PAGE_BYTES {
+                read.more = true;
+                return Ok(read);
+            }
+            read.content.push_str(&String::from_utf8_lossy(&line));
+            lines += 1;
+        }
+        read.offset += n as u64;
+        read.next_line += 1;
     }
 }
 
@@ -296,6 +445,47 @@ mod tests {
         assert_eq!((five.matches("[INFO] started").count(), five.matches("lost").count()), (1, 1));
         let six = store.read(6, 20 * day, 1).unwrap().log_content;
         assert_eq!(six.matches("[WARN] lost: gone").count(), 1, "{six}");
+    }
+
+    #[tokio::test]
+    async fn a_follower_reads_lines_as_they_are_written_then_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::new(dir.path().to_owned(), 1_000_000).unwrap();
+        let day = 86_400_000;
+        store.started(3);
+        let mut log = store.open(3, day).unwrap();
+        for i in 1..=3 {
+            log.line(Level::Info, &format!("line {i}"));
+        }
+        let mut follower = store.follow(3, day, 2);
+        let page = follower.next_page(std::time::Duration::from_secs(5)).await.unwrap();
+        assert_eq!((page.from_line_num, page.to_line_num, page.is_end), (2, 3, false));
+        assert!(page.log_content.ends_with("[INFO] line 3\n"), "{}", page.log_content);
+
+        // Quiet: a page without lines once the wait is over.
+        let quiet = follower.next_page(std::time::Duration::from_millis(1)).await.unwrap();
+        assert_eq!((quiet.from_line_num, quiet.to_line_num, quiet.is_end), (4, 3, false));
+
+        // A write wakes a waiting follower (the wait would otherwise outlast the test).
+        let waiting = tokio::spawn(async move {
+            let page = follower.next_page(std::time::Duration::from_secs(3600)).await.unwrap();
+            (page, follower)
+        });
+        tokio::task::yield_now().await;
+        log.line(Level::Warn, "line 4\nline 5");
+        let (page, mut follower) = waiting.await.unwrap();
+        assert_eq!((page.from_line_num, page.to_line_num), (4, 5), "{}", page.log_content);
+        store.finished(3);
+        let end = follower.next_page(std::time::Duration::from_secs(3600)).await.unwrap();
+        assert_eq!((end.from_line_num, end.to_line_num, end.is_end), (6, 5, true));
+
+        // A follower of a finished run, or of a run this executor never had, ends at once.
+        let mut again = store.follow(3, day, 1);
+        let all = again.next_page(std::time::Duration::from_secs(3600)).await.unwrap();
+        assert_eq!((all.to_line_num, all.is_end), (5, true));
+        let mut unknown = store.follow(4, day, 1);
+        let none = unknown.next_page(std::time::Duration::from_secs(3600)).await.unwrap();
+        assert_eq!((none.to_line_num, none.is_end), (0, true));
     }
 
     #[test]

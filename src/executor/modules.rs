@@ -68,13 +68,19 @@ impl Modules {
     async fn by_digest(&self, sha256: &str) -> anyhow::Result<CompiledJob> {
         let runtime = self.runtime.clone();
         let digest = sha256.to_owned();
-        if let Some(job) = tokio::task::spawn_blocking(move || runtime.cached(&digest)).await? {
+        let cached = tokio::task::spawn_blocking(move || runtime.cached(&digest)).await?;
+        crate::metrics::executor().module_lookup(cached.is_some());
+        if let Some(job) = cached {
             return Ok(job);
         }
+        let started = std::time::Instant::now();
         let bytes = self.fetch(sha256).await?;
         let runtime = self.runtime.clone();
         let digest = sha256.to_owned();
-        tokio::task::spawn_blocking(move || runtime.load(&digest, move || Ok(bytes))).await?
+        let job =
+            tokio::task::spawn_blocking(move || runtime.load(&digest, move || Ok(bytes))).await?;
+        crate::metrics::executor().module_compile.observe(started.elapsed().as_secs_f64());
+        job
     }
 
     async fn fetch(&self, sha256: &str) -> anyhow::Result<Vec<u8>> {

@@ -255,6 +255,19 @@ impl Workers {
             .sum()
     }
 
+    /// Runs queued and running now, and results not yet acknowledged: the metrics' levels.
+    pub fn levels(&self) -> crate::metrics::ExecutorLevels {
+        let workers: Vec<_> =
+            self.map.lock().map(|map| map.values().cloned().collect()).unwrap_or_default();
+        let mut levels = crate::metrics::ExecutorLevels::default();
+        for queue in workers.iter().filter_map(|worker| worker.queue.lock().ok()) {
+            levels.queued += queue.pending.len() as i64;
+            levels.running += i64::from(queue.running.is_some());
+        }
+        levels.outbox = self.ctx.outbox.pending_ids().len() as i64;
+        levels
+    }
+
     /// Refuses every trigger from now on (a `logId` accepted before is still answered with
     /// where its run is). Once this returns, no new run is queued.
     pub fn close(&self) {

@@ -103,6 +103,7 @@ impl Dispatcher {
             // read it again and judge the event anew.
             let Some((run, ids)) = applied else { continue };
             if transition.to.is_terminal() {
+                crate::metrics::admin().run_ended(run.state.as_str(), fuel_used);
                 tracing::info!(
                     job.id = run.job_id,
                     run.state = %run.state,
@@ -206,6 +207,7 @@ impl Dispatcher {
     /// cannot be applied does not hold back the others, and all at once, so that their writes
     /// share the database's group commits; the answer is whether all were applied.
     pub async fn apply_results(&self, results: &[HandleCallbackParam]) -> bool {
+        crate::metrics::admin().callback_batch_size.observe(results.len() as f64);
         // One read for the whole batch; a run that changed since is read again on its own.
         let ids: Vec<i64> = results.iter().map(|result| result.log_id).collect();
         let mut runs: std::collections::HashMap<i64, RunRecord> = match self

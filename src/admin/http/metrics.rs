@@ -1,0 +1,39 @@
+//! `GET /metrics`: the admin's Prometheus metrics (`crate::metrics`), for any caller of the
+//! operator API (the operator token, a personal API token, a session); `access::api_need`
+//! rules on it like on `/api/v1` routes. Prometheus sends the token with
+//! `authorization: {credentials: …}` in its scrape config.
+//!
+//! The levels (online executors per group, unfinished runs per state) are read from the
+//! database at each scrape; the counters are the process's.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use super::error::ApiError;
+use crate::admin::{AppState, now_ms};
+use crate::metrics::{self, AdminLevels};
+use crate::model::RunState;
+use crate::storage::RunFilter;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/metrics", get(scrape))
+}
+
+async fn scrape(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let now = now_ms();
+    let mut levels = AdminLevels::default();
+    for group in state.db.list_groups().await? {
+        let online = state.dispatcher.online_addresses(&group, now).await?;
+        levels.online_executors.push((group.app_name.clone(), online.len() as i64));
+    }
+    for run_state in [RunState::Pending, RunState::Dispatching, RunState::Running] {
+        let filter = RunFilter { job_id: None, state: Some(run_state), limit: 1, offset: 0 };
+        let total = state.db.list_runs(&filter).await?.total;
+        levels.unfinished_runs.push((run_state.as_str(), total));
+    }
+    let text = metrics::admin().encode(&levels);
+    Ok(([(CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response())
+}

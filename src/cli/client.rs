@@ -1,0 +1,202 @@
+//! The flags of the REST API's command-line client: `wasmjob job|run|log|version|group …`.
+//!
+//! Only the shape of the commands is here; `client_cli` runs them against an admin.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+/// Where the admin is and who calls it, shared by every client command.
+#[derive(Debug, Clone, Args)]
+pub struct ConnectArgs {
+    /// The admin's base URL.
+    #[arg(long, env = "WASMJOB_ADMIN_URL", default_value = "http://127.0.0.1:8080", global = true)]
+    pub admin_url: String,
+    /// A bearer token: the operator token or a personal API token.
+    #[arg(long, env = "WASMJOB_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+    /// Prints the API's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `wasmjob job …`.
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    #[command(subcommand)]
+    pub command: JobCommand,
+}
+
+/// `wasmjob run …`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    #[command(subcommand)]
+    pub command: RunCommand,
+}
+
+/// `wasmjob version …`.
+#[derive(Debug, Args)]
+pub struct VersionArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    #[command(subcommand)]
+    pub command: VersionCommand,
+}
+
+/// `wasmjob group …`.
+#[derive(Debug, Args)]
+pub struct GroupArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    #[command(subcommand)]
+    pub command: GroupCommand,
+}
+
+/// `wasmjob executors …`.
+#[derive(Debug, Args)]
+pub struct ExecutorsArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    #[command(subcommand)]
+    pub command: ExecutorsCommand,
+}
+
+/// `wasmjob job …`.
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// Lists jobs.
+    List,
+    /// Shows one job.
+    Get { id: i64 },
+    /// Creates a job (stopped).
+    Create(JobFields),
+    /// Changes the given fields of a job.
+    Update {
+        id: i64,
+        #[command(flatten)]
+        fields: JobFields,
+    },
+    /// Deletes a job.
+    Delete { id: i64 },
+    /// Starts a job's schedule.
+    Start { id: i64 },
+    /// Stops a job's schedule.
+    Stop { id: i64 },
+    /// Runs a job once now; prints the new runs' ids.
+    Trigger {
+        id: i64,
+        /// The parameter of this run (default: the job's).
+        #[arg(long)]
+        param: Option<String>,
+    },
+}
+
+/// A job's fields on the command line; those not given are left as they are (or defaulted).
+#[derive(Debug, Clone, Default, Args)]
+pub struct JobFields {
+    /// The executor group's id.
+    #[arg(long)]
+    pub group_id: Option<i64>,
+    #[arg(long)]
+    pub name: Option<String>,
+    /// `CRON`, `FIX_RATE`, `FIX_DELAY`, `ONCE` or `NONE`.
+    #[arg(long)]
+    pub schedule_type: Option<String>,
+    /// The cron expression, or seconds for `FIX_RATE`.
+    #[arg(long)]
+    pub schedule_conf: Option<String>,
+    #[arg(long)]
+    pub param: Option<String>,
+    /// One of XXL-JOB's route strategies (`FIRST`, `ROUND`, …).
+    #[arg(long)]
+    pub route_strategy: Option<String>,
+    #[arg(long)]
+    pub timeout_secs: Option<i64>,
+    #[arg(long)]
+    pub retry_count: Option<i64>,
+    /// `GLUE_WASM` (default) or `BEAN`.
+    #[arg(long)]
+    pub glue_type: Option<String>,
+    /// The `BEAN` handler.
+    #[arg(long)]
+    pub handler: Option<String>,
+}
+
+/// `wasmjob run …`.
+#[derive(Debug, Subcommand)]
+pub enum RunCommand {
+    /// Lists runs, newest first.
+    List {
+        #[arg(long)]
+        job_id: Option<i64>,
+        /// `pending`, `running`, `success`, `failed`, …
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+    },
+    /// Shows one run.
+    Get { id: i64 },
+    /// Kills a run.
+    Kill { id: i64 },
+}
+
+/// `wasmjob log RUN`.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The run's id.
+    pub run: i64,
+    /// Follows the log as it is written until the run ends; the exit code is then the run's.
+    #[arg(long, short)]
+    pub follow: bool,
+}
+
+/// `wasmjob version …`.
+#[derive(Debug, Subcommand)]
+pub enum VersionCommand {
+    /// Lists a job's versions.
+    List { job: i64 },
+    /// Uploads a component as the job's new active version.
+    Upload {
+        job: i64,
+        file: PathBuf,
+        #[arg(long, default_value = "")]
+        remark: String,
+    },
+    /// Makes an earlier version active again.
+    Activate { job: i64, version: i64 },
+}
+
+/// `wasmjob group …`.
+#[derive(Debug, Subcommand)]
+pub enum GroupCommand {
+    /// Lists executor groups with their online addresses.
+    List,
+    /// Shows one group.
+    Get { id: i64 },
+    /// Creates a group.
+    Create {
+        #[arg(long)]
+        app_name: String,
+        #[arg(long)]
+        title: Option<String>,
+        /// Fixed addresses, comma-separated (a `MANUAL` group).
+        #[arg(long, value_delimiter = ',')]
+        addresses: Vec<String>,
+    },
+    /// Deletes a group.
+    Delete { id: i64 },
+}
+
+/// `wasmjob executors`.
+#[derive(Debug, Subcommand)]
+pub enum ExecutorsCommand {
+    /// Lists registered executors with their last heartbeat.
+    List,
+}

@@ -1,0 +1,602 @@
+//! The command-line client of the operator REST API: `wasmjob job|run|log|version|group|executors`.
+//!
+//! Each command is one or a few calls to `/api/v1` with the bearer token; people get aligned
+//! tables or `key: value` lines, scripts get the API's JSON with `--json`. `wasmjob log RUN
+//! --follow` reads the run's Server-Sent Events stream, resuming with `Last-Event-ID` when the
+//! connection drops.
+//!
+//! Errors are one line on stderr, and the exit code says what kind ([`ExitKind`]). This module
+//! is only a client: it knows the API's JSON, never the admin's code.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use crate::cli::client::{
+    ConnectArgs, ExecutorsCommand, GroupCommand, JobCommand, JobFields, LogArgs, RunCommand,
+    VersionCommand,
+};
+
+/// What a client command was asked to do.
+#[derive(Debug)]
+pub enum ClientCommand {
+    /// `wasmjob job …`.
+    Job(ConnectArgs, JobCommand),
+    /// `wasmjob run …`.
+    Run(ConnectArgs, RunCommand),
+    /// `wasmjob log RUN [--follow]`.
+    Log(LogArgs),
+    /// `wasmjob version …`.
+    Version(ConnectArgs, VersionCommand),
+    /// `wasmjob group …`.
+    Group(ConnectArgs, GroupCommand),
+    /// `wasmjob executors …`.
+    Executors(ConnectArgs, ExecutorsCommand),
+}
+
+impl ClientCommand {
+    /// The client command `command` is, or `command` back when it is not one.
+    pub fn from_cli(
+        command: crate::cli::Command,
+    ) -> Result<ClientCommand, Box<crate::cli::Command>> {
+        use crate::cli::Command;
+        Ok(match command {
+            Command::Job(args) => ClientCommand::Job(args.connect, args.command),
+            Command::Run(args) => ClientCommand::Run(args.connect, args.command),
+            Command::Log(args) => ClientCommand::Log(args),
+            Command::Version(args) => ClientCommand::Version(args.connect, args.command),
+            Command::Group(args) => ClientCommand::Group(args.connect, args.command),
+            Command::Executors(args) => ClientCommand::Executors(args.connect, args.command),
+            other => return Err(Box::new(other)),
+        })
+    }
+}
+
+/// The exit codes scripts can rely on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitKind {
+    /// 1: the admin could not be reached, or failed (5xx).
+    Unavailable = 1,
+    /// 2: the command line is wrong (also clap's code).
+    Usage = 2,
+    /// 3: no such job, run, version or group.
+    NotFound = 3,
+    /// 4: no token, a wrong one, or one not allowed to do this.
+    Refused = 4,
+    /// 5: the admin refused the request as invalid or conflicting (another 4xx).
+    Invalid = 5,
+    /// 6: `log --follow` saw the run end other than in success.
+    RunFailed = 6,
+}
+
+/// A failed command: its kind and its one line.
+#[derive(Debug)]
+pub struct ClientError {
+    kind: ExitKind,
+    message: String,
+}
+
+impl ClientError {
+    fn new(kind: ExitKind, message: impl Into<String>) -> ClientError {
+        ClientError { kind, message: message.into() }
+    }
+}
+
+/// Runs `command`; the process's exit code.
+pub async fn run(command: ClientCommand) -> ExitCode {
+    match dispatch(command).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", error.message);
+            ExitCode::from(error.kind as u8)
+        }
+    }
+}
+
+async fn dispatch(command: ClientCommand) -> Result<(), ClientError> {
+    match command {
+        ClientCommand::Job(connect, command) => job(&Api::new(&connect)?, command).await,
+        ClientCommand::Run(connect, command) => run_command(&Api::new(&connect)?, command).await,
+        ClientCommand::Log(args) => log(&Api::new(&args.connect)?, args.run, args.follow).await,
+        ClientCommand::Version(connect, command) => version(&Api::new(&connect)?, command).await,
+        ClientCommand::Group(connect, command) => group(&Api::new(&connect)?, command).await,
+        ClientCommand::Executors(connect, ExecutorsCommand::List) => {
+            let api = Api::new(&connect)?;
+            let list = api.call("GET", "/executors", None).await?;
+            api.table(&list, &["app_name", "address", "last_heartbeat"])
+        }
+    }
+}
+
+const JOB_COLUMNS: &[&str] =
+    &["id", "group_id", "name", "schedule_type", "schedule_conf", "running", "next_fire_time"];
+const RUN_COLUMNS: &[&str] =
+    &["id", "job_id", "state", "trigger_type", "trigger_time", "executor_address", "handle_msg"];
+
+async fn job(api: &Api, command: JobCommand) -> Result<(), ClientError> {
+    match command {
+        JobCommand::List => api.table(&api.call("GET", "/jobs", None).await?, JOB_COLUMNS),
+        JobCommand::Get { id } => api.record(&api.call("GET", &format!("/jobs/{id}"), None).await?),
+        JobCommand::Create(fields) => {
+            let mut body = Map::new();
+            body.insert("schedule_type".into(), json!("NONE"));
+            set_fields(&mut body, &fields);
+            for required in ["group_id", "name"] {
+                if !body.contains_key(required) {
+                    let flag = required.replace('_', "-");
+                    return Err(ClientError::new(ExitKind::Usage, format!("--{flag} is required")));
+                }
+            }
+            api.record(&api.call("POST", "/jobs", Some(Value::Object(body))).await?)
+        }
+        JobCommand::Update { id, fields } => {
+            let current = api.call("GET", &format!("/jobs/{id}"), None).await?;
+            let mut body: Map<String, Value> = current
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(key, value)| JOB_BODY_FIELDS.contains(&key.as_str()) && !value.is_null())
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect();
+            set_fields(&mut body, &fields);
+            api.record(&api.call("PUT", &format!("/jobs/{id}"), Some(Value::Object(body))).await?)
+        }
+        JobCommand::Delete { id } => {
+            api.call("DELETE", &format!("/jobs/{id}"), None).await?;
+            api.done(&format!("job {id} deleted"))
+        }
+        JobCommand::Start { id } => {
+            api.record(&api.call("POST", &format!("/jobs/{id}/start"), Some(json!({}))).await?)
+        }
+        JobCommand::Stop { id } => {
+            api.record(&api.call("POST", &format!("/jobs/{id}/stop"), Some(json!({}))).await?)
+        }
+        JobCommand::Trigger { id, param } => {
+            let body = match param {
+                Some(param) => json!({"param": param}),
+                None => json!({}),
+            };
+            let reply = api.call("POST", &format!("/jobs/{id}/trigger"), Some(body)).await?;
+            if api.json {
+                return api.print_json(&reply);
+            }
+            let ids: Vec<String> = reply["log_ids"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|id| id.to_string())
+                .collect();
+            api.line(&ids.join("\n"))
+        }
+    }
+}
+
+/// The fields `PUT /jobs/{id}` takes (it refuses others).
+const JOB_BODY_FIELDS: &[&str] = &[
+    "group_id",
+    "name",
+    "schedule_type",
+    "schedule_conf",
+    "time_zone",
+    "misfire_strategy",
+    "route_strategy",
+    "block_strategy",
+    "timeout_secs",
+    "retry_count",
+    "glue_type",
+    "handler",
+    "param",
+    "child_job_ids",
+    "alarm_email",
+    "fuel_limit",
+    "memory_limit_mb",
+    "misfire_threshold_ms",
+    "sharding_total_count",
+    "sharding_item_parameters",
+    "sharding_strategy",
+];
+
+fn set_fields(body: &mut Map<String, Value>, fields: &JobFields) {
+    let JobFields {
+        group_id,
+        name,
+        schedule_type,
+        schedule_conf,
+        param,
+        route_strategy,
+        timeout_secs,
+        retry_count,
+        glue_type,
+        handler,
+    } = fields.clone();
+    let given = [
+        ("group_id", group_id.map(Value::from)),
+        ("name", name.map(Value::from)),
+        ("schedule_type", schedule_type.map(Value::from)),
+        ("schedule_conf", schedule_conf.map(Value::from)),
+        ("param", param.map(Value::from)),
+        ("route_strategy", route_strategy.map(Value::from)),
+        ("timeout_secs", timeout_secs.map(Value::from)),
+        ("retry_count", retry_count.map(Value::from)),
+        ("glue_type", glue_type.map(Value::from)),
+        ("handler", handler.map(Value::from)),
+    ];
+    for (key, value) in given {
+        if let Some(value) = value {
+            body.insert(key.to_owned(), value);
+        }
+    }
+}
+
+async fn run_command(api: &Api, command: RunCommand) -> Result<(), ClientError> {
+    match command {
+        RunCommand::List { job_id, status, limit } => {
+            let mut query = format!("/logs?limit={limit}");
+            if let Some(job_id) = job_id {
+                query.push_str(&format!("&job_id={job_id}"));
+            }
+            if let Some(status) = status {
+                query.push_str(&format!("&status={}", encode(&status)));
+            }
+            let page = api.call("GET", &query, None).await?;
+            if api.json {
+                return api.print_json(&page);
+            }
+            api.table(&page["items"], RUN_COLUMNS)
+        }
+        RunCommand::Get { id } => api.record(&api.call("GET", &format!("/logs/{id}"), None).await?),
+        RunCommand::Kill { id } => {
+            let reply = api.call("POST", &format!("/logs/{id}/kill"), Some(json!({}))).await?;
+            if api.json {
+                return api.print_json(&reply);
+            }
+            api.line(reply["message"].as_str().unwrap_or("kill sent"))
+        }
+    }
+}
+
+async fn version(api: &Api, command: VersionCommand) -> Result<(), ClientError> {
+    let columns = &["version", "sha256", "size", "remark", "created_at", "active"];
+    match command {
+        VersionCommand::List { job } => {
+            api.table(&api.call("GET", &format!("/jobs/{job}/versions"), None).await?, columns)
+        }
+        VersionCommand::Upload { job, file, remark } => {
+            let bytes = std::fs::read(&file).map_err(|error| {
+                ClientError::new(ExitKind::Usage, format!("reading {}: {error}", file.display()))
+            })?;
+            let path = format!("/jobs/{job}/versions?remark={}", encode(&remark));
+            let request = api.request("POST", &path).header("content-type", "application/wasm");
+            api.record(&api.send(request.body(bytes)).await?)
+        }
+        VersionCommand::Activate { job, version } => {
+            let path = format!("/jobs/{job}/versions/{version}/activate");
+            api.record(&api.call("POST", &path, Some(json!({}))).await?)
+        }
+    }
+}
+
+async fn group(api: &Api, command: GroupCommand) -> Result<(), ClientError> {
+    match command {
+        GroupCommand::List => api.table(
+            &api.call("GET", "/groups", None).await?,
+            &["id", "app_name", "title", "address_type", "online_addresses"],
+        ),
+        GroupCommand::Get { id } => {
+            api.record(&api.call("GET", &format!("/groups/{id}"), None).await?)
+        }
+        GroupCommand::Create { app_name, title, addresses } => {
+            let mut body = json!({"app_name": app_name, "address_type": "AUTO"});
+            if let Some(title) = title {
+                body["title"] = json!(title);
+            }
+            if !addresses.is_empty() {
+                body["address_type"] = json!("MANUAL");
+                body["addresses"] = json!(addresses);
+            }
+            api.record(&api.call("POST", "/groups", Some(body)).await?)
+        }
+        GroupCommand::Delete { id } => {
+            api.call("DELETE", &format!("/groups/{id}"), None).await?;
+            api.done(&format!("group {id} deleted"))
+        }
+    }
+}
+
+/// Prints run `run`'s log; with `follow`, as it grows, until the run ends.
+async fn log(api: &Api, run: i64, follow: bool) -> Result<(), ClientError> {
+    if !follow {
+        let mut from_line = 1;
+        loop {
+            let page = api
+                .call("GET", &format!("/logs/{run}/content?from_line={from_line}"), None)
+                .await?;
+            let content = page["content"].as_str().unwrap_or_default();
+            api.write(content)?;
+            let to_line = page["to_line"].as_i64().unwrap_or(from_line - 1);
+            if page["is_end"].as_bool() != Some(false) || to_line < from_line {
+                return Ok(());
+            }
+            from_line = to_line + 1;
+        }
+    }
+    let mut last_id: Option<String> = None;
+    let mut retries = 0;
+    loop {
+        let mut request = api.request("GET", &format!("/logs/{run}/stream"));
+        if let Some(last) = &last_id {
+            request = request.header("last-event-id", last);
+        }
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(error) if retries < 5 && last_id.is_some() => {
+                retries += 1;
+                tracing::debug!(%error, "reconnecting to the log stream");
+                tokio::time::sleep(Duration::from_millis(200 << retries)).await;
+                continue;
+            }
+            Err(error) => return Err(unavailable(&api.base, &error)),
+        };
+        let response = api.check(response).await?;
+        match follow_stream(api, response, &mut last_id).await? {
+            Some(end) => {
+                let state = end["state"].as_str().unwrap_or("unknown");
+                if state == "success" {
+                    return Ok(());
+                }
+                let message = end["handle_msg"].as_str().unwrap_or_default();
+                return Err(ClientError::new(
+                    ExitKind::RunFailed,
+                    format!("run {run} ended {state}: {message}"),
+                ));
+            }
+            None if retries < 5 => {
+                retries += 1;
+                tokio::time::sleep(Duration::from_millis(200 << retries)).await;
+            }
+            None => {
+                return Err(ClientError::new(
+                    ExitKind::Unavailable,
+                    "the log stream kept breaking",
+                ));
+            }
+        }
+    }
+}
+
+/// Prints the lines of one SSE connection; the `end` event's data, or `None` if the
+/// connection ended first. `last_id` follows the lines printed.
+async fn follow_stream(
+    api: &Api,
+    mut response: reqwest::Response,
+    last_id: &mut Option<String>,
+) -> Result<Option<Value>, ClientError> {
+    let mut buffer = String::new();
+    let (mut id, mut event, mut data): (Option<String>, Option<String>, Vec<String>) =
+        (None, None, Vec::new());
+    loop {
+        let chunk = match response.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) | Err(_) => return Ok(None),
+        };
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(newline) = buffer.find('\n') {
+            let line: String = buffer.drain(..=newline).collect();
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                let text = data.join("\n");
+                match event.take().as_deref() {
+                    Some("end") => {
+                        return Ok(Some(serde_json::from_str(&text).unwrap_or(Value::Null)));
+                    }
+                    _ if id.is_some() => {
+                        api.line(&text)?;
+                        *last_id = id.take();
+                    }
+                    _ => {}
+                }
+                data.clear();
+                continue;
+            }
+            if line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = line.split_once(':').unwrap_or((line, ""));
+            let value = value.strip_prefix(' ').unwrap_or(value).to_owned();
+            match field {
+                "id" => id = Some(value),
+                "event" => event = Some(value),
+                "data" => data.push(value),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A client of one admin.
+struct Api {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+    json: bool,
+}
+
+impl Api {
+    fn new(connect: &ConnectArgs) -> Result<Api, ClientError> {
+        let token = connect.token.clone().ok_or_else(|| {
+            ClientError::new(ExitKind::Refused, "no token: pass --token or set WASMJOB_TOKEN")
+        })?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|error| ClientError::new(ExitKind::Unavailable, error.to_string()))?;
+        let base = connect.admin_url.trim_end_matches('/').to_owned();
+        Ok(Api { http, base, token, json: connect.json })
+    }
+
+    fn request(&self, method: &str, path: &str) -> reqwest::RequestBuilder {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
+        self.http.request(method, format!("{}/api/v1{path}", self.base)).bearer_auth(&self.token)
+    }
+
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, ClientError> {
+        let mut request = self.request(method, path);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        self.send(request).await
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, ClientError> {
+        let request = request.timeout(Duration::from_secs(60));
+        let response = request.send().await.map_err(|error| unavailable(&self.base, &error))?;
+        let response = self.check(response).await?;
+        let text = response.text().await.map_err(|error| unavailable(&self.base, &error))?;
+        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// The response if it succeeded, else its error as one line with its kind.
+    async fn check(&self, response: reqwest::Response) -> Result<reqwest::Response, ClientError> {
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        let reason = match (body["code"].as_str(), body["message"].as_str()) {
+            (Some(code), Some(message)) => format!("{message} ({code})"),
+            _ => status.to_string(),
+        };
+        let kind = match status.as_u16() {
+            401 | 403 => ExitKind::Refused,
+            404 => ExitKind::NotFound,
+            400..=499 => ExitKind::Invalid,
+            _ => ExitKind::Unavailable,
+        };
+        Err(ClientError::new(kind, format!("{}: {reason}", status.as_u16())))
+    }
+
+    /// A list as an aligned table of `columns` (or its JSON).
+    fn table(&self, list: &Value, columns: &[&str]) -> Result<(), ClientError> {
+        if self.json {
+            return self.print_json(list);
+        }
+        let rows: Vec<Vec<String>> = list
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|item| columns.iter().map(|column| cell(&item[*column])).collect())
+            .collect();
+        let header: Vec<String> = columns.iter().map(|column| column.to_uppercase()).collect();
+        self.write(&render_table(&header, &rows))
+    }
+
+    /// One object as `key: value` lines (or its JSON).
+    fn record(&self, record: &Value) -> Result<(), ClientError> {
+        if self.json {
+            return self.print_json(record);
+        }
+        let Some(fields) = record.as_object() else { return self.print_json(record) };
+        let width = fields.keys().map(String::len).max().unwrap_or(0);
+        let text: String =
+            fields.iter().map(|(key, value)| format!("{key:<width$}  {}\n", cell(value))).collect();
+        self.write(&text)
+    }
+
+    fn done(&self, message: &str) -> Result<(), ClientError> {
+        if self.json {
+            return self.print_json(&json!({"message": message}));
+        }
+        self.line(message)
+    }
+
+    fn print_json(&self, value: &Value) -> Result<(), ClientError> {
+        let text = serde_json::to_string_pretty(value).unwrap_or_default();
+        self.line(&text)
+    }
+
+    fn line(&self, text: &str) -> Result<(), ClientError> {
+        self.write(&format!("{text}\n"))
+    }
+
+    fn write(&self, text: &str) -> Result<(), ClientError> {
+        let mut stdout = std::io::stdout().lock();
+        stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush())
+            .map_err(|error| ClientError::new(ExitKind::Unavailable, format!("stdout: {error}")))
+    }
+}
+
+fn unavailable(base: &str, error: &reqwest::Error) -> ClientError {
+    ClientError::new(ExitKind::Unavailable, format!("{base}: {error}"))
+}
+
+/// A JSON value as a table cell: strings bare, null empty, arrays comma-joined.
+fn cell(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(text) => text.replace('\n', " "),
+        Value::Array(items) => items.iter().map(cell).collect::<Vec<_>>().join(","),
+        other => other.to_string(),
+    }
+}
+
+/// Columns padded to their widest cell, two spaces apart, no trailing spaces.
+fn render_table(header: &[String], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(header).chain(rows.iter().map(Vec::as_slice)) {
+        let line: Vec<String> =
+            row.iter().zip(&widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Percent-encodes a query value.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (byte as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::expect;
+
+    use super::*;
+
+    #[test]
+    fn tables_align_and_cells_flatten() {
+        let header = vec!["ID".to_owned(), "NAME".to_owned(), "ADDRESSES".to_owned()];
+        let rows = vec![
+            vec!["1".to_owned(), "hello".to_owned(), cell(&json!(["a", "b"]))],
+            vec!["12".to_owned(), cell(&json!("two\nlines")), cell(&Value::Null)],
+        ];
+        expect![[r#"
+            ID  NAME       ADDRESSES
+            1   hello      a,b
+            12  two lines
+        "#]]
+        .assert_eq(&render_table(&header, &rows));
+        assert_eq!(encode("by hand/ü"), "by%20hand%2F%C3%BC");
+    }
+}

@@ -1,0 +1,140 @@
+//! The command-line client end to end: `wasmjob job|version|run|log|group|executors` as real
+//! processes against a `wasmjob standalone` process, tables, `--json`, exit codes, `--follow`.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::standalone::spawn_standalone;
+use crate::support::sample_job;
+
+/// Runs the client with the admin's URL and token from the environment.
+struct Client {
+    url: String,
+    token: String,
+}
+
+impl Client {
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_wasmjob"))
+            .args(args)
+            .env("WASMJOB_ADMIN_URL", &self.url)
+            .env("WASMJOB_TOKEN", &self.token)
+            .output()
+            .unwrap()
+    }
+
+    /// Runs a command that must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let output = self.run(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{args:?} failed: {}\n{stderr}", output.status);
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut args = args.to_vec();
+        args.push("--json");
+        serde_json::from_str(&self.ok(&args)).unwrap()
+    }
+
+    /// Runs a command that must fail with `code`; its one line of stderr.
+    fn fails(&self, args: &[&str], code: i32) -> String {
+        let output = self.run(args);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {output:?}");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
+        assert!(stderr.starts_with("error: "), "{stderr:?}");
+        stderr
+    }
+}
+
+fn write_component(dir: &Path, name: &str) -> String {
+    let path = dir.join(format!("{name}.wasm"));
+    std::fs::write(&path, sample_job(name)).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn the_cli_drives_a_standalone_admin() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let (_standalone, url) = spawn_standalone(&data_dir);
+    let token = std::fs::read_to_string(data_dir.join("admin-token")).unwrap().trim().to_owned();
+    let cli = Client { url, token };
+
+    // A job and its component.
+    let job = cli.json(&["job", "create", "--group-id", "1", "--name", "ticker"]);
+    let id = job["id"].as_i64().unwrap().to_string();
+    let ticker = write_component(dir.path(), "ticker");
+    let version = cli.json(&["version", "upload", &id, &ticker, "--remark", "first one"]);
+    assert_eq!(
+        (version["version"].as_i64(), version["remark"].as_str()),
+        (Some(1), Some("first one"))
+    );
+
+    // Tables: a header and rows, columns aligned.
+    let table = cli.ok(&["job", "list"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].starts_with("ID  GROUP_ID  NAME"), "{table}");
+    assert_eq!(lines.len(), 2, "{table}");
+    assert_eq!(lines[0].find("NAME"), lines[1].find("ticker"), "{table}");
+    let updated = cli.json(&["job", "update", &id, "--name", "ticks", "--param", "3,10"]);
+    assert_eq!(
+        (updated["name"].as_str(), updated["param"].as_str()),
+        (Some("ticks"), Some("3,10"))
+    );
+    assert_eq!(updated["group_id"], 1, "fields not given stay");
+    assert!(cli.ok(&["version", "list", &id]).contains("first one"));
+    let executors = cli.ok(&["executors", "list"]);
+    assert_eq!(executors.lines().count(), 2, "{executors}");
+    assert!(cli.ok(&["group", "list"]).lines().nth(1).unwrap().starts_with("1   default"));
+
+    // Trigger, then follow the run's log to its end: every tick, in order, and exit 0.
+    let run = cli.ok(&["job", "trigger", &id, "--param", "6,150"]).trim().to_owned();
+    let followed = cli.ok(&["log", &run, "--follow"]);
+    let ticks: Vec<&str> = followed
+        .lines()
+        .filter_map(|line| line.split_once("[INFO] tick").map(|(_, t)| t))
+        .collect();
+    assert_eq!(ticks, (1..=6).map(|i| format!(" {i} of 6")).collect::<Vec<_>>());
+    assert_eq!(cli.ok(&["log", &run]), followed, "the log read afterwards is the same");
+    let record = cli.json(&["run", "get", &run]);
+    assert_eq!(record["state"], "success");
+    let runs = cli.ok(&["run", "list", "--job-id", &id]);
+    assert!(runs.lines().nth(1).unwrap().contains("success"), "{runs}");
+
+    // A run that fails: `--follow` exits 6 with the run's message.
+    let fail = cli.json(&["job", "create", "--group-id", "1", "--name", "fail"]);
+    let fail_id = fail["id"].as_i64().unwrap().to_string();
+    cli.ok(&["version", "upload", &fail_id, &write_component(dir.path(), "fail")]);
+    let failed_run = cli.ok(&["job", "trigger", &fail_id, "--param", "boom"]).trim().to_owned();
+    let error = cli.fails(&["log", &failed_run, "--follow"], 6);
+    assert!(error.contains("failed on purpose: boom"), "{error}");
+
+    // Exit codes: not found 3, refused 4, invalid 5, unreachable 1, usage 2.
+    assert!(cli.fails(&["job", "get", "999"], 3).contains("404"));
+    let wrong = Client { url: cli.url.clone(), token: "wrong-token-0123456789".into() };
+    assert!(wrong.fails(&["job", "list"], 4).contains("401"));
+    cli.fails(&["job", "create", "--group-id", "1", "--name", "x", "--schedule-type", "CRON"], 5);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let gone = Client { url: format!("http://{closed}"), token: cli.token.clone() };
+    gone.fails(&["job", "list"], 1);
+    assert_eq!(cli.run(&["job", "frobnicate"]).status.code(), Some(2));
+
+    // A schedule of its own, far away: the job can be started and stopped.
+    cli.ok(&[
+        "job",
+        "update",
+        &id,
+        "--schedule-type",
+        "CRON",
+        "--schedule-conf",
+        "0 0 0 1 1 ? 2099",
+    ]);
+    assert_eq!(cli.json(&["job", "start", &id])["running"], true);
+    assert_eq!(cli.json(&["job", "stop", &id])["running"], false);
+    cli.ok(&["job", "delete", &id]);
+    cli.fails(&["job", "get", &id], 3);
+}

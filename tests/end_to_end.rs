@@ -439,7 +439,8 @@ async fn fix_delay_fires_after_the_previous_run_ended() {
 async fn once_fires_once_then_stops() {
     let app = TestApp::start(Backend::Sqlite).await;
     let api = &app.api;
-    let at = chrono::Utc::now() + chrono::TimeDelta::seconds(2);
+    // Far enough ahead that creating, uploading and starting on a loaded machine ends first.
+    let at = chrono::Utc::now() + chrono::TimeDelta::seconds(6);
     let instant = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let job_id = api
         .create_job(json!({"name": "once", "schedule_type": "ONCE", "schedule_conf": instant, "param": "once"}))

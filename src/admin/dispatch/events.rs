@@ -272,13 +272,13 @@ impl Dispatcher {
                 let sent = "kill requested: the run is being sent and is stopped as soon as its \
                      executor has it";
                 match address {
-                    Some(address) => kill_scope(sent, run.job_id, self.peer(address)),
+                    Some(address) => kill_scope(sent, run.job_id, self.peer(address).await),
                     None => run_only(sent),
                 }
             }
             (_, _, Some(address)) => {
                 let sent = format!("kill sent to {address}");
-                kill_scope(&sent, run.job_id, self.peer(address))
+                kill_scope(&sent, run.job_id, self.peer(address).await)
             }
             (_, _, None) => run_only("kill requested"),
         })
@@ -289,7 +289,7 @@ impl Dispatcher {
     pub(super) async fn send_kill(&self, run: &RunRecord) -> anyhow::Result<()> {
         let Some(address) = &run.executor_address else { return Ok(()) };
         let param = JobIdParam { job_id: run.job_id, log_id: Some(run.id) };
-        let peer = self.peer(address);
+        let peer = self.peer(address).await;
         let app_name = peer.as_ref().and_then(|peer| peer.app_name_header());
         self.inner.client.call_as::<_, String>(address, "kill", &param, app_name).await?;
         Ok(())

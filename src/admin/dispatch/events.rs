@@ -336,8 +336,7 @@ fn kill_scope(sent: &str, job_id: i64, peer: Option<Peer>) -> Killed {
         ),
         None => (
             format!(
-                "its kind is not known yet (it has not registered with this admin since this \
-                 admin started): a wasmjob executor stops this run only, an XXL-JOB executor \
+                "its kind is not known (its registration does not say it): a wasmjob executor stops this run only, an XXL-JOB executor \
                  stops job {job_id}'s whole queue"
             ),
             KILLS_RUN_OR_JOB_QUEUE,
@@ -382,7 +381,7 @@ mod tests {
                 "run: kill sent to http://e:9999; it stops this run only",
                 "job_queue: kill sent to http://e:9999; it is an XXL-JOB executor, whose kill takes only the job: it stops job 7's whole queue, this run and every run of job 7 waiting behind it there",
                 "job_queue: kill sent to http://e:9999; it is an XXL-JOB executor, whose kill takes only the job: it stops job 7's whole queue, this run and every run of job 7 waiting behind it there",
-                "run_or_job_queue: kill sent to http://e:9999; its kind is not known yet (it has not registered with this admin since this admin started): a wasmjob executor stops this run only, an XXL-JOB executor stops job 7's whole queue",
+                "run_or_job_queue: kill sent to http://e:9999; its kind is not known (its registration does not say it): a wasmjob executor stops this run only, an XXL-JOB executor stops job 7's whole queue",
             ]
         "#]].assert_debug_eq(&out);
     }

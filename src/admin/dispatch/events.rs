@@ -336,8 +336,8 @@ fn kill_scope(sent: &str, job_id: i64, peer: Option<Peer>) -> Killed {
         ),
         None => (
             format!(
-                "its kind is not known (its registration does not say it): a wasmjob executor stops this run only, an XXL-JOB executor \
-                 stops job {job_id}'s whole queue"
+                "its kind is not known (its registration does not say it): a wasmjob executor \
+                 stops this run only, an XXL-JOB executor stops job {job_id}'s whole queue"
             ),
             KILLS_RUN_OR_JOB_QUEUE,
         ),

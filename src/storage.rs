@@ -26,6 +26,7 @@ use sqlx::{AnyPool, Row};
 
 pub use self::audit::{AuditEntry, AuditPage, AuditRecord};
 pub use self::jobs::{Fire, Fired};
+pub use self::registry::RegisteredPeer;
 pub use self::reports::DailyRuns;
 pub use self::runs::{Claim, NewRun, RunFilter, RunPage};
 pub use self::users::{ApiToken, Session, User};

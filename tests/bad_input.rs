@@ -216,9 +216,15 @@ async fn admin_app(backend: Backend) -> AdminUnderTest {
     let (uploaded, body) = one(&app, upload.header("content-type", "application/wasm")).await;
     assert_eq!(uploaded, StatusCode::CREATED, "{body}");
     let now = now_ms();
-    db.upsert_registration(REGISTRY_GROUP_EXECUTOR, "default", "http://127.0.0.1:9", now)
-        .await
-        .unwrap();
+    db.upsert_registration(
+        REGISTRY_GROUP_EXECUTOR,
+        "default",
+        "http://127.0.0.1:9",
+        "wasmjob",
+        now,
+    )
+    .await
+    .unwrap();
     let run_id = running_run(&db, &manual_run(1, now), "http://127.0.0.1:9", now, 3600).await;
     AdminUnderTest { app, db, job_id: 1, run_id, _dir: dir, postgres_url }
 }

@@ -351,6 +351,86 @@ async fn java_executor_against_our_admin(g: &'static str) {
     admin.stop().await;
 }
 
+/// What a 3.5 executor's registration showed is kept with it: an admin that starts again on the
+/// same database sends the first trigger at `/trigger`, naming the application, although the
+/// executor has not registered again.
+#[tokio::test]
+async fn a_restarted_admin_speaks_3_5_to_an_executor_registered_before() {
+    wasmjob::telemetry::init_for_test();
+    let g = "3.5";
+    let dir = tempfile::tempdir().unwrap();
+    let database_url = format!("sqlite:{}", dir.path().join("a.db").display());
+    let admin = admin::start(admin_config(database_url.clone())).await.unwrap();
+    let group = admin.state.db.ensure_group(APP_NAME, "Sample", admin::now_ms()).await.unwrap();
+    let api = Api { http: reqwest::Client::new(), base: admin.url(), token: ADMIN_TOKEN.into() };
+    let job_id = api
+        .create_job(json!({"group_id": group.id, "glue_type": "BEAN", "handler": "demoJobHandler"}))
+        .await;
+    let peer = Peer::new(g);
+    let executor_url = peer.serve(java_executor).await;
+    let mut registry = fixture(g, "executor_sends/registry");
+    registry["registryValue"] = json!(format!("{executor_url}/"));
+    let reply = post(&api.url("/api/registry"), &registry, Some(APP_NAME)).await;
+    assert_eq!(reply["code"], 200, "{reply}");
+    admin.stop().await;
+
+    let admin = admin::start(admin_config(database_url)).await.unwrap();
+    let api = Api { http: reqwest::Client::new(), base: admin.url(), token: ADMIN_TOKEN.into() };
+    let log_id = trigger(&api, job_id).await;
+    let run = sent_run(&api, log_id).await;
+    assert_eq!(peer_calls(&peer), [("/trigger".to_owned(), Some(APP_NAME.to_owned()))]);
+    assert_eq!((run["state"].as_str(), run["trigger_code"].as_i64()), (Some("running"), Some(200)));
+    admin.stop().await;
+}
+
+/// With two admins on one PostgreSQL database, a 3.5 executor that registered with one of them
+/// (after both started) gets the other's triggers at `/trigger`, naming the application.
+#[tokio::test]
+async fn another_admin_of_the_database_speaks_3_5_to_an_executor_registered_with_one() {
+    wasmjob::telemetry::init_for_test();
+    let Some(url) = wasmjob::storage::testing::postgres_database("peers").await.unwrap() else {
+        eprintln!("WASMJOB_TEST_POSTGRES_URL is unset: skipping the two-admin case");
+        return;
+    };
+    let g = "3.5";
+    let first = admin::start(admin_config(url.clone())).await.unwrap();
+    let second = admin::start(admin_config(url.clone())).await.unwrap();
+    let group = first.state.db.ensure_group(APP_NAME, "Sample", admin::now_ms()).await.unwrap();
+    let api = Api { http: reqwest::Client::new(), base: second.url(), token: ADMIN_TOKEN.into() };
+    let job_id = api
+        .create_job(json!({"group_id": group.id, "glue_type": "BEAN", "handler": "demoJobHandler"}))
+        .await;
+    let peer = Peer::new(g);
+    let executor_url = peer.serve(java_executor).await;
+    let mut registry = fixture(g, "executor_sends/registry");
+    registry["registryValue"] = json!(format!("{executor_url}/"));
+    let reply = post(&format!("{}/api/registry", first.url()), &registry, Some(APP_NAME)).await;
+    assert_eq!(reply["code"], 200, "{reply}");
+
+    let log_id = trigger(&api, job_id).await;
+    let run = sent_run(&api, log_id).await;
+    assert_eq!(peer_calls(&peer), [("/trigger".to_owned(), Some(APP_NAME.to_owned()))]);
+    assert_eq!((run["state"].as_str(), run["trigger_code"].as_i64()), (Some("running"), Some(200)));
+    second.stop().await;
+    first.stop().await;
+    wasmjob::storage::testing::drop_postgres_database(&url).await.unwrap();
+}
+
+/// The run `log_id` once its send has an outcome.
+async fn sent_run(api: &Api, log_id: i64) -> Value {
+    api.wait_until("the run is sent", || async {
+        let (_, run) = api.get(&format!("/api/v1/logs/{log_id}")).await;
+        (run["state"] != "pending" && run["state"] != "dispatching").then_some(run)
+    })
+    .await
+}
+
+/// Every call `peer` received: its path and the application it named.
+fn peer_calls(peer: &Peer) -> Vec<(String, Option<String>)> {
+    let received = peer.received.lock().unwrap();
+    received.iter().map(|received| (received.path.clone(), received.app_name.clone())).collect()
+}
+
 async fn trigger(api: &Api, job_id: i64) -> i64 {
     let (status, reply) = api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({})).await;
     assert_eq!(status, 200, "{reply}");

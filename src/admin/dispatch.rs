@@ -551,6 +551,8 @@ impl Dispatcher {
             Ok(param) => param,
             Err(error) => return Sent::Refused(format!("{error:#}")),
         };
+        // The sender speaks to the executor as its stored registration says (`peers.rs`).
+        self.peer(&address).await;
         failpoint::hit("dispatch.before_send");
         match self.inner.senders.post(&address, param).await {
             Ok(reply) => {
@@ -594,7 +596,7 @@ impl Dispatcher {
             Route::FirstPassing { probe, candidates } => {
                 for candidate in candidates {
                     // XXL-JOB 3.5 executors answer only calls that name their application.
-                    let peer = self.peer(&candidate);
+                    let peer = self.peer(&candidate).await;
                     let app_name = peer.as_ref().and_then(Peer::app_name_header);
                     let client = &self.inner.client;
                     let probed = async {

@@ -1,29 +1,45 @@
-//! The executor registry (XXL-JOB's `xxl_job_registry`): one row per heartbeat source.
+//! The executor registry (XXL-JOB's `xxl_job_registry`): one row per heartbeat source, with
+//! what answers at the address (its peer kind) as its last registration showed.
+//!
+//! The peer kind is stored as the admin spells it and read back as text: what the spellings mean
+//! is the admin's business (`admin::dispatch::peers`), not storage's.
 
 use sqlx::Row;
 
 use super::{Db, Result};
 use crate::model::Registration;
 
+/// The latest registration of an address: for which application, and what answers there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisteredPeer {
+    /// The application it registered for (`registryKey`).
+    pub app_name: String,
+    /// What answers there, as the admin spelled it; empty when unknown.
+    pub peer_kind: String,
+}
+
 impl Db {
-    /// Records a heartbeat of `address` for `app_name` at `now_ms`.
+    /// Records a heartbeat of `address` for `app_name` at `now_ms`, and what answers there.
     pub async fn upsert_registration(
         &self,
         group: &str,
         app_name: &str,
         address: &str,
+        peer_kind: &str,
         now_ms: i64,
     ) -> Result<()> {
         sqlx::query(
-            "insert into registry (registry_group, registry_key, registry_value, updated_at)
-             values ($1, $2, $3, $4)
+            "insert into registry
+                 (registry_group, registry_key, registry_value, updated_at, peer_kind)
+             values ($1, $2, $3, $4, $5)
              on conflict (registry_group, registry_key, registry_value)
-             do update set updated_at = excluded.updated_at",
+             do update set updated_at = excluded.updated_at, peer_kind = excluded.peer_kind",
         )
         .bind(group)
         .bind(app_name)
         .bind(address)
         .bind(now_ms)
+        .bind(peer_kind)
         .execute(self.writer())
         .await?;
         Ok(())
@@ -65,6 +81,29 @@ impl Db {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(|row| Ok(row.try_get("registry_value")?)).collect()
+    }
+
+    /// The latest registration of `address` in `group`, whatever its age; `None` if it has none
+    /// (it deregistered, was forgotten, or never registered).
+    pub async fn registered_peer(
+        &self,
+        group: &str,
+        address: &str,
+    ) -> Result<Option<RegisteredPeer>> {
+        let row = sqlx::query(
+            "select registry_key, peer_kind from registry
+             where registry_group = $1 and registry_value = $2
+             order by updated_at desc, registry_key limit 1",
+        )
+        .bind(group)
+        .bind(address)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some(RegisteredPeer {
+            app_name: row.try_get("registry_key")?,
+            peer_kind: row.try_get("peer_kind")?,
+        }))
     }
 
     /// Every registry row of `group`, by application and address.

@@ -97,9 +97,15 @@ async fn groups_and_registry() {
         assert_eq!(db.get_group(group.id).await.unwrap(), Some(group));
         assert_eq!(db.get_group(999).await.unwrap(), None);
 
-        db.upsert_registration("EXECUTOR", "default", "http://b:9999", 100).await.unwrap();
-        db.upsert_registration("EXECUTOR", "default", "http://a:9999", 100).await.unwrap();
-        db.upsert_registration("EXECUTOR", "default", "http://a:9999", 200).await.unwrap();
+        db.upsert_registration("EXECUTOR", "default", "http://b:9999", "wasmjob", 100)
+            .await
+            .unwrap();
+        db.upsert_registration("EXECUTOR", "default", "http://a:9999", "wasmjob", 100)
+            .await
+            .unwrap();
+        db.upsert_registration("EXECUTOR", "default", "http://a:9999", "wasmjob", 200)
+            .await
+            .unwrap();
         assert_eq!(
             db.online_addresses("EXECUTOR", "default", 100).await.unwrap(),
             ["http://a:9999", "http://b:9999"]
@@ -111,6 +117,40 @@ async fn groups_and_registry() {
         assert_eq!(db.remove_stale_registrations(150).await.unwrap(), 1);
         db.remove_registration("EXECUTOR", "default", "http://a:9999").await.unwrap();
         assert!(db.list_registrations("EXECUTOR").await.unwrap().is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_registration_keeps_what_answers_at_its_address() {
+    each_backend("registered_peer", |db| async move {
+        let peer = |app_name: &str, peer_kind: &str| {
+            Some(RegisteredPeer { app_name: app_name.to_owned(), peer_kind: peer_kind.to_owned() })
+        };
+        let address = "http://a:9999";
+        assert_eq!(db.registered_peer("EXECUTOR", address).await.unwrap(), None);
+        db.upsert_registration("EXECUTOR", "sample", address, "xxl-job-3.5", 100).await.unwrap();
+        assert_eq!(
+            db.registered_peer("EXECUTOR", address).await.unwrap(),
+            peer("sample", "xxl-job-3.5")
+        );
+        // The next beat says what answers there now, even if it changed.
+        db.upsert_registration("EXECUTOR", "sample", address, "xxl-job", 200).await.unwrap();
+        assert_eq!(
+            db.registered_peer("EXECUTOR", address).await.unwrap(),
+            peer("sample", "xxl-job")
+        );
+        // Registered for two applications, the address is what it last said.
+        db.upsert_registration("EXECUTOR", "other", address, "wasmjob", 300).await.unwrap();
+        assert_eq!(
+            db.registered_peer("EXECUTOR", address).await.unwrap(),
+            peer("other", "wasmjob")
+        );
+        assert_eq!(db.registered_peer("EXECUTOR", "http://b:9999").await.unwrap(), None);
+        assert_eq!(db.registered_peer("OTHER", address).await.unwrap(), None);
+        db.remove_registration("EXECUTOR", "other", address).await.unwrap();
+        db.remove_registration("EXECUTOR", "sample", address).await.unwrap();
+        assert_eq!(db.registered_peer("EXECUTOR", address).await.unwrap(), None);
     })
     .await;
 }

@@ -274,13 +274,13 @@ impl Dispatcher {
                 let sent = "kill requested: the run is being sent and is stopped as soon as its \
                      executor has it";
                 match address {
-                    Some(address) => kill_scope(sent, run.job_id, self.peer(address)),
+                    Some(address) => kill_scope(sent, run.job_id, self.peer(address).await),
                     None => run_only(sent),
                 }
             }
             (_, _, Some(address)) => {
                 let sent = format!("kill sent to {address}");
-                kill_scope(&sent, run.job_id, self.peer(address))
+                kill_scope(&sent, run.job_id, self.peer(address).await)
             }
             (_, _, None) => run_only("kill requested"),
         })
@@ -291,7 +291,7 @@ impl Dispatcher {
     pub(super) async fn send_kill(&self, run: &RunRecord) -> anyhow::Result<()> {
         let Some(address) = &run.executor_address else { return Ok(()) };
         let param = JobIdParam { job_id: run.job_id, log_id: Some(run.id) };
-        let peer = self.peer(address);
+        let peer = self.peer(address).await;
         let app_name = peer.as_ref().and_then(|peer| peer.app_name_header());
         self.inner.client.call_as::<_, String>(address, "kill", &param, app_name).await?;
         Ok(())
@@ -338,9 +338,8 @@ fn kill_scope(sent: &str, job_id: i64, peer: Option<Peer>) -> Killed {
         ),
         None => (
             format!(
-                "its kind is not known yet (it has not registered with this admin since this \
-                 admin started): a wasmjob executor stops this run only, an XXL-JOB executor \
-                 stops job {job_id}'s whole queue"
+                "its kind is not known (its registration does not say it): a wasmjob executor \
+                 stops this run only, an XXL-JOB executor stops job {job_id}'s whole queue"
             ),
             KILLS_RUN_OR_JOB_QUEUE,
         ),
@@ -384,7 +383,7 @@ mod tests {
                 "run: kill sent to http://e:9999; it stops this run only",
                 "job_queue: kill sent to http://e:9999; it is an XXL-JOB executor, whose kill takes only the job: it stops job 7's whole queue, this run and every run of job 7 waiting behind it there",
                 "job_queue: kill sent to http://e:9999; it is an XXL-JOB executor, whose kill takes only the job: it stops job 7's whole queue, this run and every run of job 7 waiting behind it there",
-                "run_or_job_queue: kill sent to http://e:9999; its kind is not known yet (it has not registered with this admin since this admin started): a wasmjob executor stops this run only, an XXL-JOB executor stops job 7's whole queue",
+                "run_or_job_queue: kill sent to http://e:9999; its kind is not known (its registration does not say it): a wasmjob executor stops this run only, an XXL-JOB executor stops job 7's whole queue",
             ]
         "#]].assert_debug_eq(&out);
     }

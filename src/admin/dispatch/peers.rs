@@ -8,16 +8,31 @@
 //! carry `XXL-JOB-APPNAME`, and what a kill means: a wasmjob executor stops the one run named by
 //! `logId`, an XXL-JOB executor stops the job's whole thread and queue.
 //!
-//! The knowledge is in memory and renewed by every beat (every 30 s), so after an admin restart,
-//! or on an admin an executor does not beat to, an executor is unknown until it beats there; an
-//! unknown executor is spoken to as a classic one (`/run`), and a kill on it says that it may
-//! stop the job's whole queue. It does not persist anything.
+//! The answer is stored with the registration (`registry.peer_kind`), so every admin of the
+//! database knows it from the first call: after a restart, and for an executor that beats to
+//! another admin. This admin keeps what it read in memory: what an executor's registration here
+//! says at once, and what the database says for `PEER_TTL_MS`, so that sends cost at most one
+//! query per address in that time. An
+//! address with no registration (a `MANUAL` group's) or one registered before the kind was
+//! stored is unknown: it is spoken to as a classic executor (`/run`), and a kill on it says
+//! that it may stop the job's whole queue.
+//!
+//! The sender reads the memory without waiting (`Peers::get`); `Dispatcher::peer` is the read
+//! that refreshes it, and the dispatcher calls it before every send.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::Dispatcher;
-use crate::protocol::Generation;
+use crate::admin::now_ms;
+use crate::protocol::{Generation, REGISTRY_GROUP_EXECUTOR};
+
+/// How long what the database said of an address is used before it is read again. A
+/// registration through this admin is known at once; one through another admin of the same
+/// database, within this long.
+const PEER_TTL_MS: i64 = 5_000;
+/// The most addresses remembered before the memory starts over.
+const MAX_REMEMBERED: usize = 10_000;
 
 /// Which software answers at an executor address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +41,27 @@ pub enum PeerKind {
     Wasmjob,
     /// An XXL-JOB executor of this generation.
     XxlJob(Generation),
+}
+
+impl PeerKind {
+    /// How the kind is stored with the registration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PeerKind::Wasmjob => "wasmjob",
+            PeerKind::XxlJob(Generation::Classic) => "xxl-job",
+            PeerKind::XxlJob(Generation::V3_5) => "xxl-job-3.5",
+        }
+    }
+
+    /// The kind stored as `text`; `None` for anything else (an empty column: not known).
+    pub fn parse(text: &str) -> Option<PeerKind> {
+        match text {
+            "wasmjob" => Some(PeerKind::Wasmjob),
+            "xxl-job" => Some(PeerKind::XxlJob(Generation::Classic)),
+            "xxl-job-3.5" => Some(PeerKind::XxlJob(Generation::V3_5)),
+            _ => None,
+        }
+    }
 }
 
 /// One registered executor, as its last registration described it.
@@ -64,43 +100,77 @@ impl Peer {
     }
 }
 
-/// The peers by address.
+/// What is known of each address (`None`: that it has no known kind), with when it was learned.
 #[derive(Debug, Default)]
-pub(super) struct Peers(Mutex<HashMap<String, Peer>>);
+pub(super) struct Peers(Mutex<HashMap<String, Known>>);
+
+#[derive(Debug)]
+struct Known {
+    at_ms: i64,
+    peer: Option<Peer>,
+}
 
 impl Peers {
-    /// What is known of the executor at `address`.
+    /// What is known of the executor at `address`, however old.
     pub(super) fn get(&self, address: &str) -> Option<Peer> {
-        self.0.lock().ok()?.get(address).cloned()
+        self.0.lock().ok()?.get(address)?.peer.clone()
     }
 
-    fn set(&self, address: &str, peer: Option<Peer>) {
+    /// What is known of `address` if it was learned less than `PEER_TTL_MS` before `now_ms`.
+    fn fresh(&self, address: &str, now_ms: i64) -> Option<Option<Peer>> {
+        let peers = self.0.lock().ok()?;
+        let known = peers.get(address)?;
+        (known.at_ms <= now_ms && now_ms - known.at_ms < PEER_TTL_MS).then(|| known.peer.clone())
+    }
+
+    /// Remembers `peer` for `address` as of `at_ms`, unless something newer is known: a read
+    /// that started before a registration arrived must not undo it.
+    fn set(&self, address: &str, peer: Option<Peer>, at_ms: i64) {
         let Ok(mut peers) = self.0.lock() else { return };
-        match peer {
-            Some(peer) => {
-                peers.insert(address.to_owned(), peer);
-            }
-            None => {
-                peers.remove(address);
-            }
+        if peers.get(address).is_some_and(|known| known.at_ms > at_ms) {
+            return;
         }
+        if peers.len() >= MAX_REMEMBERED && !peers.contains_key(address) {
+            peers.clear();
+        }
+        peers.insert(address.to_owned(), Known { at_ms, peer });
     }
 }
 
 impl Dispatcher {
-    /// Records what the executor at `address` is (it just registered).
+    /// Remembers what the executor at `address` is (it just registered here, and its
+    /// registration, kind included, is stored).
     pub fn note_peer(&self, address: &str, peer: Peer) {
-        self.inner.peers.set(address, Some(peer));
+        self.inner.peers.set(address, Some(peer), now_ms());
     }
 
     /// Forgets the executor at `address` (it deregistered).
     pub fn forget_peer(&self, address: &str) {
-        self.inner.peers.set(address, None);
+        self.inner.peers.set(address, None, now_ms());
     }
 
-    /// What is known of the executor at `address`, if it registered with this admin.
-    pub fn peer(&self, address: &str) -> Option<Peer> {
-        self.inner.peers.get(address)
+    /// What is known of the executor at `address`: from this admin's memory if it is recent,
+    /// else from its stored registration (also one made through another admin, or before this
+    /// admin started). If the database fails, what was known before.
+    pub async fn peer(&self, address: &str) -> Option<Peer> {
+        let read_at = now_ms();
+        if let Some(known) = self.inner.peers.fresh(address, read_at) {
+            return known;
+        }
+        match self.inner.db.registered_peer(REGISTRY_GROUP_EXECUTOR, address).await {
+            Ok(registered) => {
+                let peer = registered.and_then(|registered| {
+                    let kind = PeerKind::parse(&registered.peer_kind)?;
+                    Some(Peer { kind, app_name: registered.app_name })
+                });
+                self.inner.peers.set(address, peer, read_at);
+                self.inner.peers.get(address)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "reading what answers at {address} failed");
+                self.inner.peers.get(address)
+            }
+        }
     }
 }
 
@@ -127,5 +197,42 @@ mod tests {
                 (false, false, PeerKind::XxlJob(Generation::Classic), "run"),
             ]
         );
+    }
+
+    #[test]
+    fn a_stored_kind_reads_back_as_itself_and_anything_else_as_unknown() {
+        let kinds = [
+            PeerKind::Wasmjob,
+            PeerKind::XxlJob(Generation::Classic),
+            PeerKind::XxlJob(Generation::V3_5),
+        ];
+        let stored: Vec<(&str, Option<PeerKind>)> =
+            kinds.iter().map(|kind| (kind.as_str(), PeerKind::parse(kind.as_str()))).collect();
+        assert_eq!(
+            stored,
+            [
+                ("wasmjob", Some(PeerKind::Wasmjob)),
+                ("xxl-job", Some(PeerKind::XxlJob(Generation::Classic))),
+                ("xxl-job-3.5", Some(PeerKind::XxlJob(Generation::V3_5))),
+            ]
+        );
+        for unknown in ["", "3.5", "XXL-JOB", "wasmjob "] {
+            assert_eq!(PeerKind::parse(unknown), None, "{unknown:?}");
+        }
+    }
+
+    #[test]
+    fn a_registration_is_not_undone_by_an_older_read() {
+        let peers = Peers::default();
+        let three_five = Peer::from_registration("app", false, true);
+        peers.set("http://a", Some(three_five.clone()), 2_000);
+        // A database read that started before the registration arrived.
+        peers.set("http://a", None, 1_000);
+        assert_eq!(peers.get("http://a"), Some(three_five.clone()));
+        assert_eq!(peers.fresh("http://a", 2_000 + PEER_TTL_MS - 1), Some(Some(three_five)));
+        assert_eq!(peers.fresh("http://a", 2_000 + PEER_TTL_MS), None, "read again");
+        peers.set("http://a", None, 3_000);
+        assert_eq!(peers.get("http://a"), None);
+        assert_eq!(peers.fresh("http://b", 3_000), None, "never read");
     }
 }

@@ -83,19 +83,21 @@ async fn registry(
         return axum::Json(ReturnT::fail(reason));
     }
     let address = param.registry_value.trim_end_matches('/');
+    // What speaks at this address: a wasmjob executor lists its held runs, an XXL-JOB 3.5
+    // executor names its application in a header, older XXL-JOB executors do neither. It is
+    // stored with the registration, so that every admin of the database knows it, restarted too.
+    let names_app = headers.get(APP_NAME_HEADER).is_some_and(|name| !name.is_empty());
+    let peer = Peer::from_registration(&param.registry_key, param.held_runs.is_some(), names_app);
+    let kind = peer.kind.as_str();
     if let Err(error) = state
         .db
-        .upsert_registration(REGISTRY_GROUP_EXECUTOR, &param.registry_key, address, now_ms())
+        .upsert_registration(REGISTRY_GROUP_EXECUTOR, &param.registry_key, address, kind, now_ms())
         .await
     {
         tracing::error!(%error, "registry failed");
         return axum::Json(ReturnT::fail("registry failed: internal error"));
     }
     state.dispatcher.forget_online(&param.registry_key);
-    // What speaks at this address: a wasmjob executor lists its held runs, an XXL-JOB 3.5
-    // executor names its application in a header, older XXL-JOB executors do neither.
-    let names_app = headers.get(APP_NAME_HEADER).is_some_and(|name| !name.is_empty());
-    let peer = Peer::from_registration(&param.registry_key, param.held_runs.is_some(), names_app);
     state.dispatcher.note_peer(address, peer);
     if let Some(held) = &param.held_runs {
         match state.dispatcher.reconcile(address, held).await {

@@ -175,7 +175,7 @@ async fn log_content(
     };
     let param =
         LogParam { log_date_tim: run.trigger_time_ms, log_id: run.id, from_line_num: from_line };
-    let peer = state.dispatcher.peer(address);
+    let peer = state.dispatcher.peer(address).await;
     let app_name = peer.as_ref().and_then(|peer| peer.app_name_header());
     let page: LogResult = state
         .dispatcher

@@ -280,3 +280,15 @@ fn distinct_rounds(keys: impl IntoIterator<Item = i64>) -> Vec<Vec<usize>> {
     }
     rounds
 }
+
+/// The placeholder of the `n`th bind (from 1) of a generated statement on `conn`: `$n` on
+/// PostgreSQL, and on SQLite an anonymous `?`, because SQLite finds a numbered parameter by
+/// walking all of them, which makes binding a statement of thousands of them quadratic. Each
+/// placeholder must therefore appear once, in the order of the binds.
+fn placeholder(conn: &sqlx::AnyConnection) -> fn(usize) -> String {
+    if conn.backend_name() == <sqlx::Sqlite as sqlx::Database>::NAME {
+        |_| "?".to_owned()
+    } else {
+        |n| format!("${n}")
+    }
+}

@@ -110,9 +110,10 @@ pub(super) async fn insert_many(
 ) -> Result<()> {
     let mut rest = entries;
     for rows in super::statement_sizes(entries.len(), 256) {
+        let p = super::placeholder(conn);
         let values = (0..rows)
             .map(|row| {
-                let cells = (1..=8).map(|n| format!("${}", row * 8 + n));
+                let cells = (1..=8).map(|n| p(row * 8 + n));
                 format!("({})", cells.collect::<Vec<_>>().join(", "))
             })
             .collect::<Vec<_>>()

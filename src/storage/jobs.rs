@@ -207,21 +207,22 @@ async fn move_fires(
     fires: &[&Fire],
     now_ms: i64,
 ) -> Result<std::collections::HashSet<i64>> {
+    let p = super::placeholder(conn);
     let values = (0..fires.len())
         .map(|row| {
-            let p = |n: usize| format!("cast(${} as bigint)", row * 4 + n);
-            format!("({}, {}, {}, {})", p(1), p(2), p(3), p(4))
+            let cells = (2..=5).map(|n| format!("cast({} as bigint)", p(row * 4 + n)));
+            format!("({})", cells.collect::<Vec<_>>().join(", "))
         })
         .collect::<Vec<_>>()
         .join(", ");
-    let now = fires.len() * 4 + 1;
     let sql = format!(
-        "update jobs set next_fire_ms = v.column3, running = v.column4, updated_at = ${now}
+        "update jobs set next_fire_ms = v.column3, running = v.column4, updated_at = {}
          from (values {values}) as v
          where jobs.id = v.column1 and jobs.running = 1 and jobs.next_fire_ms = v.column2
-         returning id"
+         returning id",
+        p(1)
     );
-    let mut query = sqlx::query(&sql);
+    let mut query = sqlx::query(&sql).bind(now_ms);
     for fire in fires {
         query = query
             .bind(fire.job_id)
@@ -229,7 +230,7 @@ async fn move_fires(
             .bind(fire.next.at().unwrap_or(0))
             .bind(i64::from(fire.next != NextFire::Never));
     }
-    let rows = query.bind(now_ms).fetch_all(&mut *conn).await?;
+    let rows = query.fetch_all(&mut *conn).await?;
     rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
 }
 

@@ -448,23 +448,34 @@ pub(super) struct Update<'a> {
 
 /// The parameters of one row of [`update_many`]'s `values` list.
 const UPDATE_PARAMS: usize = 17;
+/// The most rows in one update statement.
+const MAX_UPDATE_ROWS: usize = 256;
 
-/// Records each of `updates` (of distinct runs) whose compare holds, in one statement, and
-/// returns those runs as they are now. The statement's row count is rounded up to a power of
-/// two with rows that match no run, so a handful of statement shapes serve every batch.
+/// Records each of `updates` (of distinct runs) whose compare holds, a statement for many, and
+/// returns those runs as they are now.
 pub(super) async fn update_many(
     conn: &mut AnyConnection,
     updates: &[Update<'_>],
 ) -> Result<Vec<RunRecord>> {
+    let mut updated = Vec::with_capacity(updates.len());
+    let mut rest = updates;
+    for rows in super::statement_sizes(updates.len(), MAX_UPDATE_ROWS) {
+        updated.extend(update_rows(conn, &rest[..rows]).await?);
+        rest = &rest[rows..];
+    }
+    Ok(updated)
+}
+
+async fn update_rows(conn: &mut AnyConnection, updates: &[Update<'_>]) -> Result<Vec<RunRecord>> {
     const TYPES: [&str; UPDATE_PARAMS] = [
         "bigint", "text", "bigint", "text", "text", "bigint", "bigint", "bigint", "text", "bigint",
         "bigint", "bigint", "text", "text", "bigint", "bigint", "bigint",
     ];
-    let rows = updates.len().next_power_of_two();
-    let values = (0..rows)
+    let p = super::placeholder(conn);
+    let values = (0..updates.len())
         .map(|row| {
             let cells = TYPES.iter().enumerate().map(|(column, kind)| {
-                format!("cast(${} as {kind})", row * UPDATE_PARAMS + column + 1)
+                format!("cast({} as {kind})", p(row * UPDATE_PARAMS + column + 1))
             });
             format!("({})", cells.collect::<Vec<_>>().join(", "))
         })
@@ -520,14 +531,6 @@ pub(super) async fn update_many(
             .bind(fence.unwrap_or(0))
             .bind(i64::from(transition.kill_requested_before))
             .bind(transition.started_at);
-    }
-    for _ in updates.len()..rows {
-        // A row no run matches (ids are positive): only its id is read before the compare fails.
-        query = query.bind(0_i64);
-        for kind in &TYPES[1..] {
-            query =
-                if *kind == "text" { query.bind(None::<&str>) } else { query.bind(None::<i64>) };
-        }
     }
     let rows = query.fetch_all(&mut *conn).await?;
     rows.iter().map(run_from_row).collect()
@@ -586,7 +589,7 @@ pub(super) struct Insert<'a> {
 }
 
 /// The parameters of one row of an insert.
-const INSERT_PARAMS: usize = 16;
+const INSERT_PARAMS: usize = 19;
 /// The most rows in one insert statement.
 const MAX_INSERT_ROWS: usize = 512;
 
@@ -609,17 +612,11 @@ async fn insert_rows(
     conn: &mut AnyConnection,
     inserts: &[Insert<'_>],
 ) -> Result<Vec<Option<Claim>>> {
+    let p = super::placeholder(conn);
     let values = (0..inserts.len())
         .map(|row| {
-            let p = |n: usize| format!("${}", row * INSERT_PARAMS + n);
-            let (owner, lease_until, now) = (p(15), p(16), p(13));
-            let plain = (1..=14).map(p).collect::<Vec<_>>().join(", ");
-            format!(
-                "({plain}, case when {owner} is null then 'pending' else 'dispatching' end, \
-                 {owner}, case when {owner} is null then 0 else {lease_until} end, \
-                 case when {owner} is null then 0 else 1 end, \
-                 case when {owner} is null then 0 else {now} end)"
-            )
+            let cells = (1..=INSERT_PARAMS).map(|n| p(row * INSERT_PARAMS + n));
+            format!("({})", cells.collect::<Vec<_>>().join(", "))
         })
         .collect::<Vec<_>>()
         .join(", ");
@@ -637,6 +634,10 @@ async fn insert_rows(
             Some((version, sha256)) => (Some(*version), Some(sha256.as_str())),
             None => (None, None),
         };
+        let (state, fence, claimed_at) = match claim {
+            Some(_) => (RunState::Dispatching, 1, *now_ms),
+            None => (RunState::Pending, 0, 0),
+        };
         let (owner, lease_until_ms) = claim.unzip();
         query = query
             .bind(run.job_id)
@@ -653,8 +654,11 @@ async fn insert_rows(
             .bind(run.parent_run_id)
             .bind(*now_ms)
             .bind(format_items(&run.sharding_items))
+            .bind(state.as_str())
             .bind(owner)
-            .bind(lease_until_ms);
+            .bind(lease_until_ms.unwrap_or(0))
+            .bind(fence)
+            .bind(claimed_at);
     }
     // The rows come back in no promised order: each goes to the first unanswered insert it
     // matches. Inserts that match the same rows are alike in everything stored for them.

@@ -185,6 +185,8 @@ impl Runtime {
         let deadline = limits.timeout.map(|timeout| tokio::time::Instant::now() + timeout);
         // Held until the end of this function, after the store (and its pool slot) is gone.
         let _slot = match &self.slots {
+            // A free slot is taken at once, without arming the deadline's timer for the wait.
+            Some(slots) if let Ok(permit) = slots.try_acquire() => Some(permit),
             Some(slots) => tokio::select! {
                 permit = slots.acquire() => match permit {
                     Ok(permit) => Some(permit),

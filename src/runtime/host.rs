@@ -2,10 +2,14 @@
 //! the WASI subset.
 //!
 //! The linker built here holds only the interfaces a job may import (see [`ALLOWED_IMPORTS`]):
-//! io streams, cli stdio/environment/exit/terminal, clocks and random.
-//! There is no filesystem, socket or HTTP interface in it, so a component that imports one
-//! fails to instantiate ("unknown import"); uploads are refused earlier by `validate`.
-//! The WASI context grants nothing either: no preopens, no environment, no arguments, empty stdin.
+//! io streams, cli stdio/environment/exit/terminal, clocks and random, and `wasi:filesystem` and
+//! `wasi:sockets` present but denying everything. Interpreter components (componentize-py,
+//! componentize-js) import those two even when the script never touches a file or a socket, so
+//! they are linked, and the WASI context gives them nothing to reach: no preopened directory (so
+//! no path can be opened or listed), TCP and UDP refused, name lookup refused, and every
+//! address check false. There is no HTTP interface, so a component that imports one fails to
+//! instantiate ("unknown import"); uploads are refused earlier by `validate`.
+//! The WASI context grants nothing else either: no environment, no arguments, empty stdin.
 
 use std::sync::{Arc, Mutex};
 
@@ -40,6 +44,16 @@ pub const ALLOWED_IMPORTS: &[&str] = &[
     "wasi:random/random",
     "wasi:random/insecure",
     "wasi:random/insecure-seed",
+    // Present, denying everything (see the module's documentation).
+    "wasi:filesystem/types",
+    "wasi:filesystem/preopens",
+    "wasi:sockets/network",
+    "wasi:sockets/instance-network",
+    "wasi:sockets/tcp",
+    "wasi:sockets/tcp-create-socket",
+    "wasi:sockets/udp",
+    "wasi:sockets/udp-create-socket",
+    "wasi:sockets/ip-name-lookup",
 ];
 
 /// The store data of one run.
@@ -63,7 +77,15 @@ impl RunState {
         let log: SharedSink = Arc::new(Mutex::new(log));
         let stdout = LogStream::new(log.clone(), Level::Info);
         let stderr = LogStream::new(log.clone(), Level::Warn);
-        let wasi = WasiCtx::builder().stdout(stdout.clone()).stderr(stderr.clone()).build();
+        let wasi = WasiCtx::builder()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            // No `preopened_dir`: the filesystem has no directory at all.
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }))
+            .build();
         let limiter = Limiter { limits: limits.clone(), denied: None };
         let table = ResourceTable::new();
         RunState { wasi, table, limiter, log, stdout, stderr, sharding_items }
@@ -167,7 +189,10 @@ impl HasData for HasTable {
 pub(super) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<RunState>> {
     use wasmtime_wasi::cli::{WasiCli, WasiCliView as _};
     use wasmtime_wasi::clocks::{WasiClocks, WasiClocksView as _};
+    use wasmtime_wasi::filesystem::{WasiFilesystem, WasiFilesystemView as _};
+    use wasmtime_wasi::p2::bindings::{filesystem, sockets};
     use wasmtime_wasi::random::WasiRandom;
+    use wasmtime_wasi::sockets::{WasiSockets, WasiSocketsView as _};
 
     let mut linker = Linker::new(engine);
     let l = &mut linker;
@@ -196,6 +221,17 @@ pub(super) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<RunSt
     cli::terminal_stdin::add_to_linker::<RunState, WasiCli>(l, RunState::cli)?;
     cli::terminal_stdout::add_to_linker::<RunState, WasiCli>(l, RunState::cli)?;
     cli::terminal_stderr::add_to_linker::<RunState, WasiCli>(l, RunState::cli)?;
+    // Deny-all: no preopens, and the context refuses every socket use (see `RunState::new`).
+    filesystem::types::add_to_linker::<RunState, WasiFilesystem>(l, RunState::filesystem)?;
+    filesystem::preopens::add_to_linker::<RunState, WasiFilesystem>(l, RunState::filesystem)?;
+    let network = sockets::network::LinkOptions::default();
+    sockets::network::add_to_linker::<RunState, WasiSockets>(l, &network, RunState::sockets)?;
+    sockets::instance_network::add_to_linker::<RunState, WasiSockets>(l, RunState::sockets)?;
+    sockets::tcp::add_to_linker::<RunState, WasiSockets>(l, RunState::sockets)?;
+    sockets::tcp_create_socket::add_to_linker::<RunState, WasiSockets>(l, RunState::sockets)?;
+    sockets::udp::add_to_linker::<RunState, WasiSockets>(l, RunState::sockets)?;
+    sockets::udp_create_socket::add_to_linker::<RunState, WasiSockets>(l, RunState::sockets)?;
+    sockets::ip_name_lookup::add_to_linker::<RunState, WasiSockets>(l, RunState::sockets)?;
     Ok(linker)
 }
 

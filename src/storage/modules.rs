@@ -1,24 +1,43 @@
-//! Module blobs by sha256 and the versions of each job that point at them.
+//! Module blobs by sha256 and the versions of each job that point at them, with the source text
+//! of versions uploaded as Python or JavaScript.
 
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::{Db, Result};
-use crate::model::JobVersion;
+use crate::model::{JobVersion, Language};
 
-const VERSION_COLUMNS: &str = "job_id, version, sha256, size, remark, created_at";
+const VERSION_COLUMNS: &str = "job_id, version, sha256, size, remark, created_at, language,
+    cast(case when source is null then 0 else 1 end as bigint) as has_source";
+
+/// A version to add: the component and, for a source upload, the text it was built from.
+#[derive(Debug, Clone, Copy)]
+pub struct NewVersion<'a> {
+    /// The component's sha256, lowercase hex.
+    pub sha256: &'a str,
+    /// The component's bytes.
+    pub bytes: &'a [u8],
+    /// The operator's remark.
+    pub remark: &'a str,
+    /// What it was uploaded as.
+    pub language: Language,
+    /// The source text, for a version uploaded as source.
+    pub source: Option<&'a str>,
+    /// How many versions of the job to keep, this one included; older ones are deleted.
+    pub keep: i64,
+}
 
 impl Db {
-    /// Stores the module `bytes` under `sha256` unless it is there already (same bytes, same
-    /// blob), appends it as the next version of job `job_id` and makes that version active.
+    /// Stores the module `new.bytes` under its sha256 unless it is there already (same bytes,
+    /// same blob), appends it as the next version of job `job_id`, makes that version active, and
+    /// deletes the job's versions older than the newest `new.keep` (never the active one).
     pub async fn add_job_version(
         &self,
         job_id: i64,
-        sha256: &str,
-        bytes: &[u8],
-        remark: &str,
+        new: NewVersion<'_>,
         now_ms: i64,
     ) -> Result<JobVersion> {
+        let NewVersion { sha256, bytes, remark, language, source, keep } = new;
         let mut tx = self.writer().begin().await?;
         sqlx::query(
             "insert into modules (sha256, size, bytes, created_at) values ($1, $2, $3, $4)
@@ -31,8 +50,8 @@ impl Db {
         .execute(&mut *tx)
         .await?;
         let row = sqlx::query(&format!(
-            "insert into job_versions (job_id, version, sha256, size, remark, created_at)
-             select $1, coalesce(max(version), 0) + 1, $2, $3, $4, $5 from job_versions where job_id = $1
+            "insert into job_versions (job_id, version, sha256, size, remark, created_at, language, source)
+             select $1, coalesce(max(version), 0) + 1, $2, $3, $4, $5, $6, $7 from job_versions where job_id = $1
              returning {VERSION_COLUMNS}"
         ))
         .bind(job_id)
@@ -40,6 +59,8 @@ impl Db {
         .bind(bytes.len() as i64)
         .bind(remark)
         .bind(now_ms)
+        .bind(language.as_str())
+        .bind(source)
         .fetch_one(&mut *tx)
         .await?;
         let version = version_from_row(&row)?;
@@ -49,6 +70,14 @@ impl Db {
             .bind(job_id)
             .execute(&mut *tx)
             .await?;
+        sqlx::query(
+            "delete from job_versions where job_id = $1 and version <= $2
+             and version <> (select active_version from jobs where id = $1)",
+        )
+        .bind(job_id)
+        .bind(version.version - keep.max(1))
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(version)
     }
@@ -74,6 +103,21 @@ impl Db {
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(version_from_row).transpose()
+    }
+
+    /// The source text of version `version` of job `job_id`: `None` when the version does not
+    /// exist, `Some(None)` when it was uploaded as a component.
+    pub async fn get_job_version_source(
+        &self,
+        job_id: i64,
+        version: i64,
+    ) -> Result<Option<Option<String>>> {
+        let row = sqlx::query("select source from job_versions where job_id = $1 and version = $2")
+            .bind(job_id)
+            .bind(version)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| Ok(row.try_get("source")?)).transpose()
     }
 
     /// Makes an existing version active (a rollback, or a roll forward). Whether it exists.
@@ -119,5 +163,7 @@ fn version_from_row(row: &AnyRow) -> Result<JobVersion> {
         size: row.try_get("size")?,
         remark: row.try_get("remark")?,
         created_at_ms: row.try_get("created_at")?,
+        language: row.try_get::<String, _>("language")?.parse().unwrap_or(Language::Wasm),
+        has_source: row.try_get::<i64, _>("has_source")? == 1,
     })
 }

@@ -2,8 +2,8 @@
 //!
 //! Contract: param = a path (empty means `/etc/hostname`). Reads it with
 //! `std::fs::read_to_string` and returns `Ok(<content>)`, or `Err("<path>: <io error>")`.
-//! It exists to prove that the host refuses a component that imports
-//! `wasi:filesystem/*`: it should never get to run.
+//! It exists to prove that a component importing `wasi:filesystem/*` gets nothing from it: the
+//! host links the interface with no preopened directory, so every read fails.
 
 wit_bindgen::generate!({ world: "job", path: "../../wit" });
 

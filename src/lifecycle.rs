@@ -1,5 +1,5 @@
 //! A run's life as a state machine: which event may move a run from which state, and what the
-//! move implies (a retry run, the child jobs' runs, a kill to send).
+//! move implies (a retry run, the child jobs' runs, a kill to send, a failure alarm).
 //!
 //! ```text
 //! pending ──claim──▶ dispatching ──sent──▶ running ──result──▶ success | failed | timed_out | killed
@@ -134,6 +134,10 @@ pub struct Transition {
     /// Consequence, for a `FIX_DELAY` job: set the job's next fire this many ms after now (the
     /// run's end), unless another run of the same fire is unfinished.
     pub next_fire_delay_ms: Option<i64>,
+    /// Consequence: raise a failure alarm. Set on a final failure: the run ended `failed`,
+    /// `timed_out` or `lost` and no retry follows. A killed run raises none (an operator asked
+    /// for it), nor does a skipped one.
+    pub alarm: bool,
 }
 
 /// Why an event does not apply to a run in its state.
@@ -185,6 +189,7 @@ pub fn transition(
         children: false,
         send_kill: false,
         next_fire_delay_ms: None,
+        alarm: false,
     };
     let transition = match (run.state, event) {
         (Pending, Event::Claim) => Transition { to: Dispatching, ..base },
@@ -279,8 +284,8 @@ fn ended(
     message: &str,
 ) -> Transition {
     let retries_left = job.is_some_and(|job| run.attempt < job.retry_count);
-    let retry =
-        matches!(to, RunState::Failed | RunState::TimedOut | RunState::Lost) && retries_left;
+    let failure = matches!(to, RunState::Failed | RunState::TimedOut | RunState::Lost);
+    let retry = failure && retries_left;
     Transition {
         to,
         handle: Some((handle_code, clean_message(message))),
@@ -290,6 +295,7 @@ fn ended(
         next_fire_delay_ms: job
             .and_then(|job| job.fix_delay_ms)
             .filter(|_| run.from_fire && !retry),
+        alarm: failure && !retry,
         ..base
     }
 }

@@ -52,6 +52,7 @@ fn render(run: RunFacts, job: Option<&JobFacts>) -> String {
                         (t.retry, "+retry"),
                         (t.children, "+children"),
                         (t.send_kill, "+send kill"),
+                        (t.alarm, "+alarm"),
                     ] {
                         if flag {
                             fields.push(name.to_owned());
@@ -302,24 +303,24 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         pending + deadline passed -> illegal
         dispatching + claim -> dispatching
         dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
-        dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`
+        dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +alarm
         dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`
-        dispatching + result 500 -> failed trigger 200, handle 500 `boom`
-        dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`
+        dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +alarm
+        dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +alarm
         dispatching + kill -> dispatching +kill requested
         dispatching + skip -> illegal
-        dispatching + lost -> lost handle 500 `gone`
+        dispatching + lost -> lost handle 500 `gone`, +alarm
         dispatching + deadline passed -> illegal
         running + claim -> illegal
         running + sent -> illegal
         running + not sent -> illegal
         running + result 200 -> success handle 200 `ok`
-        running + result 500 -> failed handle 500 `boom`
-        running + result 502 -> timed_out handle 502 `slow`
+        running + result 500 -> failed handle 500 `boom`, +alarm
+        running + result 502 -> timed_out handle 502 `slow`, +alarm
         running + kill -> running +kill requested, +send kill
         running + skip -> illegal
-        running + lost -> lost handle 500 `gone`
-        running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +send kill
+        running + lost -> lost handle 500 `gone`, +alarm
+        running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +send kill, +alarm
         success + claim -> illegal
         success + sent -> illegal
         success + not sent -> illegal
@@ -380,7 +381,7 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         skipped + skip -> illegal
         skipped + lost -> illegal
         skipped + deadline passed -> illegal
-    "#]],
+        "#]],
     );
 }
 
@@ -437,19 +438,19 @@ fn the_last_try_of_a_fix_delay_fire_schedules_the_next_whatever_its_end() {
         pending + kill -> killed handle 500 `killed before it was sent`, +next fire in 30000 ms
         dispatching + claim -> dispatching
         dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
-        dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +next fire in 30000 ms
+        dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +alarm, +next fire in 30000 ms
         dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +next fire in 30000 ms
-        dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +next fire in 30000 ms
-        dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +next fire in 30000 ms
+        dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +alarm, +next fire in 30000 ms
+        dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +alarm, +next fire in 30000 ms
         dispatching + kill -> dispatching +kill requested
-        dispatching + lost -> lost handle 500 `gone`, +next fire in 30000 ms
+        dispatching + lost -> lost handle 500 `gone`, +alarm, +next fire in 30000 ms
         running + result 200 -> success handle 200 `ok`, +next fire in 30000 ms
-        running + result 500 -> failed handle 500 `boom`, +next fire in 30000 ms
-        running + result 502 -> timed_out handle 502 `slow`, +next fire in 30000 ms
+        running + result 500 -> failed handle 500 `boom`, +alarm, +next fire in 30000 ms
+        running + result 502 -> timed_out handle 502 `slow`, +alarm, +next fire in 30000 ms
         running + kill -> running +kill requested, +send kill
-        running + lost -> lost handle 500 `gone`, +next fire in 30000 ms
-        running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +send kill, +next fire in 30000 ms
-    "#]],
+        running + lost -> lost handle 500 `gone`, +alarm, +next fire in 30000 ms
+        running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +send kill, +alarm, +next fire in 30000 ms
+        "#]],
     );
 }
 

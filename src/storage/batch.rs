@@ -127,10 +127,12 @@ pub(super) async fn commit(pool: &AnyPool, batch: Vec<Request>) {
     // own savepoint, so that the failure is that write's alone (on PostgreSQL a failed
     // statement aborts the whole transaction).
     let (writes, replies): (Vec<Write>, Vec<_>) = batch.into_iter().unzip();
+    let started = std::time::Instant::now();
     let answers = match run_plain(pool, &writes).await {
         Ok(answers) => answers,
         Err(()) => run_isolated(pool, &writes).await,
     };
+    crate::metrics::admin().db_transaction("batch", started.elapsed());
     for (reply, answer) in replies.into_iter().zip(answers) {
         let _ = reply.send(answer);
     }
@@ -221,12 +223,12 @@ async fn run_grouped(
 }
 
 /// `write` as an update for [`runs::update_many`], if it is a transition without follow-up
-/// runs or a next fire to set.
+/// runs, a next fire to set or an alarm to raise.
 fn plain_update(write: &Write) -> Option<Update<'_>> {
     let Write::Apply { id, transition, lease, fuel_used, follow_ups, now_ms } = write else {
         return None;
     };
-    if !follow_ups.is_empty() || transition.next_fire_delay_ms.is_some() {
+    if !follow_ups.is_empty() || transition.next_fire_delay_ms.is_some() || transition.alarm {
         return None;
     }
     let lease = lease.as_ref().map(|(owner, fence)| (owner.as_str(), *fence));

@@ -12,8 +12,8 @@ const COLUMNS: &str =
     "id, group_id, name, schedule_type, schedule_conf, time_zone, misfire_strategy,
     route_strategy, block_strategy, timeout_secs, retry_count, glue_type, handler, param,
     child_job_ids, alarm_email, fuel_limit, memory_limit_mb, misfire_threshold_ms,
-    sharding_total_count, sharding_item_parameters, sharding_strategy, running, next_fire_ms,
-    active_version, created_at, updated_at";
+    sharding_total_count, sharding_item_parameters, sharding_strategy, alarm_silence_secs, running,
+    next_fire_ms, active_version, created_at, updated_at";
 
 impl Db {
     /// Creates a stopped job.
@@ -23,9 +23,9 @@ impl Db {
                 misfire_strategy, route_strategy, block_strategy, timeout_secs, retry_count,
                 glue_type, handler, param, child_job_ids, alarm_email, fuel_limit, memory_limit_mb,
                 misfire_threshold_ms, sharding_total_count, sharding_item_parameters,
-                sharding_strategy, running, next_fire_ms, created_at, updated_at)
+                sharding_strategy, alarm_silence_secs, running, next_fire_ms, created_at, updated_at)
              values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-                $18, $19, $20, $21, 0, 0, $22, $22)
+                $18, $19, $20, $21, $22, 0, 0, $23, $23)
              returning {COLUMNS}"
         );
         let row = bind_job(sqlx::query(&sql), job).bind(now_ms).fetch_one(self.writer()).await?;
@@ -49,12 +49,13 @@ impl Db {
                 timeout_secs = $9, retry_count = $10, glue_type = $11, handler = $12, param = $13,
                 child_job_ids = $14, alarm_email = $15, fuel_limit = $16, memory_limit_mb = $17,
                 misfire_threshold_ms = $18, sharding_total_count = $19,
-                sharding_item_parameters = $20, sharding_strategy = $21, updated_at = $22,
+                sharding_item_parameters = $20, sharding_strategy = $21,
+                alarm_silence_secs = $22, updated_at = $23,
                 next_fire_ms = case
                     when running = 0 then 0
                     when next_fire_ms = 0 and schedule_type = 'FIX_DELAY' and $3 = 'FIX_DELAY' then 0
-                    else $23 end
-             where id = $24 returning {COLUMNS}"
+                    else $24 end
+             where id = $25 returning {COLUMNS}"
         );
         let row = bind_job(sqlx::query(&sql), job)
             .bind(now_ms)
@@ -163,6 +164,7 @@ impl Db {
     /// from the fire it was read at; the answer holds each job's new runs, in order (claimed
     /// ones for a fire with a `claim`).
     pub async fn fire_jobs(&self, fires: &[Fire], now_ms: i64) -> Result<Vec<Vec<Fired>>> {
+        let started = std::time::Instant::now();
         let mut tx = self.writer().begin().await?;
         let mut moved = vec![false; fires.len()];
         for round in super::distinct_rounds(fires.iter().map(|fire| fire.job_id)) {
@@ -187,6 +189,7 @@ impl Db {
             .collect();
         let mut created = insert_many(&mut tx, &inserts).await?.into_iter();
         tx.commit().await?;
+        crate::metrics::admin().db_transaction("fire", started.elapsed());
         let mut all_fired = Vec::with_capacity(fires.len());
         for (fire, moved) in fires.iter().zip(moved) {
             let count = if moved { fire.runs.len() } else { 0 };
@@ -296,6 +299,7 @@ fn bind_job<'q>(
         .bind(job.sharding_total_count)
         .bind(&job.sharding_item_parameters)
         .bind(job.sharding_strategy.as_str())
+        .bind(job.alarm_silence_secs)
 }
 
 fn job_from_row(row: &AnyRow) -> Result<Job> {
@@ -329,6 +333,7 @@ fn job_from_row(row: &AnyRow) -> Result<Job> {
             sharding_total_count: row.try_get("sharding_total_count")?,
             sharding_item_parameters: row.try_get("sharding_item_parameters")?,
             sharding_strategy: parse_column(row, "sharding_strategy")?,
+            alarm_silence_secs: row.try_get("alarm_silence_secs")?,
         },
         running: row.try_get::<i64, _>("running")? == 1,
         next_fire_ms: row.try_get("next_fire_ms")?,

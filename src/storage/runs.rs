@@ -6,7 +6,8 @@
 //! a dispatcher's events, on its lease owner and fence) in the same transaction as the runs the
 //! transition implies. A retry or a child run therefore exists exactly when its cause committed,
 //! and an old lease holder can record nothing once its lease moved on. The same transaction sets
-//! a `FIX_DELAY` job's next fire when the run was the last unfinished one of its fire.
+//! a `FIX_DELAY` job's next fire when the run was the last unfinished one of its fire, and
+//! inserts the alarm event of a final failure.
 
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
@@ -72,6 +73,10 @@ pub struct RunFilter {
     pub job_id: Option<i64>,
     /// Only runs in this state.
     pub state: Option<RunState>,
+    /// Only runs triggered at or after this instant (ms).
+    pub from_ms: Option<i64>,
+    /// Only runs triggered at or before this instant (ms).
+    pub to_ms: Option<i64>,
     /// Page size.
     pub limit: i64,
     /// Rows to skip.
@@ -156,20 +161,27 @@ impl Db {
 
     /// Runs matching `filter`, newest first.
     pub async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
-        let condition = "($1 = 0 or job_id = $1) and ($2 = '' or state = $2)";
+        let condition = "($1 = 0 or job_id = $1) and ($2 = '' or state = $2)
+            and trigger_time >= $3 and trigger_time <= $4";
         let job_id = filter.job_id.unwrap_or(0);
         let handle_code = filter.state.map_or("", RunState::as_str);
+        let from_ms = filter.from_ms.unwrap_or(i64::MIN);
+        let to_ms = filter.to_ms.unwrap_or(i64::MAX);
         let total: i64 = sqlx::query(&format!("select count(*) as n from runs where {condition}"))
             .bind(job_id)
             .bind(handle_code)
+            .bind(from_ms)
+            .bind(to_ms)
             .fetch_one(&self.pool)
             .await?
             .try_get("n")?;
         let rows = sqlx::query(&format!(
-            "select {COLUMNS} from runs where {condition} order by id desc limit $3 offset $4"
+            "select {COLUMNS} from runs where {condition} order by id desc limit $5 offset $6"
         ))
         .bind(job_id)
         .bind(handle_code)
+        .bind(from_ms)
+        .bind(to_ms)
         .bind(filter.limit)
         .bind(filter.offset)
         .fetch_all(&self.pool)
@@ -308,40 +320,51 @@ impl Db {
         rows.iter().map(|row| Ok(row.try_get("executor_address")?)).collect()
     }
 
-    /// Runs running on `address` that an executor accepted before `dispatched_before_ms`,
-    /// oldest first, at most `limit`.
-    pub async fn running_runs_on(
+    /// Ids of the runs running on `address` that an executor accepted before
+    /// `dispatched_before_ms`, oldest first, at most `limit`. Ids only: the index on
+    /// `(state, executor_address, dispatched_at)` answers this without reading a run's row, so a
+    /// heartbeat from an executor holding many runs stays cheap.
+    pub async fn running_run_ids_on(
         &self,
         address: &str,
         dispatched_before_ms: i64,
         limit: i64,
-    ) -> Result<Vec<RunRecord>> {
-        let rows = sqlx::query(&format!(
-            "select {COLUMNS} from runs
+    ) -> Result<Vec<i64>> {
+        let rows = sqlx::query(
+            "select id from runs
              where state = 'running' and executor_address = $1 and dispatched_at < $2
-             order by dispatched_at limit $3"
-        ))
+             order by dispatched_at limit $3",
+        )
         .bind(address)
         .bind(dispatched_before_ms)
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(run_from_row).collect()
+        rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
     }
 
     /// Deletes at most `limit` ended runs created before `created_before_ms` (log retention);
-    /// returns how many.
+    /// returns how many. The same transaction adds them to the daily report's retired counts,
+    /// so the report keeps them.
     pub async fn delete_ended_runs(&self, created_before_ms: i64, limit: i64) -> Result<u64> {
-        let done = sqlx::query(&format!(
+        let mut tx = self.writer().begin().await?;
+        let rows = sqlx::query(&format!(
             "delete from runs where id in (
                 select id from runs where created_at < $1 and {TERMINAL}
-                order by created_at limit $2)"
+                order by created_at limit $2)
+             returning created_at, state"
         ))
         .bind(created_before_ms)
         .bind(limit)
-        .execute(self.writer())
+        .fetch_all(&mut *tx)
         .await?;
-        Ok(done.rows_affected())
+        let deleted = rows
+            .iter()
+            .map(|row| Ok((row.try_get("created_at")?, row.try_get("state")?)))
+            .collect::<Result<Vec<(i64, String)>>>()?;
+        super::reports::retire(&mut tx, &deleted).await?;
+        tx.commit().await?;
+        Ok(deleted.len() as u64)
     }
 }
 
@@ -431,6 +454,9 @@ pub(super) async fn apply(
     if let (Some(delay_ms), Some(fire_ms)) = (delay, run.fire_time_ms) {
         let next_fire_ms = update.now_ms.saturating_add(delay_ms);
         schedule_after_fire(conn, run.job_id, fire_ms, next_fire_ms, update.now_ms).await?;
+    }
+    if update.transition.alarm {
+        super::alarms::insert_run_failed(conn, &run, update.now_ms).await?;
     }
     Ok(Some((run, ids)))
 }

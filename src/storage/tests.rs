@@ -2,12 +2,13 @@
 //! is set (each test gets its own fresh database there).
 
 mod accounts;
+mod alarms;
 
 use super::*;
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
 use crate::model::{
-    AddressType, BlockStrategy, GlueType, JobSpec, MisfireStrategy, RouteStrategy, RunState,
-    ScheduleType, ShardingItem, ShardingStrategy, TriggerType,
+    AddressType, BlockStrategy, GlueType, JobSpec, Language, MisfireStrategy, RouteStrategy,
+    RunState, ScheduleType, ShardingItem, ShardingStrategy, TriggerType,
 };
 use crate::schedule::NextFire;
 
@@ -54,6 +55,7 @@ fn new_job(group_id: i64) -> JobSpec {
         sharding_total_count: 3,
         sharding_item_parameters: "0=Beijing,2=Guangzhou".to_owned(),
         sharding_strategy: ShardingStrategy::RotateServerByName,
+        alarm_silence_secs: 300,
     }
 }
 
@@ -209,14 +211,21 @@ async fn jobs_fire_once() {
     .await;
 }
 
+fn wasm_version<'a>(sha256: &'a str, bytes: &'a [u8], remark: &'a str) -> NewVersion<'a> {
+    NewVersion { sha256, bytes, remark, language: Language::Wasm, source: None, keep: 30 }
+}
+
 #[tokio::test]
 async fn versions_share_blobs() {
     each_backend("versions", |db| async move {
         let group = db.ensure_group("default", "Default", 0).await.unwrap();
         let job = db.create_job(&new_job(group.id), 10).await.unwrap();
-        let v1 = db.add_job_version(job.id, "aa", b"\0asm-one", "first", 20).await.unwrap();
-        let v2 = db.add_job_version(job.id, "bb", b"\0asm-two", "second", 21).await.unwrap();
-        let v3 = db.add_job_version(job.id, "aa", b"\0asm-one", "first again", 22).await.unwrap();
+        let v1 = db.add_job_version(job.id, wasm_version("aa", b"\0asm-one", "first"), 20);
+        let v1 = v1.await.unwrap();
+        let v2 = db.add_job_version(job.id, wasm_version("bb", b"\0asm-two", "second"), 21);
+        let v2 = v2.await.unwrap();
+        let v3 = db.add_job_version(job.id, wasm_version("aa", b"\0asm-one", "first again"), 22);
+        let v3 = v3.await.unwrap();
         assert_eq!((v1.version, v2.version, v3.version), (1, 2, 3));
         assert_eq!(db.count_modules().await.unwrap(), 2);
         assert_eq!(db.get_job(job.id).await.unwrap().unwrap().active_version, Some(3));
@@ -229,6 +238,43 @@ async fn versions_share_blobs() {
         assert_eq!(db.get_job_version(job.id, 2).await.unwrap(), Some(v2));
         assert_eq!(db.get_module("bb").await.unwrap().as_deref(), Some(&b"\0asm-two"[..]));
         assert_eq!(db.get_module("cc").await.unwrap(), None);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn versions_keep_their_source_and_old_ones_are_pruned() {
+    each_backend("version_sources", |db| async move {
+        let group = db.ensure_group("default", "Default", 0).await.unwrap();
+        let job = db.create_job(&new_job(group.id), 10).await.unwrap();
+        let python = |source: &'static str, keep| NewVersion {
+            sha256: "cc",
+            bytes: b"\0asm-py",
+            remark: "",
+            language: Language::Python,
+            source: Some(source),
+            keep,
+        };
+        let v1 = db.add_job_version(job.id, python("print(1)", 3), 20).await.unwrap();
+        assert_eq!((v1.language, v1.has_source), (Language::Python, true));
+        let v2 = db.add_job_version(job.id, wasm_version("dd", b"\0asm-w", ""), 21).await.unwrap();
+        assert_eq!((v2.language, v2.has_source), (Language::Wasm, false));
+        let source = db.get_job_version_source(job.id, 1).await.unwrap();
+        assert_eq!(source, Some(Some("print(1)".to_owned())));
+        assert_eq!(db.get_job_version_source(job.id, 2).await.unwrap(), Some(None));
+        assert_eq!(db.get_job_version_source(job.id, 9).await.unwrap(), None);
+        db.add_job_version(job.id, python("print(3)", 3), 22).await.unwrap();
+        db.add_job_version(job.id, python("print(4)", 3), 23).await.unwrap();
+        let listed: Vec<i64> =
+            db.list_job_versions(job.id).await.unwrap().iter().map(|v| v.version).collect();
+        assert_eq!(listed, [4, 3, 2]);
+        // An upload makes itself active: with a rolled-back job, keeping one leaves only it.
+        assert!(db.activate_job_version(job.id, 2, 24).await.unwrap());
+        db.add_job_version(job.id, python("print(5)", 1), 25).await.unwrap();
+        let listed: Vec<i64> =
+            db.list_job_versions(job.id).await.unwrap().iter().map(|v| v.version).collect();
+        assert_eq!(listed, [5]);
+        assert!(db.activate_job_version(job.id, 5, 26).await.unwrap());
     })
     .await;
 }
@@ -401,9 +447,9 @@ async fn runs_move_through_their_lifecycle_once() {
         let overdue = db.runs_past_deadline(5_314, 10).await.unwrap();
         assert_eq!(overdue.iter().map(|r| r.id).collect::<Vec<_>>(), [a]);
         assert_eq!(db.executors_with_running_runs().await.unwrap(), ["http://e:9999"]);
-        let on = |before| db.running_runs_on("http://e:9999", before, 10);
+        let on = |before| db.running_run_ids_on("http://e:9999", before, 10);
         assert!(on(303).await.unwrap().is_empty());
-        assert_eq!(on(304).await.unwrap().len(), 1);
+        assert_eq!(on(304).await.unwrap(), [a]);
 
         // A result applies once, with its retry in the same transaction; NUL is cleaned away.
         let mut retry = manual.clone();
@@ -427,7 +473,7 @@ async fn runs_move_through_their_lifecycle_once() {
         assert_eq!((follow_up.parent_run_id, follow_up.attempt), (Some(a), 1));
 
         let all = db
-            .list_runs(&RunFilter { job_id: Some(1), state: None, limit: 2, offset: 0 })
+            .list_runs(&RunFilter { job_id: Some(1), limit: 2, ..RunFilter::default() })
             .await
             .unwrap();
         assert_eq!((all.total, all.items.len()), (5, 2));
@@ -436,7 +482,7 @@ async fn runs_move_through_their_lifecycle_once() {
                 job_id: Some(1),
                 state: Some(RunState::Failed),
                 limit: 10,
-                offset: 0,
+                ..RunFilter::default()
             })
             .await
             .unwrap();
@@ -446,6 +492,33 @@ async fn runs_move_through_their_lifecycle_once() {
         assert_eq!(db.delete_ended_runs(2, 10).await.unwrap(), 1);
         assert!(db.get_run(a).await.unwrap().is_none());
         assert!(db.get_run(b).await.unwrap().is_some(), "pending runs are kept");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn runs_are_listed_between_two_trigger_times() {
+    each_backend("runs_by_time", |db| async move {
+        for at in [1_000, 2_000, 3_000, 4_000] {
+            db.create_run(&fire(1, at, 0), 1).await.unwrap().unwrap();
+        }
+        db.create_run(&fire(2, 2_500, 0), 1).await.unwrap().unwrap();
+        let times = |filter: RunFilter| {
+            let db = db.clone();
+            async move {
+                let page = db.list_runs(&RunFilter { limit: 10, ..filter }).await.unwrap();
+                let times: Vec<i64> = page.items.iter().map(|run| run.trigger_time_ms).collect();
+                (page.total, times)
+            }
+        };
+        let bounds = |from_ms, to_ms| RunFilter { from_ms, to_ms, ..RunFilter::default() };
+        assert_eq!(times(bounds(None, None)).await, (5, vec![2_500, 4_000, 3_000, 2_000, 1_000]));
+        assert_eq!(times(bounds(Some(2_000), None)).await, (4, vec![2_500, 4_000, 3_000, 2_000]));
+        assert_eq!(times(bounds(None, Some(2_000))).await, (2, vec![2_000, 1_000]));
+        assert_eq!(times(bounds(Some(2_000), Some(3_000))).await, (3, vec![2_500, 3_000, 2_000]));
+        assert_eq!(times(bounds(Some(3_001), Some(3_999))).await, (0, vec![]));
+        let of_job = RunFilter { job_id: Some(1), ..bounds(Some(2_000), Some(3_000)) };
+        assert_eq!(times(of_job).await, (2, vec![3_000, 2_000]));
     })
     .await;
 }

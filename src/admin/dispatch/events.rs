@@ -302,20 +302,16 @@ impl Dispatcher {
     pub async fn reconcile(&self, address: &str, held: &[i64]) -> anyhow::Result<usize> {
         let now = now_ms();
         let believed =
-            self.inner.db.running_runs_on(address, now - RECONCILE_GRACE_MS, 10_000).await?;
+            self.inner.db.running_run_ids_on(address, now - RECONCILE_GRACE_MS, 10_000).await?;
         let held: std::collections::HashSet<i64> = held.iter().copied().collect();
         let mut lost = 0;
-        for run in believed.into_iter().filter(|run| !held.contains(&run.id)) {
+        for run_id in believed.into_iter().filter(|run_id| !held.contains(run_id)) {
             let reason = format!("lost: its executor {address} no longer holds it");
-            match self.apply(run.id, Event::Lost { reason }, None, None).await {
+            match self.apply(run_id, Event::Lost { reason }, None, None).await {
                 Ok(Some(_)) => lost += 1,
                 Ok(None) => {}
                 Err(error) => {
-                    tracing::error!(
-                        error = format!("{error:#}"),
-                        "reconciling run {} failed",
-                        run.id
-                    )
+                    tracing::error!(error = format!("{error:#}"), "reconciling run {run_id} failed")
                 }
             }
         }

@@ -2,7 +2,8 @@
 //!
 //! Each pass sends pending runs whose timer was lost (a restart, a crash) and runs whose
 //! dispatcher's lease ran out; ends runs past the admin's deadline as timed out; ends runs
-//! whose executor went offline as lost; forgets long-silent executors; and deletes ended runs
+//! whose executor went offline as lost; raises an alarm for an executor that stopped beating;
+//! forgets long-silent executors; and deletes ended runs
 //! past the retention, in bounded batches. Every scan goes through an index on the run's state
 //! and is bounded, so a pass costs what there is to do, not the size of the history, and one
 //! run that cannot be handled is logged and skipped, never stopping the pass.
@@ -46,6 +47,7 @@ impl Dispatcher {
             ("sending abandoned runs", self.send_abandoned(now).await),
             ("ending runs past their deadline", self.end_overdue(now).await),
             ("ending runs of offline executors", self.end_orphaned(now).await),
+            ("alarming on lost executors", self.alarm_lost_executors(now).await),
             ("deleting old runs", self.delete_old_runs(now).await),
         ];
         for (duty, done) in duties {
@@ -115,18 +117,32 @@ impl Dispatcher {
             if online.contains(&address) || configured.contains(&address) {
                 continue;
             }
-            for run in db.running_runs_on(&address, now - LOST_AFTER_MS, BATCH).await? {
+            for run_id in db.running_run_ids_on(&address, now - LOST_AFTER_MS, BATCH).await? {
                 let reason =
                     format!("lost: executor {address} went offline before reporting a result");
-                if let Err(error) = self.apply(run.id, Event::Lost { reason }, None, None).await {
-                    tracing::error!(error = format!("{error:#}"), "ending run {} failed", run.id);
+                if let Err(error) = self.apply(run_id, Event::Lost { reason }, None, None).await {
+                    tracing::error!(error = format!("{error:#}"), "ending run {run_id} failed");
                 }
             }
         }
         Ok(())
     }
 
-    /// Deletes ended runs older than the retention, a bounded number per pass.
+    /// Raises an alarm for each executor that stopped beating (offline past the online
+    /// window), once per time it goes offline: the registry row is marked in the transaction
+    /// that inserts the alarm event. A graceful stop deregisters, so it raises none.
+    async fn alarm_lost_executors(&self, now: i64) -> anyhow::Result<()> {
+        let offline_before = now - self.inner.online_window_ms;
+        let lost =
+            self.inner.db.mark_lost_executors(REGISTRY_GROUP_EXECUTOR, offline_before, now).await?;
+        for (app_name, address) in lost {
+            tracing::warn!("executor {address} of {app_name} is lost: no heartbeat");
+        }
+        Ok(())
+    }
+
+    /// Deletes ended runs older than the retention, a bounded number per pass, and the alarm
+    /// history as old.
     async fn delete_old_runs(&self, now: i64) -> anyhow::Result<()> {
         let Some(retention_ms) = self.inner.run_retention_ms else { return Ok(()) };
         let mut deleted = 0;
@@ -139,6 +155,10 @@ impl Dispatcher {
         }
         if deleted > 0 {
             tracing::info!("deleted {deleted} runs past the retention");
+        }
+        let alarms = self.inner.db.delete_old_alarms(now - retention_ms).await?;
+        if alarms > 0 {
+            tracing::info!("deleted {alarms} alarm events and deliveries past the retention");
         }
         Ok(())
     }

@@ -1,0 +1,85 @@
+-- Alarms (webhooks, events, deliveries, per-job silence) and the daily run report.
+--
+-- An alarm event is inserted in the transaction of the change that causes it (a run's final
+-- failure, an executor found lost); the admin's alarm task settles each event once (sent or
+-- silenced) and delivers its deliveries, claimed under a lease, until each is delivered or has
+-- failed every attempt.
+
+alter table jobs add column alarm_silence_secs bigint not null default 300;
+alter table registry add column lost_alarmed_at bigint not null default 0;
+
+create table alarm_webhooks (
+    id bigserial primary key,
+    name text not null unique,
+    url text not null,
+    secret text not null,
+    group_id bigint,
+    created_at bigint not null,
+    updated_at bigint not null
+);
+
+-- kind: run_failed | executor_lost; status: new | sent | silenced.
+create table alarm_events (
+    id bigserial primary key,
+    kind text not null,
+    job_id bigint,
+    run_id bigint,
+    attempt bigint not null default 0,
+    state text not null default '',
+    message text not null default '',
+    app_name text not null default '',
+    executor_address text not null default '',
+    created_at bigint not null,
+    status text not null default 'new',
+    silenced_before bigint not null default 0
+);
+
+create index alarm_events_by_status on alarm_events (status, id);
+create index alarm_events_by_job on alarm_events (job_id, id);
+
+-- channel: webhook (target = the webhook's id) | email (target = the addresses);
+-- state: pending | delivered | failed.
+create table alarm_deliveries (
+    id bigserial primary key,
+    event_id bigint not null,
+    channel text not null,
+    target text not null,
+    state text not null default 'pending',
+    attempts bigint not null default 0,
+    next_attempt_at bigint not null,
+    last_error text not null default '',
+    lease_owner text not null default '',
+    lease_until bigint not null default 0,
+    created_at bigint not null,
+    delivered_at bigint not null default 0
+);
+
+create index alarm_deliveries_due on alarm_deliveries (state, next_attempt_at);
+create index alarm_deliveries_by_event on alarm_deliveries (event_id);
+
+-- The last alarm sent for a job: the silence window counts from it.
+create table alarm_silence (
+    job_id bigint primary key,
+    last_alarm_at bigint not null,
+    last_event_id bigint not null
+);
+
+-- Runs per UTC day (created_at / 86400000) and state. run_report is recounted for recent days
+-- from the runs and run_report_retired, which keeps the counts of runs deleted by retention.
+create table run_report (
+    day bigint not null,
+    state text not null,
+    runs bigint not null,
+    primary key (day, state)
+);
+
+create table run_report_retired (
+    day bigint not null,
+    state text not null,
+    runs bigint not null,
+    primary key (day, state)
+);
+
+insert into run_report (day, state, runs)
+    select created_at / 86400000, state, count(*) from runs
+    group by created_at / 86400000, state;

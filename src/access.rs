@@ -127,8 +127,19 @@ pub enum Need {
 pub fn api_need(method: &str, route: &str) -> Need {
     let reads = matches!(method, "GET" | "HEAD" | "OPTIONS");
     match route {
-        "/users" | "/users/{id}" | "/audit" => Need::Admin,
+        // Webhook URLs and delivery errors may say more than a viewer should see.
+        "/users" | "/users/{id}" | "/audit" | "/alarms" | "/alarms/{id}" | "/alarms/deliveries" => {
+            Need::Admin
+        }
         "/tokens" | "/tokens/{id}" => Need::Own,
+        // The API's own description: for any caller, like the reads it describes.
+        "/openapi.json" => Need::Read,
+        // A version's source text and the diff of two are read like the version list.
+        "/jobs/{id}/versions/{version}/source" | "/jobs/{id}/versions/{from}/diff/{to}"
+            if reads =>
+        {
+            Need::Read
+        }
         _ if reads => Need::Read,
         "/jobs"
         | "/jobs/{id}"
@@ -186,12 +197,21 @@ mod tests {
                 ("DELETE", "/jobs/{id}"),
                 ("POST", "/jobs/{id}/trigger"),
                 ("POST", "/jobs/{id}/versions/{version}/activate"),
+                ("GET", "/jobs/{id}/versions/{version}/source"),
+                ("GET", "/jobs/{id}/versions/{from}/diff/{to}"),
                 ("POST", "/logs/{id}/kill"),
                 ("GET", "/logs/{id}/stream"),
                 ("GET", "/metrics"),
                 ("POST", "/groups"),
                 ("GET", "/groups"),
                 ("GET", "/audit"),
+                ("GET", "/alarms"),
+                ("POST", "/alarms"),
+                ("PUT", "/alarms/{id}"),
+                ("GET", "/alarms/deliveries"),
+                ("GET", "/report"),
+                ("GET", "/dashboard"),
+                ("GET", "/openapi.json"),
                 ("GET", "/users"),
                 ("POST", "/users"),
                 ("POST", "/tokens"),
@@ -205,12 +225,21 @@ mod tests {
                 DELETE /jobs/{id}: GroupWrite admin operator -
                 POST /jobs/{id}/trigger: GroupWrite admin operator -
                 POST /jobs/{id}/versions/{version}/activate: GroupWrite admin operator -
+                GET /jobs/{id}/versions/{version}/source: Read admin operator viewer
+                GET /jobs/{id}/versions/{from}/diff/{to}: Read admin operator viewer
                 POST /logs/{id}/kill: GroupWrite admin operator -
                 GET /logs/{id}/stream: Read admin operator viewer
                 GET /metrics: Read admin operator viewer
                 POST /groups: Admin admin - -
                 GET /groups: Read admin operator viewer
                 GET /audit: Admin admin - -
+                GET /alarms: Admin admin - -
+                POST /alarms: Admin admin - -
+                PUT /alarms/{id}: Admin admin - -
+                GET /alarms/deliveries: Admin admin - -
+                GET /report: Read admin operator viewer
+                GET /dashboard: Read admin operator viewer
+                GET /openapi.json: Read admin operator viewer
                 GET /users: Admin admin - -
                 POST /users: Admin admin - -
                 POST /tokens: Own admin operator viewer

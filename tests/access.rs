@@ -167,6 +167,7 @@ async fn every_route_with_every_caller() {
     let admin_session = console.login("root").await;
     let viewer_session = console.login("watcher").await;
     let job = |group: i64, name: &str| json!({"group_id": group, "name": name, "schedule_type": "CRON", "schedule_conf": "0 0 * * * ?"});
+    let alarm = |name: &str| json!({"name": name, "url": "https://hooks.example.com/wasmjob", "secret": "0123456789abcdef"});
     for (group, name) in [(1, "mine"), (2, "theirs")] {
         let reply = console.api("POST", "/api/v1/jobs", &operator_token(), job(group, name)).await;
         assert_eq!(reply.status, StatusCode::CREATED);
@@ -197,6 +198,8 @@ async fn every_route_with_every_caller() {
         ("GET", "/api/v1/jobs/1/versions", Value::Null),
         ("POST", "/api/v1/jobs/1/versions/1/activate", Value::Null),
         ("POST", "/api/v1/jobs/2/versions/1/activate", Value::Null),
+        ("GET", "/api/v1/jobs/1/versions/1/source", Value::Null),
+        ("GET", "/api/v1/jobs/1/versions/1/diff/2", Value::Null),
         ("GET", "/api/v1/logs", Value::Null),
         ("GET", "/api/v1/logs/1", Value::Null),
         ("GET", "/api/v1/logs/1/stream", Value::Null),
@@ -218,6 +221,15 @@ async fn every_route_with_every_caller() {
         ("POST", "/api/v1/users", json!({"name": "new", "password": PASSWORD, "role": "viewer"})),
         ("DELETE", "/api/v1/users/99", Value::Null),
         ("GET", "/api/v1/audit", Value::Null),
+        ("GET", "/api/v1/alarms", Value::Null),
+        ("POST", "/api/v1/alarms", alarm("pager")),
+        ("GET", "/api/v1/alarms/1", Value::Null),
+        ("PUT", "/api/v1/alarms/1", alarm("pager")),
+        ("GET", "/api/v1/alarms/deliveries", Value::Null),
+        ("DELETE", "/api/v1/alarms/99", Value::Null),
+        ("GET", "/api/v1/report?from=2026-11-01&to=2026-11-07", Value::Null),
+        ("GET", "/api/v1/dashboard", Value::Null),
+        ("GET", "/api/v1/openapi.json", Value::Null),
         ("GET", "/api/v1/tokens", Value::Null),
         ("DELETE", "/api/v1/tokens/99", Value::Null),
         ("DELETE", "/api/v1/jobs/2", Value::Null),
@@ -259,6 +271,8 @@ async fn every_route_with_every_caller() {
         GET /api/v1/jobs/1/versions                      401 unauthor          200          200          200          200          200          200
         POST /api/v1/jobs/1/versions/1/activate          401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          404          404          404
         POST /api/v1/jobs/2/versions/1/activate          401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          404          404
+        GET /api/v1/jobs/1/versions/1/source             401 unauthor          404          404          404          404          404          404
+        GET /api/v1/jobs/1/versions/1/diff/2             401 unauthor          404          404          404          404          404          404
         GET /api/v1/logs                                 401 unauthor          200          200          200          200          200          200
         GET /api/v1/logs/1                               401 unauthor          404          404          404          404          404          404
         GET /api/v1/logs/1/stream                        401 unauthor          404          404          404          404          404          404
@@ -275,6 +289,15 @@ async fn every_route_with_every_caller() {
         POST /api/v1/users                               401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          201          409
         DELETE /api/v1/users/99                          401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          404          404
         GET /api/v1/audit                                401 unauthor          200          200 403 forbidde 403 forbidde          200          200
+        GET /api/v1/alarms                               401 unauthor          200          200 403 forbidde 403 forbidde          200          200
+        POST /api/v1/alarms                              401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          201          409
+        GET /api/v1/alarms/1                             401 unauthor          200          200 403 forbidde 403 forbidde          200          200
+        PUT /api/v1/alarms/1                             401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          200          200
+        GET /api/v1/alarms/deliveries                    401 unauthor          200          200 403 forbidde 403 forbidde          200          200
+        DELETE /api/v1/alarms/99                         401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          404          404
+        GET /api/v1/report                               401 unauthor          200          200          200          200          200          200
+        GET /api/v1/dashboard                            401 unauthor          200          200          200          200          200          200
+        GET /api/v1/openapi.json                         401 unauthor          200          200          200          200          200          200
         GET /api/v1/tokens                               401 unauthor          200          200          200          200          200          400
         DELETE /api/v1/tokens/99                         401 unauthor 403 csrf_fai 403 csrf_fai          404          404          404          400
         DELETE /api/v1/jobs/2                            401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          204          404

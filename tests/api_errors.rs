@@ -37,6 +37,11 @@ impl Case {
         self.body = body;
         self
     }
+    fn text(mut self, content_type: &'static str, body: &str) -> Case {
+        self.content_type = Some(content_type);
+        self.body = body.as_bytes().to_vec();
+        self
+    }
     fn token(mut self, token: Option<&'static str>) -> Case {
         self.token = token;
         self
@@ -108,7 +113,10 @@ async fn bad_input_gets_a_reason_and_changes_nothing() {
         (case("POST", "/api/v1/jobs/1/versions").wasm(b"\0asm\x0d\0\x01\0junk".to_vec()), "422 invalid_module"),
         (case("POST", "/api/v1/jobs/1/versions").wasm(core_module), "422 wrong_kind"),
         (case("POST", "/api/v1/jobs/1/versions").wasm(big), "413 too_large"),
-        (case("POST", "/api/v1/jobs/1/versions").wasm(sample_job("reader")), "422 disallowed_import"),
+        (case("POST", "/api/v1/jobs/1/versions").wasm(wat::parse_str(r#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#).unwrap()), "422 disallowed_import"),
+        (case("POST", "/api/v1/jobs/1/versions").text("text/x-python", "print(1)"), "400 wrong_glue_type"),
+        (case("POST", "/api/v1/jobs/1/versions").text("text/javascript; charset=utf-8", "1"), "400 wrong_glue_type"),
+        (case("POST", "/api/v1/jobs/1/versions").text("text/plain", "print(1)"), "415 unsupported_media_type"),
         (case("POST", "/api/v1/jobs/1/versions").wasm(wat::parse_str("(component)").unwrap()), "422 missing_export"),
         (
             case("POST", "/api/v1/jobs/1/versions")
@@ -237,9 +245,11 @@ async fn messages_name_the_problem() {
         case("POST", "/api/v1/jobs").json(r#"{"group_id":1,"name":"ok","schedule_type":"NONE"}"#),
     )
     .await;
-    let (_, body) =
-        send(&app, case("POST", "/api/v1/jobs/1/versions").wasm(sample_job("reader"))).await;
-    assert!(body["message"].as_str().unwrap().contains("wasi:filesystem/"), "{body}");
+    let http_import =
+        wat::parse_str(r#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#)
+            .unwrap();
+    let (_, body) = send(&app, case("POST", "/api/v1/jobs/1/versions").wasm(http_import)).await;
+    assert!(body["message"].as_str().unwrap().contains("wasi:http/"), "{body}");
     let (_, body) = send(
         &app,
         case("POST", "/api/v1/jobs").json(

@@ -135,7 +135,7 @@ async fn admin_snapshot(db: &Db) -> String {
     for job in &jobs {
         versions.push(db.list_job_versions(job.id).await.unwrap());
     }
-    let all = RunFilter { job_id: None, state: None, limit: 100_000, offset: 0 };
+    let all = RunFilter { limit: 100_000, ..RunFilter::default() };
     format!(
         "groups {:?}\njobs {jobs:?}\nversions {versions:?}\nruns {:?}\nregistry {:?}\nusers {:?}\n\
          audit {:?}\nmodules {}",
@@ -384,6 +384,8 @@ async fn admin_battery(admin: &AdminUnderTest) {
         ("PUT", "/api/v1/groups/1".to_owned(), true),
         ("POST", "/api/v1/users".to_owned(), true),
         ("POST", "/api/v1/tokens".to_owned(), true),
+        ("POST", "/api/v1/alarms".to_owned(), true),
+        ("PUT", "/api/v1/alarms/1".to_owned(), true),
         ("POST", "/api/registry".to_owned(), false),
         ("POST", "/api/registryRemove".to_owned(), false),
         ("POST", "/api/callback".to_owned(), false),
@@ -516,6 +518,13 @@ async fn admin_battery(admin: &AdminUnderTest) {
         probes.push(
             probe("POST", &format!("/api/v1/jobs/{job_id}/versions/{id}/activate"), want).admin(),
         );
+        probes.push(
+            probe("GET", &format!("/api/v1/jobs/{job_id}/versions/{id}/source"), want).admin(),
+        );
+        probes.push(
+            probe("GET", &format!("/api/v1/jobs/{job_id}/versions/1/diff/{id}"), want).admin(),
+        );
+        probes.push(probe("GET", &format!("/api/v1/jobs/{id}/versions/1/source"), want).admin());
         probes.push(probe("GET", &format!("/api/v1/groups/{id}"), want).admin());
         probes.push(probe("DELETE", &format!("/api/v1/groups/{id}"), want).admin());
         probes.push(probe("GET", &format!("/api/v1/logs/{id}"), want).admin());
@@ -523,6 +532,8 @@ async fn admin_battery(admin: &AdminUnderTest) {
         probes.push(probe("POST", &format!("/api/v1/logs/{id}/kill"), want).admin());
         probes.push(probe("GET", &format!("/api/v1/users/{id}"), want).admin());
         probes.push(probe("DELETE", &format!("/api/v1/tokens/{id}"), want).admin());
+        probes.push(probe("GET", &format!("/api/v1/alarms/{id}"), want).admin());
+        probes.push(probe("DELETE", &format!("/api/v1/alarms/{id}"), want).admin());
         probes.push(probe("GET", &format!("/api/modules/{id}"), "4xx").access());
     }
     let queries = [
@@ -541,6 +552,13 @@ async fn admin_battery(admin: &AdminUnderTest) {
         "/api/v1/logs/424242/content?from_line=99999999999999999999",
         "/api/v1/audit?limit=-1",
         "/api/v1/audit?limit=abc",
+        "/api/v1/alarms/deliveries?limit=-1",
+        "/api/v1/alarms/deliveries?limit=99999999999999999999",
+        "/api/v1/report?from=%00&to=2026-01-01",
+        "/api/v1/report?from=2026-01-01&to=-1",
+        "/api/v1/report?from=99999-01-01&to=99999-12-31",
+        "/api/v1/report?from=-262143-01-01&to=262142-12-31",
+        "/api/v1/report?from=2026-01-01%27--&to=2026-01-02",
         "/api/v1/schedule/preview?schedule_type=CRON&schedule_conf=%00",
         "/api/v1/schedule/preview?schedule_type=FIX_RATE&schedule_conf=-1",
     ];

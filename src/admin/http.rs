@@ -6,6 +6,7 @@
 //! Handlers stay thin: extract, call storage or the dispatcher, map to a response DTO.
 //! The DTOs here and in `protocol` are the only serde wire types of the admin.
 
+mod alarms;
 mod audit;
 pub(super) mod auth;
 pub(super) mod error;
@@ -14,10 +15,12 @@ mod executors;
 pub(super) mod extract;
 mod groups;
 mod jobs;
-mod logs;
+pub(super) mod logs;
 mod metrics;
+pub mod openapi;
+mod report;
 mod schedule;
-mod stream;
+pub(crate) mod stream;
 mod users;
 mod versions;
 
@@ -40,6 +43,9 @@ pub fn router(state: AppState) -> Router {
         .merge(schedule::router())
         .merge(users::router())
         .merge(audit::router())
+        .merge(alarms::router())
+        .merge(report::router())
+        .merge(openapi::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::authenticate));
     let metrics = metrics::router()
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::authenticate));

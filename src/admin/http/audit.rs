@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::extract::Query;
+use super::openapi::{BadRequest, Forbidden, Internal, Unauthorized};
 use super::rfc3339;
 use crate::admin::AppState;
 use crate::storage::AuditRecord;
@@ -16,16 +17,20 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/audit", get(list_audit))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct AuditQuery {
     actor: Option<String>,
     action: Option<String>,
+    /// The page's size, 1 to 1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
+    #[param(minimum = 0)]
     offset: Option<i64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct AuditResponse {
     id: i64,
     at: Option<String>,
@@ -55,12 +60,16 @@ impl From<AuditRecord> for AuditResponse {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct AuditList {
     total: i64,
     items: Vec<AuditResponse>,
 }
 
+/// The audit log, newest first.
+#[utoipa::path(get, path = "/audit", tag = "audit", params(AuditQuery), responses(
+    (status = 200, body = AuditList), BadRequest, Unauthorized, Forbidden, Internal,
+))]
 async fn list_audit(
     State(state): State<AppState>,
     Query(query): Query<AuditQuery>,

@@ -61,9 +61,14 @@ pub enum ApiError {
     Internal(#[from] anyhow::Error),
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
+/// The body of every error answer of the operator API.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody<'a> {
+    /// A stable snake_case code: `job_not_found`, `invalid_job`, `unauthorized`, …
+    #[schema(example = "job_not_found")]
     code: &'a str,
+    /// What went wrong, for people.
+    #[schema(example = "job 7 not found")]
     message: String,
 }
 

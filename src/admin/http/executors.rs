@@ -6,6 +6,7 @@ use axum::routing::get;
 use serde::Serialize;
 
 use super::error::ApiError;
+use super::openapi::{Internal, Unauthorized};
 use super::rfc3339;
 use crate::admin::AppState;
 use crate::protocol::REGISTRY_GROUP_EXECUTOR;
@@ -14,13 +15,17 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/executors", get(list_executors))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct ExecutorResponse {
     app_name: String,
     address: String,
     last_heartbeat: Option<String>,
 }
 
+/// Lists registered executors with their last heartbeat.
+#[utoipa::path(get, path = "/executors", tag = "executors", responses(
+    (status = 200, body = Vec<ExecutorResponse>), Unauthorized, Internal,
+))]
 async fn list_executors(
     State(state): State<AppState>,
 ) -> Result<axum::Json<Vec<ExecutorResponse>>, ApiError> {

@@ -1,10 +1,14 @@
 //! Our own extractors, so that a malformed body, path or query gets our error body.
+//!
+//! A JSON body's whole numbers may be written with a fraction (`400.0`, `4e2`): JSON Schema,
+//! and so the API's OpenAPI document, counts them as integers, so they are taken as integers.
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
+use serde_json::{Number, Value};
 
 use super::error::ApiError;
 
@@ -15,10 +19,32 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(request, state).await {
-            Ok(axum::Json(value)) => Ok(Json(value)),
-            Err(rejection) => Err(json_rejection(rejection)),
+        let axum::Json(mut value) =
+            axum::Json::<Value>::from_request(request, state).await.map_err(json_rejection)?;
+        whole_numbers_as_integers(&mut value);
+        serde_path_to_error::deserialize(value).map(Json).map_err(|error| ApiError::Unprocessable {
+            code: "invalid_field",
+            message: format!("Failed to deserialize the JSON body into the target type: {error}"),
+        })
+    }
+}
+
+/// Turns `400.0` into `400` wherever it is in `value`; other numbers stay as they are.
+fn whole_numbers_as_integers(value: &mut Value) {
+    match value {
+        Value::Number(number) if !number.is_i64() && !number.is_u64() => {
+            // The range check keeps the cast exact: i64 holds every whole f64 in it.
+            if let Some(float) = number.as_f64().filter(|float| {
+                float.fract() == 0.0
+                    && *float >= -9_223_372_036_854_775_808.0
+                    && *float < 9_223_372_036_854_775_808.0
+            }) {
+                *number = Number::from(float as i64);
+            }
         }
+        Value::Array(items) => items.iter_mut().for_each(whole_numbers_as_integers),
+        Value::Object(fields) => fields.values_mut().for_each(whole_numbers_as_integers),
+        _ => {}
     }
 }
 
@@ -63,5 +89,22 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
             .map_err(|rejection: QueryRejection| {
                 ApiError::bad_request("invalid_query", rejection.body_text())
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_numbers_are_integers() {
+        let mut value = serde_json::json!({
+            "a": 400.0, "b": [1e3, -2.0, 2.5], "c": 1e19, "d": -9.2e18, "e": 7, "f": "8.0"
+        });
+        whole_numbers_as_integers(&mut value);
+        assert_eq!(
+            value.to_string(),
+            r#"{"a":400,"b":[1000,-2,2.5],"c":1e+19,"d":-9200000000000000000,"e":7,"f":"8.0"}"#
+        );
     }
 }

@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 use super::auth::Actor;
 use super::error::{ApiError, ResultExt};
 use super::extract::{Json, Path};
+use super::openapi::{
+    BadRequest, Conflict, Forbidden, Internal, NotFound, TooLarge, Unauthorized, Unprocessable,
+    UnsupportedMediaType,
+};
 use crate::admin::{AppState, now_ms};
 use crate::model::{AddressType, Group};
 
@@ -18,7 +22,7 @@ pub fn router() -> Router<AppState> {
         .route("/groups/{id}", get(get_group))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateGroup {
     app_name: String,
@@ -28,7 +32,7 @@ struct CreateGroup {
     addresses: Vec<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct GroupResponse {
     id: i64,
     app_name: String,
@@ -38,6 +42,11 @@ struct GroupResponse {
     online_addresses: Vec<String>,
 }
 
+/// Creates an executor group.
+#[utoipa::path(post, path = "/groups", tag = "groups", request_body = CreateGroup, responses(
+    (status = 201, body = GroupResponse), BadRequest, Unauthorized, Forbidden, Conflict, TooLarge,
+    UnsupportedMediaType, Unprocessable, Internal,
+))]
 async fn create_group(
     State(state): State<AppState>,
     actor: Actor,
@@ -86,6 +95,10 @@ async fn create_group(
     Ok((StatusCode::CREATED, axum::Json(group)))
 }
 
+/// Lists executor groups with their online addresses.
+#[utoipa::path(get, path = "/groups", tag = "groups", responses(
+    (status = 200, body = Vec<GroupResponse>), Unauthorized, Internal,
+))]
 async fn list_groups(
     State(state): State<AppState>,
 ) -> Result<axum::Json<Vec<GroupResponse>>, ApiError> {
@@ -96,6 +109,10 @@ async fn list_groups(
     Ok(axum::Json(out))
 }
 
+/// Shows one group.
+#[utoipa::path(get, path = "/groups/{id}", tag = "groups", params(("id" = i64, Path)), responses(
+    (status = 200, body = GroupResponse), BadRequest, Unauthorized, NotFound, Internal,
+))]
 async fn get_group(
     State(state): State<AppState>,
     Path(id): Path<i64>,

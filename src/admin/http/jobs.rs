@@ -10,11 +10,16 @@ use serde::{Deserialize, Serialize};
 use super::auth::Actor;
 use super::error::{ApiError, ResultExt};
 use super::extract::{Json, Path, Query};
+use super::openapi::{
+    BadRequest, Conflict, Forbidden, Internal, NotFound, TooLarge, Unauthorized, Unprocessable,
+    UnsupportedMediaType,
+};
 use super::rfc3339;
 use crate::admin::dispatch::{PlannedTrigger, TriggerError};
 use crate::admin::{AppState, now_ms};
-use crate::model::{DEFAULT_MISFIRE_THRESHOLD_MS, GlueType, Job, ScheduleType, TriggerType};
+use crate::model::{DEFAULT_ALARM_SILENCE_SECS, DEFAULT_MISFIRE_THRESHOLD_MS, GlueType, Job};
 use crate::model::{JobSpec, RouteStrategy, ShardingStrategy, child_job_cycle};
+use crate::model::{ScheduleType, TriggerType};
 use crate::routing::sharding::{MAX_SHARDING_TOTAL_COUNT, parse_item_parameters};
 use crate::schedule::Schedule;
 
@@ -23,6 +28,8 @@ use crate::schedule::Schedule;
 const MIN_MISFIRE_THRESHOLD_MS: i64 = 1_000;
 /// The longest misfire threshold: one day.
 const MAX_MISFIRE_THRESHOLD_MS: i64 = 86_400_000;
+/// The longest alarm silence window: one day.
+const MAX_ALARM_SILENCE_SECS: i64 = 86_400;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -35,7 +42,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The body of `POST /jobs` and `PUT /jobs/{id}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct JobBody {
     group_id: i64,
@@ -58,6 +65,7 @@ struct JobBody {
     #[serde(default)]
     child_job_ids: Vec<i64>,
     alarm_email: Option<String>,
+    alarm_silence_secs: Option<i64>,
     fuel_limit: Option<i64>,
     memory_limit_mb: Option<i64>,
     misfire_threshold_ms: Option<i64>,
@@ -68,7 +76,7 @@ struct JobBody {
     sharding_strategy: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct JobResponse {
     id: i64,
     group_id: i64,
@@ -86,6 +94,7 @@ struct JobResponse {
     param: String,
     child_job_ids: Vec<i64>,
     alarm_email: Option<String>,
+    alarm_silence_secs: i64,
     fuel_limit: Option<i64>,
     memory_limit_mb: Option<i64>,
     misfire_threshold_ms: i64,
@@ -118,6 +127,7 @@ impl From<Job> for JobResponse {
             param: job.spec.param,
             child_job_ids: job.spec.child_job_ids,
             alarm_email: job.spec.alarm_email,
+            alarm_silence_secs: job.spec.alarm_silence_secs,
             fuel_limit: job.spec.fuel_limit,
             memory_limit_mb: job.spec.memory_limit_mb,
             misfire_threshold_ms: job.spec.misfire_threshold_ms,
@@ -133,6 +143,11 @@ impl From<Job> for JobResponse {
     }
 }
 
+/// Creates a job (stopped).
+#[utoipa::path(post, path = "/jobs", tag = "jobs", request_body = JobBody, responses(
+    (status = 201, body = JobResponse), BadRequest, Unauthorized, Forbidden, Conflict, TooLarge,
+    UnsupportedMediaType, Unprocessable, Internal,
+))]
 async fn create_job(
     State(state): State<AppState>,
     actor: Actor,
@@ -151,6 +166,11 @@ async fn create_job(
     Ok((StatusCode::CREATED, axum::Json(created)))
 }
 
+/// Replaces a job's fields.
+#[utoipa::path(put, path = "/jobs/{id}", tag = "jobs", params(("id" = i64, Path)), request_body = JobBody, responses(
+    (status = 200, body = JobResponse), BadRequest, Unauthorized, Forbidden, NotFound, TooLarge,
+    UnsupportedMediaType, Unprocessable, Internal,
+))]
 async fn update_job(
     State(state): State<AppState>,
     actor: Actor,
@@ -173,6 +193,10 @@ async fn update_job(
     Ok(axum::Json(updated))
 }
 
+/// Shows one job.
+#[utoipa::path(get, path = "/jobs/{id}", tag = "jobs", params(("id" = i64, Path)), responses(
+    (status = 200, body = JobResponse), BadRequest, Unauthorized, NotFound, Internal,
+))]
 async fn get_job(
     State(state): State<AppState>,
     Path(id): Path<i64>,
@@ -180,11 +204,16 @@ async fn get_job(
     Ok(axum::Json(load(&state, id).await?.into()))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
     group_id: Option<i64>,
 }
 
+/// Lists jobs, of one group or all.
+#[utoipa::path(get, path = "/jobs", tag = "jobs", params(ListQuery), responses(
+    (status = 200, body = Vec<JobResponse>), BadRequest, Unauthorized, Internal,
+))]
 async fn list_jobs(
     State(state): State<AppState>,
     Query(query): Query<ListQuery>,
@@ -193,6 +222,10 @@ async fn list_jobs(
     Ok(axum::Json(jobs.into_iter().map(JobResponse::from).collect()))
 }
 
+/// Deletes a job.
+#[utoipa::path(delete, path = "/jobs/{id}", tag = "jobs", params(("id" = i64, Path)), responses(
+    (status = 204, description = "Deleted."), BadRequest, Unauthorized, Forbidden, NotFound, Internal,
+))]
 async fn delete_job(
     State(state): State<AppState>,
     actor: Actor,
@@ -208,6 +241,10 @@ async fn delete_job(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Starts a job's schedule.
+#[utoipa::path(post, path = "/jobs/{id}/start", tag = "jobs", params(("id" = i64, Path)), responses(
+    (status = 200, body = JobResponse), BadRequest, Unauthorized, Forbidden, NotFound, Internal,
+))]
 async fn start_job(
     State(state): State<AppState>,
     actor: Actor,
@@ -239,6 +276,10 @@ async fn start_job(
     Ok(axum::Json(started))
 }
 
+/// Stops a job's schedule.
+#[utoipa::path(post, path = "/jobs/{id}/stop", tag = "jobs", params(("id" = i64, Path)), responses(
+    (status = 200, body = JobResponse), BadRequest, Unauthorized, Forbidden, NotFound, Internal,
+))]
 async fn stop_job(
     State(state): State<AppState>,
     actor: Actor,
@@ -255,18 +296,25 @@ async fn stop_job(
     Ok(axum::Json(stopped))
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct TriggerBody {
     param: Option<String>,
     addresses: Option<Vec<String>>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct TriggerResponse {
     log_ids: Vec<i64>,
 }
 
+/// Runs a job once now (on each executor for a broadcast); the new runs' ids. The body is
+/// optional.
+#[utoipa::path(post, path = "/jobs/{id}/trigger", tag = "jobs", params(("id" = i64, Path)),
+    request_body(content = Option<TriggerBody>, content_type = "application/json"), responses(
+    (status = 200, body = TriggerResponse), BadRequest, Unauthorized, Forbidden, NotFound, Conflict,
+    Internal,
+))]
 async fn trigger_job(
     State(state): State<AppState>,
     actor: Actor,
@@ -309,16 +357,23 @@ async fn trigger_job(
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct CountQuery {
+    /// How many, 1 to 100 (default 5).
+    #[param(minimum = 1, maximum = 100)]
     count: Option<usize>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct FireTimes {
     times: Vec<String>,
 }
 
+/// The job's next fire times.
+#[utoipa::path(get, path = "/jobs/{id}/next-fire-times", tag = "jobs", params(("id" = i64, Path), CountQuery), responses(
+    (status = 200, body = FireTimes), BadRequest, Unauthorized, NotFound, Internal,
+))]
 async fn next_fire_times(
     State(state): State<AppState>,
     Path(id): Path<i64>,
@@ -445,6 +500,12 @@ async fn validate(state: &AppState, body: JobBody) -> Result<(JobSpec, Schedule)
     if body.memory_limit_mb.is_some_and(|mb| !(1..=4096).contains(&mb)) {
         return Err(invalid("memory_limit_mb: 1 to 4096"));
     }
+    let alarm_silence_secs = body.alarm_silence_secs.unwrap_or(DEFAULT_ALARM_SILENCE_SECS);
+    if !(0..=MAX_ALARM_SILENCE_SECS).contains(&alarm_silence_secs) {
+        return Err(invalid(&format!(
+            "alarm_silence_secs: 0 (alarm on every failure) to {MAX_ALARM_SILENCE_SECS} (one day)"
+        )));
+    }
     if body.param.len() > 64 * 1024 {
         return Err(invalid("param: at most 64 KiB"));
     }
@@ -512,6 +573,7 @@ async fn validate(state: &AppState, body: JobBody) -> Result<(JobSpec, Schedule)
         param: body.param,
         child_job_ids: body.child_job_ids,
         alarm_email: body.alarm_email,
+        alarm_silence_secs,
         fuel_limit: body.fuel_limit,
         memory_limit_mb: body.memory_limit_mb,
         misfire_threshold_ms,

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use super::error::ApiError;
+use super::openapi::{Internal, Unauthorized};
 use crate::admin::{AppState, now_ms};
 use crate::metrics::{self, AdminLevels};
 use crate::model::RunState;
@@ -22,6 +23,11 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/metrics", get(scrape))
 }
 
+/// The admin's metrics in the Prometheus text format.
+#[utoipa::path(get, path = "/metrics", tag = "meta", responses(
+    (status = 200, description = "The metrics (OpenMetrics text).", content_type = "application/openmetrics-text", body = String),
+    Unauthorized, Internal,
+))]
 async fn scrape(State(state): State<AppState>) -> Result<Response, ApiError> {
     let now = now_ms();
     let mut levels = AdminLevels::default();
@@ -30,7 +36,7 @@ async fn scrape(State(state): State<AppState>) -> Result<Response, ApiError> {
         levels.online_executors.push((group.app_name.clone(), online.len() as i64));
     }
     for run_state in [RunState::Pending, RunState::Dispatching, RunState::Running] {
-        let filter = RunFilter { job_id: None, state: Some(run_state), limit: 1, offset: 0 };
+        let filter = RunFilter { state: Some(run_state), limit: 1, ..RunFilter::default() };
         let total = state.db.list_runs(&filter).await?.total;
         levels.unfinished_runs.push((run_state.as_str(), total));
     }

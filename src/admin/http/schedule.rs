@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
 use super::extract::Query;
+use super::openapi::{BadRequest, Unauthorized};
 use crate::admin::{AppState, now_ms};
 use crate::model::ScheduleType;
 use crate::schedule::Schedule;
@@ -30,22 +31,31 @@ pub fn router() -> Router<AppState> {
 
 /// The query of `GET /schedule/preview`. Numbers and instants arrive as text, so that a bad
 /// value gets our own reason rather than the deserializer's.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct PreviewQuery {
     schedule_type: Option<String>,
     #[serde(default)]
     schedule_conf: String,
     time_zone: Option<String>,
+    /// The instant to preview from (default now).
+    #[param(value_type = Option<String>, format = DateTime)]
     from: Option<String>,
+    /// How many fire times, 1 to 100 (default 5).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 100)]
     count: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct Preview {
     fire_times: Vec<String>,
 }
 
+/// The next fire times of a schedule, in its time zone.
+#[utoipa::path(get, path = "/schedule/preview", tag = "schedule", params(PreviewQuery), responses(
+    (status = 200, body = Preview), BadRequest, Unauthorized,
+))]
 async fn preview_schedule(
     Query(query): Query<PreviewQuery>,
 ) -> Result<axum::Json<Preview>, ApiError> {

@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 use super::auth::{API_TOKEN_PREFIX, Actor};
 use super::error::{ApiError, ResultExt};
 use super::extract::{Json, Path};
+use super::openapi::{
+    BadRequest, Conflict, Forbidden, Internal, NotFound, TooLarge, Unauthorized, Unprocessable,
+    UnsupportedMediaType,
+};
 use super::rfc3339;
 use crate::access::Role;
 use crate::admin::accounts::{
@@ -27,7 +31,7 @@ pub fn router() -> Router<AppState> {
         .route("/tokens/{id}", delete(delete_token))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateUser {
     name: String,
@@ -37,7 +41,7 @@ struct CreateUser {
     group_ids: Vec<i64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct UpdateUser {
     role: String,
@@ -46,7 +50,7 @@ struct UpdateUser {
     password: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct UserResponse {
     id: i64,
     name: String,
@@ -67,6 +71,10 @@ impl From<User> for UserResponse {
     }
 }
 
+/// Lists console users.
+#[utoipa::path(get, path = "/users", tag = "users", responses(
+    (status = 200, body = Vec<UserResponse>), Unauthorized, Forbidden, Internal,
+))]
 async fn list_users(
     State(state): State<AppState>,
 ) -> Result<axum::Json<Vec<UserResponse>>, ApiError> {
@@ -74,6 +82,10 @@ async fn list_users(
     Ok(axum::Json(users.into_iter().map(UserResponse::from).collect()))
 }
 
+/// Shows one user.
+#[utoipa::path(get, path = "/users/{id}", tag = "users", params(("id" = i64, Path)), responses(
+    (status = 200, body = UserResponse), BadRequest, Unauthorized, Forbidden, NotFound, Internal,
+))]
 async fn get_user(
     State(state): State<AppState>,
     Path(id): Path<i64>,
@@ -82,6 +94,11 @@ async fn get_user(
     Ok(axum::Json(user.into()))
 }
 
+/// Creates a user.
+#[utoipa::path(post, path = "/users", tag = "users", request_body = CreateUser, responses(
+    (status = 201, body = UserResponse), BadRequest, Unauthorized, Forbidden, Conflict, TooLarge,
+    UnsupportedMediaType, Unprocessable, Internal,
+))]
 async fn create_user(
     State(state): State<AppState>,
     actor: Actor,
@@ -103,6 +120,11 @@ async fn create_user(
     Ok((StatusCode::CREATED, axum::Json(user)))
 }
 
+/// Changes a user's role and groups, and its password if given.
+#[utoipa::path(put, path = "/users/{id}", tag = "users", params(("id" = i64, Path)), request_body = UpdateUser, responses(
+    (status = 200, body = UserResponse), BadRequest, Unauthorized, Forbidden, NotFound, TooLarge,
+    UnsupportedMediaType, Unprocessable, Internal,
+))]
 async fn update_user(
     State(state): State<AppState>,
     actor: Actor,
@@ -126,6 +148,10 @@ async fn update_user(
     Ok(axum::Json(user))
 }
 
+/// Deletes a user (not oneself).
+#[utoipa::path(delete, path = "/users/{id}", tag = "users", params(("id" = i64, Path)), responses(
+    (status = 204, description = "Deleted."), BadRequest, Unauthorized, Forbidden, NotFound, Internal,
+))]
 async fn delete_user(
     State(state): State<AppState>,
     actor: Actor,
@@ -173,13 +199,13 @@ fn user_not_found(id: i64) -> ApiError {
     ApiError::not_found("user_not_found", format!("user {id}"))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateToken {
     name: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct TokenResponse {
     id: i64,
     name: String,
@@ -208,6 +234,10 @@ fn own_user(actor: &Actor) -> Result<i64, ApiError> {
     })
 }
 
+/// Lists the caller's personal API tokens (without their secrets).
+#[utoipa::path(get, path = "/tokens", tag = "users", responses(
+    (status = 200, body = Vec<TokenResponse>), BadRequest, Unauthorized, Internal,
+))]
 async fn list_tokens(
     State(state): State<AppState>,
     actor: Actor,
@@ -216,6 +246,11 @@ async fn list_tokens(
     Ok(axum::Json(tokens.into_iter().map(TokenResponse::from).collect()))
 }
 
+/// Creates a personal API token for the caller; its secret is in this answer only.
+#[utoipa::path(post, path = "/tokens", tag = "users", request_body = CreateToken, responses(
+    (status = 201, body = TokenResponse), BadRequest, Unauthorized, Forbidden, TooLarge,
+    UnsupportedMediaType, Unprocessable, Internal,
+))]
 async fn create_token(
     State(state): State<AppState>,
     actor: Actor,
@@ -233,6 +268,10 @@ async fn create_token(
     Ok((StatusCode::CREATED, axum::Json(TokenResponse { token: Some(secret), ..token })))
 }
 
+/// Deletes one of the caller's personal API tokens.
+#[utoipa::path(delete, path = "/tokens/{id}", tag = "users", params(("id" = i64, Path)), responses(
+    (status = 204, description = "Deleted."), BadRequest, Unauthorized, Forbidden, NotFound, Internal,
+))]
 async fn delete_token(
     State(state): State<AppState>,
     actor: Actor,

@@ -8,23 +8,31 @@
 //! token, so the role rules, validation and audit log of the API are the console's too, and a
 //! refused change shows the API's message beside the field it names.
 //!
+//! Every page is in English or Simplified Chinese (`i18n.rs`): the request's language is set
+//! for the whole request by a middleware, and [`render`] gives it to the templates.
+//!
 //! This module owns the session cookie's life: login (throttled, CSRF-protected by a
 //! double-submit cookie), logout, and the redirect to the login page.
 
+mod i18n;
 mod pages;
 
 use std::sync::OnceLock;
 
 use axum::Router;
-use axum::extract::{Form, FromRequestParts, State};
-use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
+use axum::extract::{Form, FromRequestParts, Request, State};
+use axum::http::header::{
+    CACHE_CONTROL, CONTENT_LANGUAGE, CONTENT_TYPE, LOCATION, SET_COOKIE, VARY,
+};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use minijinja::Environment;
 use serde::Deserialize;
 
+use self::i18n::Lang;
 use super::accounts::{self, LoginError, SESSION_TTL_MS, cookie, new_secret, secret_hash};
 use super::http::auth::{SESSION_COOKIE, source};
 use super::{AppState, now_ms};
@@ -42,6 +50,7 @@ pub fn router() -> Router<AppState> {
         .route("/jobs", get(pages::jobs))
         .route("/jobs/new", get(pages::new_job))
         .route("/jobs/{id}", get(pages::job))
+        .route("/jobs/{id}/versions", get(pages::versions))
         .route("/runs", get(pages::runs))
         .route("/runs/{id}", get(pages::run))
         .route("/executors", get(pages::executors))
@@ -50,6 +59,33 @@ pub fn router() -> Router<AppState> {
         .route("/tokens", get(pages::tokens))
         .route("/assets/console.js", get(script))
         .route("/assets/console.css", get(stylesheet))
+        .layer(middleware::from_fn(language))
+}
+
+tokio::task_local! {
+    /// The language of the request being answered.
+    static LANG: Lang;
+}
+
+/// Answers the request in its language: [`render`] and [`PageError`] read it from [`LANG`], so
+/// no handler has to pass it along (an error page is rendered far from any request).
+async fn language(request: Request, next: Next) -> Response {
+    let lang = Lang::of_request(request.headers());
+    let mut response = LANG.scope(lang, next.run(request)).await;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_LANGUAGE, HeaderValue::from_static(lang.tag()));
+    headers.append(VARY, HeaderValue::from_static("accept-language, cookie"));
+    response
+}
+
+/// The language of the request being answered (English outside one).
+fn current_lang() -> Lang {
+    LANG.try_with(|lang| *lang).unwrap_or(Lang::En)
+}
+
+/// The text of catalog `key` in the request's language.
+fn text(key: &str) -> String {
+    i18n::text(current_lang(), key)
 }
 
 /// The signed-in person a page is for; pages without one redirect to the login page.
@@ -79,12 +115,12 @@ pub enum PageError {
     /// No session: go to the login page.
     #[error("sign in first")]
     SignIn,
-    /// The thing asked for does not exist.
-    #[error("{0} not found")]
-    NotFound(String),
-    /// The role does not allow the page.
+    /// The thing asked for does not exist: the catalog key of the message, and the id.
+    #[error("{0} {1} not found")]
+    NotFound(&'static str, i64),
+    /// The role does not allow the page: the catalog key of the message.
     #[error("{0}")]
-    Forbidden(String),
+    Forbidden(&'static str),
     /// Our fault: logged, never shown.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -100,7 +136,7 @@ impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         let status = match &self {
             PageError::SignIn => return Redirect::to("/login").into_response(),
-            PageError::NotFound(_) => StatusCode::NOT_FOUND,
+            PageError::NotFound(..) => StatusCode::NOT_FOUND,
             PageError::Forbidden(_) => StatusCode::FORBIDDEN,
             PageError::Internal(error) => {
                 tracing::error!(error = format!("{error:#}"), "console page failed");
@@ -108,19 +144,30 @@ impl IntoResponse for PageError {
             }
         };
         let message = match &self {
-            PageError::Internal(_) => {
-                "Something went wrong on our side; it has been logged.".to_owned()
-            }
-            other => other.to_string(),
+            PageError::SignIn => String::new(),
+            PageError::NotFound(key, id) => text(key).replace("{id}", &id.to_string()),
+            PageError::Forbidden(key) => text(key),
+            PageError::Internal(_) => text("error.internal"),
         };
         let page = render("error.html", minijinja::context! { message, status => status.as_u16() });
         (status, page.unwrap_or_else(|_| Html(String::new()))).into_response()
     }
 }
 
-/// Renders template `name` with `context`.
+/// Renders template `name` with `context`, in the request's language.
 pub fn render(name: &str, context: minijinja::Value) -> Result<Html<String>, PageError> {
+    render_in(current_lang(), name, context)
+}
+
+/// Renders template `name` with `context` in `lang`: the templates' `t()` reads `lang`, and
+/// the page carries the script's texts.
+fn render_in(lang: Lang, name: &str, context: minijinja::Value) -> Result<Html<String>, PageError> {
     let template = templates().get_template(name).map_err(|error| anyhow::anyhow!("{error:#}"))?;
+    let context = minijinja::context! {
+        lang => lang.code(), lang_tag => lang.tag(),
+        script_texts => minijinja::Value::from_safe_string(i18n::script_texts(lang)),
+        ..context
+    };
     let html =
         template.render(context).map_err(|error| anyhow::anyhow!("template {name}: {error:#}"))?;
     Ok(Html(html))
@@ -132,6 +179,7 @@ fn templates() -> &'static Environment<'static> {
     static TEMPLATES: OnceLock<Environment<'static>> = OnceLock::new();
     TEMPLATES.get_or_init(|| {
         let mut env = Environment::new();
+        env.add_function("t", i18n::template_text);
         for (name, source) in pages::TEMPLATES {
             if let Err(error) = env.add_template(name, source) {
                 tracing::error!(%error, "console template {name} does not parse");
@@ -184,19 +232,24 @@ async fn login_form(
     if Signed::from_request_parts(&mut parts, &state).await.is_ok() {
         return Ok(Redirect::to("/").into_response());
     }
-    login_page(&state, &parts.headers, StatusCode::OK, "", "").await
+    login_page(&state, &parts.headers, StatusCode::OK, "", None).await
 }
+
+/// Why a login was refused: the catalog key of the message, and for a lock its seconds.
+type LoginRefusal = Option<(&'static str, i64)>;
 
 async fn login_page(
     state: &AppState,
     headers: &HeaderMap,
     status: StatusCode,
     name: &str,
-    error: &str,
+    refusal: LoginRefusal,
 ) -> Result<Response, PageError> {
     let csrf = new_secret("");
     let no_users = state.db.count_users().await? == 0;
-    let page = render("login.html", minijinja::context! { csrf, name, error, no_users })?;
+    let (error, locked_secs) = refusal.unwrap_or(("", 0));
+    let page =
+        render("login.html", minijinja::context! { csrf, name, error, locked_secs, no_users })?;
     let cookie = set_cookie(headers, LOGIN_CSRF_COOKIE, &csrf, "/login", 3600);
     Ok((status, [(SET_COOKIE, cookie)], page).into_response())
 }
@@ -216,8 +269,8 @@ async fn login(
     let headers = &parts.headers;
     let expected = cookie(headers, LOGIN_CSRF_COOKIE).unwrap_or("");
     if expected.is_empty() || !constant_time_eq(form.csrf.as_bytes(), expected.as_bytes()) {
-        let error = "The login form expired: please sign in again.";
-        return login_page(&state, headers, StatusCode::FORBIDDEN, &form.name, error).await;
+        let refusal = Some(("login.expired", 0));
+        return login_page(&state, headers, StatusCode::FORBIDDEN, &form.name, refusal).await;
     }
     let name = form.name.trim();
     match accounts::login(&state.db, name, &form.password, &source(&parts)).await {
@@ -231,12 +284,13 @@ async fn login(
             Ok(response)
         }
         Err(LoginError::Internal(error)) => Err(PageError::Internal(error)),
-        Err(error @ LoginError::Locked { .. }) => {
-            login_page(&state, headers, StatusCode::TOO_MANY_REQUESTS, name, &error.to_string())
-                .await
+        Err(LoginError::Locked { retry_after_ms }) => {
+            let refusal = Some(("login.locked", (retry_after_ms + 999) / 1000));
+            login_page(&state, headers, StatusCode::TOO_MANY_REQUESTS, name, refusal).await
         }
-        Err(error @ LoginError::Refused) => {
-            login_page(&state, headers, StatusCode::UNAUTHORIZED, name, &error.to_string()).await
+        Err(LoginError::Refused) => {
+            let refusal = Some(("login.refused", 0));
+            login_page(&state, headers, StatusCode::UNAUTHORIZED, name, refusal).await
         }
     }
 }
@@ -253,9 +307,7 @@ async fn logout(
 ) -> Result<Response, PageError> {
     let signed = Signed::from_request_parts(&mut parts, &state).await?;
     if !constant_time_eq(form.csrf.as_bytes(), signed.csrf_token.as_bytes()) {
-        return Err(PageError::Forbidden(
-            "The page was out of date: sign out again from a fresh page.".to_owned(),
-        ));
+        return Err(PageError::Forbidden("error.logout_stale"));
     }
     if let Some(token) = cookie(&parts.headers, SESSION_COOKIE) {
         state.db.delete_session(&secret_hash(token)).await?;

@@ -153,6 +153,32 @@ impl Browser {
         .await
     }
 
+    /// Waits until the text of `css` contains `wanted`, for at most `patience`: for what waits
+    /// on a build, which takes far longer than a page.
+    pub async fn wait_for_text_within(
+        &self,
+        css: &str,
+        wanted: &str,
+        patience: Duration,
+    ) -> String {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            if let Some(element) = self.find(css).await {
+                let path = format!("/element/{}/text", element.0);
+                let text = self.command(reqwest::Method::GET, &path, Value::Null).await;
+                let text = text.as_str().unwrap_or_default();
+                if text.contains(wanted) {
+                    return text.to_owned();
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting until `{css}` shows `{wanted}`"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// Runs `script` (a function body; `arguments` holds `args`, the last being the callback).
     pub async fn run_async(&self, script: &str, args: Value) -> Value {
         self.post("/execute/async", json!({"script": script, "args": args})).await
@@ -160,6 +186,17 @@ impl Browser {
 
     pub async fn run(&self, script: &str) -> Value {
         self.post("/execute/sync", json!({"script": script, "args": []})).await
+    }
+
+    /// Accepts the `confirm()` dialog the last action opened, waiting for it to open.
+    pub async fn accept_dialog(&self) -> String {
+        let text = crate::support::wait_until("a dialog opens", || async {
+            let text = self.command(reqwest::Method::GET, "/alert/text", Value::Null).await;
+            text.as_str().map(str::to_owned)
+        })
+        .await;
+        self.post("/alert/accept", json!({})).await;
+        text
     }
 
     pub async fn resize(&self, width: u32, height: u32) {

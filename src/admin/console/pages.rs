@@ -11,15 +11,16 @@ use minijinja::context;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{PageError, Signed, render};
+use super::{PageError, Signed, render, text};
 use crate::access::Role;
 use crate::admin::http::extract::Path;
+use crate::admin::http::logs::{Bound, parse_time_bound};
 use crate::admin::{AppState, now_ms};
 use crate::model::{
     BlockStrategy, GlueType, Job, MisfireStrategy, RouteStrategy, RunRecord, RunState, ScheduleType,
 };
 use crate::protocol::REGISTRY_GROUP_EXECUTOR;
-use crate::storage::RunFilter;
+use crate::storage::{DayCounts, RunFilter};
 
 /// Every template, by name.
 pub const TEMPLATES: &[(&str, &str)] = &[
@@ -38,6 +39,7 @@ pub const TEMPLATES: &[(&str, &str)] = &[
     ("users.html", include_str!("templates/users.html")),
     ("audit.html", include_str!("templates/audit.html")),
     ("tokens.html", include_str!("templates/tokens.html")),
+    ("versions.html", include_str!("templates/versions.html")),
 ];
 
 type Page = Result<Html<String>, PageError>;
@@ -72,21 +74,29 @@ pub async fn dashboard(State(state): State<AppState>, signed: Signed) -> Page {
         online += state.dispatcher.online_addresses(&group, now).await?.len();
     }
     let midnight = now - now.rem_euclid(DAY_MS);
-    let runs_today: Vec<Value> = state
-        .db
-        .count_runs_by_state(midnight)
-        .await?
-        .into_iter()
-        .map(|(state, n)| json!({"state": state.as_str(), "count": n}))
-        .collect();
     let week_start = midnight - 6 * DAY_MS;
-    let by_day = state.db.count_runs_by_day(week_start).await?;
-    let tallest = by_day.iter().map(|day| day.succeeded.max(day.failed)).max().unwrap_or(0).max(1);
+    let by_day = state.db.report_days(week_start, now, now).await?;
+    let today = by_day.last().cloned().unwrap_or_default();
+    let runs_today: Vec<Value> = [
+        ("success", today.success),
+        ("failed", today.failed),
+        ("timed_out", today.timed_out),
+        ("killed", today.killed),
+        ("lost", today.lost),
+        ("skipped", today.skipped),
+        ("running", today.running),
+    ]
+    .into_iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(state, n)| json!({"state": state, "count": n}))
+    .collect();
+    let failed = |d: &DayCounts| d.failed + d.timed_out + d.lost;
+    let tallest = by_day.iter().map(|day| day.success.max(failed(day))).max().unwrap_or(0).max(1);
     let days: Vec<Value> = (0..7)
         .map(|index| {
             let day_ms = week_start + index * DAY_MS;
             let found = by_day.iter().find(|day| day.day_ms == day_ms);
-            let (succeeded, failed, total) = found.map_or((0, 0, 0), |d| (d.succeeded, d.failed, d.total));
+            let (succeeded, failed, total) = found.map_or((0, 0, 0), |d| (d.success, failed(d), d.total));
             let label = DateTime::<Utc>::from_timestamp_millis(day_ms).map(|d| d.format("%m-%d").to_string());
             json!({
                 "label": label.unwrap_or_default(), "succeeded": succeeded, "failed": failed, "total": total,
@@ -95,7 +105,7 @@ pub async fn dashboard(State(state): State<AppState>, signed: Signed) -> Page {
         })
         .collect();
     let mut failing = Vec::new();
-    for (job_id, failures) in state.db.top_failing_jobs(week_start, 5).await? {
+    for (job_id, failures) in state.db.top_failing_jobs(now - 7 * DAY_MS, 5).await? {
         let name = jobs.iter().find(|job| job.id == job_id).map(|job| job.spec.name.clone());
         failing.push(json!({"id": job_id, "name": name.unwrap_or_default(), "failures": failures}));
     }
@@ -180,7 +190,7 @@ async fn writable_groups(state: &AppState, signed: &Signed) -> Result<Vec<Value>
 
 pub async fn new_job(State(state): State<AppState>, signed: Signed) -> Page {
     if signed.principal.role == Role::Viewer {
-        return Err(PageError::Forbidden("A viewer cannot create jobs.".to_owned()));
+        return Err(PageError::Forbidden("error.viewer_create"));
     }
     let groups = writable_groups(&state, &signed).await?;
     let job = json!({
@@ -215,13 +225,29 @@ fn job_view(job: &Job) -> Value {
 }
 
 pub async fn job(State(state): State<AppState>, signed: Signed, Path(id): Path<i64>) -> Page {
-    let job =
-        state.db.get_job(id).await?.ok_or_else(|| PageError::NotFound(format!("job {id}")))?;
+    let job = state.db.get_job(id).await?.ok_or(PageError::NotFound("error.job_not_found", id))?;
     let may_change = signed.principal.may_change_group(job.spec.group_id);
     let mut groups = writable_groups(&state, &signed).await?;
     if !may_change && let Some(group) = state.db.get_group(job.spec.group_id).await? {
         groups.push(json!({"id": group.id, "name": group.app_name, "title": group.title}));
     }
+    let filter = RunFilter { job_id: Some(id), limit: 10, ..RunFilter::default() };
+    let runs: Vec<Value> = state.db.list_runs(&filter).await?.items.iter().map(run_view).collect();
+    render(
+        "job.html",
+        context! {
+            frame => frame(&signed, "jobs"), job => job_view(&job), groups, choices => choices(),
+            runs, may_change,
+        },
+    )
+}
+
+/// A job's versions: upload (or, for a GLUE source job, the source editor), history, source,
+/// diff and activation. Which versions have source the script learns from the API, so the page
+/// offers source actions exactly where the API has source.
+pub async fn versions(State(state): State<AppState>, signed: Signed, Path(id): Path<i64>) -> Page {
+    let job = state.db.get_job(id).await?.ok_or(PageError::NotFound("error.job_not_found", id))?;
+    let may_change = signed.principal.may_change_group(job.spec.group_id);
     let versions: Vec<Value> = state
         .db
         .list_job_versions(id)
@@ -232,13 +258,17 @@ pub async fn job(State(state): State<AppState>, signed: Signed, Path(id): Path<i
             "created_at": time(v.created_at_ms), "active": job.active_version == Some(v.version),
         }))
         .collect();
-    let filter = RunFilter { job_id: Some(id), state: None, limit: 10, offset: 0 };
-    let runs: Vec<Value> = state.db.list_runs(&filter).await?.items.iter().map(run_view).collect();
+    // The content type a GLUE source job's text is saved with, and its language's name.
+    let (source_type, source_language) = match job.spec.glue_type.as_str() {
+        "GLUE_PYTHON" => (Some("text/x-python"), "Python"),
+        "GLUE_JAVASCRIPT" => (Some("text/javascript"), "JavaScript"),
+        _ => (None, ""),
+    };
     render(
-        "job.html",
+        "versions.html",
         context! {
-            frame => frame(&signed, "jobs"), job => job_view(&job), groups, choices => choices(),
-            versions, runs, may_change,
+            frame => frame(&signed, "jobs"), job => job_view(&job), versions, may_change,
+            source_type, source_language,
         },
     )
 }
@@ -261,6 +291,8 @@ fn run_view(run: &RunRecord) -> Value {
 pub struct RunQuery {
     job_id: Option<String>,
     state: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
     page: Option<String>,
 }
 
@@ -274,24 +306,56 @@ pub async fn runs(
     let run_state = query.state.as_deref().and_then(|s| s.parse::<RunState>().ok());
     let page =
         query.page.as_deref().and_then(|p| p.parse::<i64>().ok()).unwrap_or(1).clamp(1, 100_000);
-    let filter =
-        RunFilter { job_id, state: run_state, limit: PAGE_SIZE, offset: (page - 1) * PAGE_SIZE };
+    // A time the API would refuse is shown beside its field, and the list is not narrowed by it.
+    let from = query.from.unwrap_or_default();
+    let to = query.to.unwrap_or_default();
+    let bound = |value: &str, bound| match value.trim() {
+        "" => (None, String::new()),
+        value => match parse_time_bound(value, bound) {
+            Ok(ms) => (Some(ms), String::new()),
+            Err(_) => (None, text("runs.bad_time")),
+        },
+    };
+    let (from_ms, from_error) = bound(&from, Bound::From);
+    let (to_ms, to_error) = bound(&to, Bound::To);
+    let filter = RunFilter {
+        job_id,
+        state: run_state,
+        from_ms,
+        to_ms,
+        limit: PAGE_SIZE,
+        offset: (page - 1) * PAGE_SIZE,
+    };
     let found = state.db.list_runs(&filter).await?;
     let runs: Vec<Value> = found.items.iter().map(run_view).collect();
     let states: Vec<&str> = RunState::ALL.iter().map(|s| s.as_str()).collect();
     let pages = (found.total + PAGE_SIZE - 1) / PAGE_SIZE;
+    // The filter again, for the links to the other pages.
+    let mut kept = url::form_urlencoded::Serializer::new(String::new());
+    if let Some(job_id) = job_id {
+        kept.append_pair("job_id", &job_id.to_string());
+    }
+    if let Some(run_state) = run_state {
+        kept.append_pair("state", run_state.as_str());
+    }
+    for (name, value) in [("from", &from), ("to", &to)] {
+        if !value.trim().is_empty() {
+            kept.append_pair(name, value.trim());
+        }
+    }
+    let kept = kept.finish();
+    let query = if kept.is_empty() { String::new() } else { format!("&{kept}") };
     render(
         "runs.html",
         context! {
             frame => frame(&signed, "runs"), runs, states, total => found.total, page, pages,
-            job_id, state => run_state.map(|s| s.as_str()),
+            job_id, state => run_state.map(|s| s.as_str()), from, to, from_error, to_error, query,
         },
     )
 }
 
 pub async fn run(State(state): State<AppState>, signed: Signed, Path(id): Path<i64>) -> Page {
-    let run =
-        state.db.get_run(id).await?.ok_or_else(|| PageError::NotFound(format!("run {id}")))?;
+    let run = state.db.get_run(id).await?.ok_or(PageError::NotFound("error.run_not_found", id))?;
     let job = state.db.get_job(run.job_id).await?;
     let may_kill = job.as_ref().map_or(signed.principal.role == Role::Admin, |job| {
         signed.principal.may_change_group(job.spec.group_id)
@@ -332,7 +396,7 @@ fn admin_only(signed: &Signed) -> Result<(), PageError> {
     if signed.principal.role == Role::Admin {
         return Ok(());
     }
-    Err(PageError::Forbidden("Only an admin sees this page.".to_owned()))
+    Err(PageError::Forbidden("error.admin_only"))
 }
 
 pub async fn users(State(state): State<AppState>, signed: Signed) -> Page {
@@ -393,7 +457,7 @@ pub async fn audit(
 
 pub async fn tokens(State(state): State<AppState>, signed: Signed) -> Page {
     let Some(user_id) = signed.principal.user_id else {
-        return Err(PageError::Forbidden("The operator token has no personal tokens.".to_owned()));
+        return Err(PageError::Forbidden("error.no_tokens"));
     };
     let tokens: Vec<Value> = state
         .db

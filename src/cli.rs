@@ -46,6 +46,48 @@ pub enum Command {
     Group(client::GroupArgs),
     /// Registered executors, through the REST API.
     Executors(client::ExecutorsArgs),
+    /// Installs the builders of Python and JavaScript job source (componentize-py with pip,
+    /// componentize-js with npm) at their pinned versions.
+    SetupBuilders(SetupBuildersArgs),
+}
+
+/// `wasmjob setup-builders`.
+#[derive(Debug, Args)]
+pub struct SetupBuildersArgs {
+    /// Where to install them; give the admin the same directory as `--builders-dir`.
+    #[arg(long, env = "WASMJOB_BUILDERS_DIR", default_value = "wasmjob-data/builders")]
+    pub dir: PathBuf,
+    /// The Python interpreter whose pip installs componentize-py (and that later runs it).
+    #[arg(long, env = "WASMJOB_PYTHON", default_value = "python3")]
+    pub python: PathBuf,
+    /// The npm that installs componentize-js.
+    #[arg(long, env = "WASMJOB_NPM", default_value = "npm")]
+    pub npm: PathBuf,
+}
+
+/// How the admin builds job versions uploaded as Python or JavaScript source.
+#[derive(Debug, Args)]
+pub struct BuilderArgs {
+    /// Where `wasmjob setup-builders` installed the builders; without it (and, for
+    /// `standalone`, without `<data dir>/builders`), source uploads are refused.
+    #[arg(long, env = "WASMJOB_BUILDERS_DIR")]
+    pub builders_dir: Option<PathBuf>,
+    /// The Python interpreter that runs componentize-py.
+    #[arg(long, env = "WASMJOB_PYTHON", default_value = "python3")]
+    pub python: PathBuf,
+    /// The Node.js that runs componentize-js.
+    #[arg(long, env = "WASMJOB_NODE", default_value = "node")]
+    pub node: PathBuf,
+    /// Seconds a build may take before the builder is killed.
+    #[arg(long, env = "WASMJOB_BUILD_TIMEOUT_SECS", default_value_t = 300)]
+    pub build_timeout_secs: u64,
+    /// Data-size limit of a builder process, in MiB.
+    #[arg(long, env = "WASMJOB_BUILD_MEMORY_MB", default_value_t = 4096)]
+    pub build_memory_mb: u64,
+    /// Versions kept per job (XXL-JOB keeps 30); an upload deletes the oldest beyond it, never
+    /// the active one.
+    #[arg(long, env = "WASMJOB_MAX_VERSIONS_PER_JOB", default_value_t = 30)]
+    pub max_versions_per_job: u32,
 }
 
 /// `wasmjob user …`.
@@ -104,6 +146,10 @@ pub struct StandaloneArgs {
     pub executor_allow: Vec<String>,
     #[command(flatten)]
     pub limits: LimitArgs,
+    #[command(flatten)]
+    pub alarms: AlarmArgs,
+    #[command(flatten)]
+    pub builders: BuilderArgs,
 }
 
 /// `wasmjob admin`.
@@ -134,6 +180,10 @@ pub struct AdminArgs {
     pub executor_allow: Vec<String>,
     #[command(flatten)]
     pub tls: TlsArgs,
+    #[command(flatten)]
+    pub alarms: AlarmArgs,
+    #[command(flatten)]
+    pub builders: BuilderArgs,
 }
 
 /// `wasmjob executor`.
@@ -171,6 +221,18 @@ pub struct ExecutorArgs {
     pub tls: TlsArgs,
     #[command(flatten)]
     pub limits: LimitArgs,
+}
+
+/// Where alarm e-mails go out (webhooks are configured through the API).
+#[derive(Debug, Args)]
+pub struct AlarmArgs {
+    /// SMTP server for alarm e-mails: `smtp://host:25`, `smtp://user:pass@host:587?tls=required`
+    /// (STARTTLS) or `smtps://user:pass@host` (TLS); none sends no e-mail.
+    #[arg(long, env = "WASMJOB_SMTP_URL", hide_env_values = true, requires = "smtp_from")]
+    pub smtp_url: Option<String>,
+    /// The sender of alarm e-mails (`wasmjob <alarms@example.com>`).
+    #[arg(long, env = "WASMJOB_SMTP_FROM", requires = "smtp_url")]
+    pub smtp_from: Option<String>,
 }
 
 /// TLS: the roots trusted when calling peers, and the certificate served.

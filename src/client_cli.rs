@@ -5,8 +5,13 @@
 //! --follow` reads the run's Server-Sent Events stream, resuming with `Last-Event-ID` when the
 //! connection drops.
 //!
+//! The admin's URL and the token come from a flag, the environment or the config file
+//! ([`config_file`]), in that order.
+//!
 //! Errors are one line on stderr, and the exit code says what kind ([`ExitKind`]). This module
 //! is only a client: it knows the API's JSON, never the admin's code.
+
+pub mod config_file;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -69,6 +74,8 @@ pub enum ExitKind {
     Invalid = 5,
     /// 6: `log --follow` saw the run end other than in success.
     RunFailed = 6,
+    /// 7: the config file is there but unreadable or invalid (or `--config` names no file).
+    Config = 7,
 }
 
 /// A failed command: its kind and its one line.
@@ -109,6 +116,9 @@ async fn dispatch(command: ClientCommand) -> Result<(), ClientError> {
         }
     }
 }
+
+/// The admin's URL when no flag, variable or config file gives one.
+const DEFAULT_ADMIN_URL: &str = "http://127.0.0.1:8080";
 
 const JOB_COLUMNS: &[&str] =
     &["id", "group_id", "name", "schedule_type", "schedule_conf", "running", "next_fire_time"];
@@ -298,10 +308,6 @@ async fn group(api: &Api, command: GroupCommand) -> Result<(), ClientError> {
             }
             api.record(&api.call("POST", "/groups", Some(body)).await?)
         }
-        GroupCommand::Delete { id } => {
-            api.call("DELETE", &format!("/groups/{id}"), None).await?;
-            api.done(&format!("group {id} deleted"))
-        }
     }
 }
 
@@ -425,14 +431,42 @@ struct Api {
 
 impl Api {
     fn new(connect: &ConnectArgs) -> Result<Api, ClientError> {
-        let token = connect.token.clone().ok_or_else(|| {
-            ClientError::new(ExitKind::Refused, "no token: pass --token or set WASMJOB_TOKEN")
+        let location = config_file::location(
+            connect.config.as_deref(),
+            connect.xdg_config_home.as_deref(),
+            connect.home.as_deref(),
+        );
+        // The file is read when it is named, or when a flag or the environment leaves something
+        // unset: a broken default file does not stand in the way of a complete command line.
+        let file = match &location {
+            Some(location)
+                if location.named || connect.admin_url.is_none() || connect.token.is_none() =>
+            {
+                config_file::load(location)
+                    .map_err(|error| ClientError::new(ExitKind::Config, error.to_string()))?
+            }
+            _ => config_file::ConfigFile::default(),
+        };
+        let token = connect.token.clone().or(file.token).ok_or_else(|| {
+            let place =
+                location.map_or("a config file".to_owned(), |l| l.path.display().to_string());
+            ClientError::new(
+                ExitKind::Refused,
+                format!(
+                    "no token: pass --token, set WASMJOB_TOKEN or put `token = \"…\"` in {place}"
+                ),
+            )
         })?;
+        let admin_url = connect
+            .admin_url
+            .clone()
+            .or(file.admin_url)
+            .unwrap_or_else(|| DEFAULT_ADMIN_URL.into());
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
             .map_err(|error| ClientError::new(ExitKind::Unavailable, error.to_string()))?;
-        let base = connect.admin_url.trim_end_matches('/').to_owned();
+        let base = admin_url.trim_end_matches('/').to_owned();
         Ok(Api { http, base, token, json: connect.json })
     }
 

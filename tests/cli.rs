@@ -138,3 +138,98 @@ fn the_cli_drives_a_standalone_admin() {
     cli.ok(&["job", "delete", &id]);
     cli.fails(&["job", "get", &id], 3);
 }
+
+/// Runs the client with only what `env` sets among the variables it reads.
+fn client(args: &[&str], env: &[(&str, &Path)], vars: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_wasmjob"));
+    command.args(args);
+    for name in ["WASMJOB_ADMIN_URL", "WASMJOB_TOKEN", "XDG_CONFIG_HOME", "HOME"] {
+        command.env_remove(name);
+    }
+    for (name, path) in env {
+        command.env(name, path);
+    }
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    command.output().unwrap()
+}
+
+fn write_config(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn the_cli_reads_its_config_file_after_flags_and_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let (_standalone, url) = spawn_standalone(&data_dir);
+    let token = std::fs::read_to_string(data_dir.join("admin-token")).unwrap().trim().to_owned();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let nowhere = format!("http://{closed}");
+    let wrong = "wrong-token-0123456789";
+    let config = |admin_url: &str, token: &str| {
+        format!("admin_url = \"{admin_url}\"\ntoken = \"{token}\"\n")
+    };
+    let status = |output: &Output| output.status.code();
+    let one_line = |output: &Output| {
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
+        stderr
+    };
+
+    // `~/.config/wasmjob/config.toml` alone is enough.
+    let home = dir.path().join("home");
+    let home_file = home.join(".config/wasmjob/config.toml");
+    write_config(&home_file, &config(&url, &token));
+    let list = client(&["job", "list", "--json"], &[("HOME", &home)], &[]);
+    assert_eq!(status(&list), Some(0), "{list:?}");
+    assert_eq!(serde_json::from_slice::<Value>(&list.stdout).unwrap(), serde_json::json!([]));
+
+    // `$XDG_CONFIG_HOME/wasmjob/config.toml` comes before `~/.config`.
+    let xdg = dir.path().join("xdg");
+    write_config(&xdg.join("wasmjob/config.toml"), &config(&url, &token));
+    write_config(&home_file, &config(&nowhere, wrong));
+    let env = [("HOME", home.as_path()), ("XDG_CONFIG_HOME", xdg.as_path())];
+    assert_eq!(status(&client(&["group", "list"], &env, &[])), Some(0));
+
+    // The environment beats the file, and a flag beats the environment.
+    write_config(&xdg.join("wasmjob/config.toml"), &config(&nowhere, wrong));
+    assert_eq!(status(&client(&["group", "list"], &env, &[])), Some(1), "the file's URL is used");
+    let vars = [("WASMJOB_ADMIN_URL", url.as_str()), ("WASMJOB_TOKEN", token.as_str())];
+    assert_eq!(status(&client(&["group", "list"], &env, &vars)), Some(0));
+    let vars = [("WASMJOB_ADMIN_URL", url.as_str())];
+    let refused = client(&["group", "list"], &env, &vars);
+    assert_eq!(status(&refused), Some(4), "the file's token, the environment's URL");
+    assert!(one_line(&refused).contains("401"));
+    let vars = [("WASMJOB_ADMIN_URL", url.as_str()), ("WASMJOB_TOKEN", wrong)];
+    assert_eq!(status(&client(&["group", "list"], &env, &vars)), Some(4));
+    assert_eq!(status(&client(&["group", "list", "--token", &token], &env, &vars)), Some(0));
+    let flags = ["group", "list", "--admin-url", &url, "--token", &token];
+    assert_eq!(status(&client(&flags, &env, &[])), Some(0));
+
+    // `--config` names another file, which must exist.
+    let named = dir.path().join("team.toml");
+    write_config(&named, &config(&url, &token));
+    let with_named = ["executors", "list", "--config", named.to_str().unwrap()];
+    assert_eq!(status(&client(&with_named, &env, &[])), Some(0));
+    let missing = dir.path().join("missing.toml");
+    let gone = client(&["job", "list", "--config", missing.to_str().unwrap()], &env, &[]);
+    assert_eq!(status(&gone), Some(7));
+    assert!(one_line(&gone).contains("missing.toml"), "{gone:?}");
+
+    // A bad file is one line naming it, and exit 7; a missing default file is no error.
+    write_config(&xdg.join("wasmjob/config.toml"), "admin_url = \"http://a\"\ntoken = [1\n");
+    let broken = client(&["job", "list"], &env, &[]);
+    assert_eq!(status(&broken), Some(7));
+    let line = one_line(&broken);
+    assert!(line.starts_with("error: config file ") && line.contains("config.toml:2:"), "{line}");
+    write_config(&xdg.join("wasmjob/config.toml"), "url = \"http://a\"\n");
+    assert!(one_line(&client(&["job", "list"], &env, &[])).contains("unknown field `url`"));
+    assert_eq!(status(&client(&flags, &env, &[])), Some(0), "not read when the flags say all");
+    let empty = dir.path().join("empty");
+    let no_token = client(&["job", "list"], &[("HOME", &empty)], &[]);
+    assert_eq!(status(&no_token), Some(4));
+    assert!(one_line(&no_token).contains("no token"), "{no_token:?}");
+}

@@ -6,6 +6,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use crate::support::cluster::Cluster;
 use crate::support::{Api, Backend, TestApp, sample_job};
 
 /// One Server-Sent Event.
@@ -296,4 +297,78 @@ async fn an_executor_without_push_is_polled() {
         .collect();
     assert_eq!(received, expected);
     app.stop().await;
+}
+
+/// The milliseconds run `run` took on its executor, from its start to its result.
+fn run_ms(run: &Value) -> i64 {
+    let at = |field: &str| {
+        let text = run[field].as_str().unwrap_or_else(|| panic!("no {field} in {run}"));
+        chrono::DateTime::parse_from_rfc3339(text).unwrap().timestamp_millis()
+    };
+    at("handle_time") - at("started_at")
+}
+
+/// A thousand clients follow one running job's log at once: each gets every line once, in
+/// order, and then the result, while the run's executor serves one log stream for them all.
+/// The admin and the executor are processes of their own, as deployed; the run's time with the
+/// clients watching is printed beside its time alone (reported, not asserted: the machine is
+/// shared).
+#[tokio::test]
+async fn a_thousand_subscribers_each_get_every_line_of_the_run_they_watch() {
+    const SUBSCRIBERS: usize = 1000;
+    let cluster = Cluster::start(None, 1, 1).await;
+    // No overall timeout: a stream lasts as long as its run.
+    let api = &Api { http: reqwest::Client::new(), ..cluster.api() };
+    let job_id = api.create_job(json!({"name": "ticker", "timeout_secs": 120})).await;
+    let (status, version) = api.upload(job_id, sample_job("ticker")).await;
+    assert_eq!(status, StatusCode::CREATED, "{version}");
+    let ticks = 60;
+    let param = json!({"param": format!("{ticks},50")});
+    let trigger = || async {
+        let (status, triggered) =
+            api.post(&format!("/api/v1/jobs/{job_id}/trigger"), param.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{triggered}");
+        triggered["log_ids"][0].as_i64().unwrap()
+    };
+    let executor_url = cluster.executors[0].url();
+    let streams_served = || async {
+        let scrape = crate::metrics::scrape_executor(&api.http, &executor_url).await;
+        scrape.value("wasmjob_executor_log_streams_total")
+    };
+
+    let alone = api.finished_run(trigger().await).await;
+    let log_id = trigger().await;
+    let follow = |_| async move {
+        let mut stream = open_stream(api, log_id, None).await;
+        let mut ids = Vec::new();
+        loop {
+            let event = stream.next().await.expect("the stream ended without its end event");
+            if event.event.as_deref() == Some("end") {
+                return (ids, event.data);
+            }
+            ids.push(event.id.unwrap().parse::<i64>().unwrap());
+        }
+    };
+    let followed = futures_util::future::join_all((0..SUBSCRIBERS).map(follow)).await;
+    let watched = api.finished_run(log_id).await;
+    assert_eq!(watched["state"], "success", "{watched}");
+
+    let lines = api.log_content(log_id).await.lines().count() as i64;
+    assert!(lines >= ticks, "{lines} lines");
+    for (ids, end) in &followed {
+        assert_eq!(ids, &(1..=lines).collect::<Vec<_>>());
+        let end: Value = serde_json::from_str(end).unwrap();
+        assert_eq!(end["state"], "success", "{end}");
+        assert_eq!(end["last_line"], lines, "{end}");
+    }
+    // The executor pushed the run's log once, to the feed that all the clients share.
+    let served = streams_served().await;
+    assert!(served <= 2.0, "the executor served {served} log streams for one watched run");
+    eprintln!(
+        "a run of {ticks} ticks 50 ms apart took {} ms alone and {} ms with {SUBSCRIBERS} \
+         subscribers; its executor served {served} log stream(s)",
+        run_ms(&alone),
+        run_ms(&watched)
+    );
+    cluster.finish().await;
 }

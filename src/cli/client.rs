@@ -7,14 +7,27 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 /// Where the admin is and who calls it, shared by every client command.
+///
+/// The URL and the token come from the flag, else the environment, else the config file
+/// (`client_cli::config_file`), else the URL defaults to `http://127.0.0.1:8080`.
 #[derive(Debug, Clone, Args)]
 pub struct ConnectArgs {
-    /// The admin's base URL.
-    #[arg(long, env = "WASMJOB_ADMIN_URL", default_value = "http://127.0.0.1:8080", global = true)]
-    pub admin_url: String,
-    /// A bearer token: the operator token or a personal API token.
+    /// The admin's base URL [default: the config file's, else http://127.0.0.1:8080].
+    #[arg(long, env = "WASMJOB_ADMIN_URL", global = true)]
+    pub admin_url: Option<String>,
+    /// A bearer token: the operator token or a personal API token [default: the config file's].
     #[arg(long, env = "WASMJOB_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
+    /// The config file [default: $XDG_CONFIG_HOME/wasmjob/config.toml, else
+    /// ~/.config/wasmjob/config.toml].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The user's config directory, where the default config file is.
+    #[arg(long, env = "XDG_CONFIG_HOME", hide = true, global = true)]
+    pub xdg_config_home: Option<PathBuf>,
+    /// The user's home, whose `.config` holds the default config file without XDG_CONFIG_HOME.
+    #[arg(long = "home-dir", env = "HOME", hide = true, global = true)]
+    pub home: Option<PathBuf>,
     /// Prints the API's JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
@@ -118,7 +131,7 @@ pub struct JobFields {
     pub timeout_secs: Option<i64>,
     #[arg(long)]
     pub retry_count: Option<i64>,
-    /// `GLUE_WASM` (default) or `BEAN`.
+    /// `GLUE_WASM` (default), `GLUE_PYTHON`, `GLUE_JAVASCRIPT` or `BEAN`.
     #[arg(long)]
     pub glue_type: Option<String>,
     /// The `BEAN` handler.
@@ -190,8 +203,6 @@ pub enum GroupCommand {
         #[arg(long, value_delimiter = ',')]
         addresses: Vec<String>,
     },
-    /// Deletes a group.
-    Delete { id: i64 },
 }
 
 /// `wasmjob executors`.

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::auth::Actor;
 use super::error::ApiError;
 use super::extract::{Path, Query};
+use super::openapi::{BadGateway, BadRequest, Forbidden, Internal, NotFound, Unauthorized};
 use super::rfc3339;
 use crate::admin::AppState;
 use crate::model::{RunRecord, RunState, code};
@@ -23,13 +24,13 @@ pub fn router() -> Router<AppState> {
 }
 
 /// One ElasticJob sharding item of a run: `{"item": 0, "parameter": "Beijing"}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct ShardingItemResponse {
     item: u32,
     parameter: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct RunResponse {
     id: i64,
     job_id: i64,
@@ -88,20 +89,74 @@ impl From<RunRecord> for RunResponse {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
     job_id: Option<i64>,
+    /// A run state: `pending`, `running`, `success`, `failed`, …
     status: Option<String>,
+    /// Runs triggered at or after this time (see [`parse_time_bound`]).
+    from: Option<String>,
+    /// Runs triggered at or before this time.
+    to: Option<String>,
+    /// The page's size, 1 to 1000 (default 20).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
+    #[param(minimum = 0)]
     offset: Option<i64>,
 }
 
-#[derive(Debug, Serialize)]
+/// Which end of a time range a text bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bound {
+    /// The first instant included: a date means its midnight.
+    From,
+    /// The last instant included: a date means its whole day.
+    To,
+}
+
+/// The instant (ms) a `from` or `to` query value names: an RFC 3339 instant
+/// (`2026-01-31T08:00:00+08:00`), a UTC date and time without zone (`2026-01-31T08:00`,
+/// seconds optional, as a browser's `datetime-local` field sends it, or with a space), or a
+/// UTC date (`2026-01-31`). The error says which forms are understood.
+pub(crate) fn parse_time_bound(text: &str, bound: Bound) -> Result<i64, String> {
+    use chrono::{DateTime, NaiveDate, NaiveDateTime};
+    let text = text.trim();
+    if let Ok(instant) = DateTime::parse_from_rfc3339(text) {
+        return Ok(instant.timestamp_millis());
+    }
+    for format in
+        ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M"]
+    {
+        if let Ok(time) = NaiveDateTime::parse_from_str(text, format) {
+            return Ok(time.and_utc().timestamp_millis());
+        }
+    }
+    if let Ok(date) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        let midnight = date.and_hms_opt(0, 0, 0).map(|time| time.and_utc().timestamp_millis());
+        if let Some(midnight) = midnight {
+            return Ok(match bound {
+                Bound::From => midnight,
+                Bound::To => midnight + 86_400_000 - 1,
+            });
+        }
+    }
+    Err(format!(
+        "`{text}` is not a time: use a date (2026-01-31), a UTC date and time \
+         (2026-01-31T08:00:00) or an RFC 3339 instant (2026-01-31T08:00:00Z)"
+    ))
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct RunList {
     total: i64,
     items: Vec<RunResponse>,
 }
 
+/// Lists runs, newest first, a page at a time.
+#[utoipa::path(get, path = "/logs", tag = "runs", params(ListQuery), responses(
+    (status = 200, body = RunList), BadRequest, Unauthorized, Internal,
+))]
 async fn list_logs(
     State(state): State<AppState>,
     Query(query): Query<ListQuery>,
@@ -123,9 +178,24 @@ async fn list_logs(
             "limit is 1 to 1000, offset at least 0",
         ));
     }
+    let bound = |text: Option<&str>, bound: Bound, name: &str| {
+        text.filter(|text| !text.trim().is_empty())
+            .map(|text| parse_time_bound(text, bound))
+            .transpose()
+            .map_err(|error| ApiError::bad_request("invalid_query", format!("{name}: {error}")))
+    };
+    let from_ms = bound(query.from.as_deref(), Bound::From, "from")?;
+    let to_ms = bound(query.to.as_deref(), Bound::To, "to")?;
+    if let (Some(from_ms), Some(to_ms)) = (from_ms, to_ms)
+        && from_ms > to_ms
+    {
+        return Err(ApiError::bad_request("invalid_query", "from: after to"));
+    }
     let filter = RunFilter {
         job_id: query.job_id,
         state: state_filter,
+        from_ms,
+        to_ms,
         limit,
         offset: query.offset.unwrap_or(0),
     };
@@ -136,6 +206,10 @@ async fn list_logs(
     }))
 }
 
+/// Shows one run.
+#[utoipa::path(get, path = "/logs/{id}", tag = "runs", params(("id" = i64, Path)), responses(
+    (status = 200, body = RunResponse), BadRequest, Unauthorized, NotFound, Internal,
+))]
 async fn get_log(
     State(state): State<AppState>,
     Path(id): Path<i64>,
@@ -143,12 +217,13 @@ async fn get_log(
     Ok(axum::Json(load(&state, id).await?.into()))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ContentQuery {
     from_line: Option<i64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct LogContent {
     from_line: i64,
     to_line: i64,
@@ -156,6 +231,10 @@ struct LogContent {
     is_end: bool,
 }
 
+/// A page of a run's log, read from its executor.
+#[utoipa::path(get, path = "/logs/{id}/content", tag = "runs", params(("id" = i64, Path), ContentQuery), responses(
+    (status = 200, body = LogContent), BadRequest, Unauthorized, NotFound, Internal, BadGateway,
+))]
 async fn log_content(
     State(state): State<AppState>,
     Path(id): Path<i64>,
@@ -202,7 +281,7 @@ fn log_page(from_line: i64, page: LogResult, run_ended: bool) -> LogContent {
     LogContent { from_line, to_line, content, is_end: run_ended && (past_the_end || page.is_end) }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct KillResponse {
     message: String,
     /// What the kill stops: `run`, `job_queue` (an XXL-JOB executor, whose kill takes only the
@@ -210,6 +289,11 @@ struct KillResponse {
     scope: &'static str,
 }
 
+/// Kills a run on its executor.
+#[utoipa::path(post, path = "/logs/{id}/kill", tag = "runs", params(("id" = i64, Path)), responses(
+    (status = 200, body = KillResponse), BadRequest, Unauthorized, Forbidden, NotFound, Internal,
+    BadGateway,
+))]
 async fn kill_run(
     State(state): State<AppState>,
     actor: Actor,
@@ -259,6 +343,48 @@ mod tests {
             ));
         }
         expected.assert_eq(&out);
+    }
+
+    #[test]
+    fn time_bounds_take_dates_local_times_and_instants() {
+        let mut out = String::new();
+        for text in [
+            "2026-01-31",
+            "2026-01-31T08:00",
+            "2026-01-31T08:00:30",
+            "2026-01-31 08:00:30.250",
+            "2026-01-31T08:00:00Z",
+            "2026-01-31T08:00:00+08:00",
+            " 2026-01-31 ",
+            "2026-02-30",
+            "31/01/2026",
+            "yesterday",
+            "",
+        ] {
+            let shown = |bound| match parse_time_bound(text, bound) {
+                Ok(ms) => super::super::rfc3339(ms).unwrap_or_default(),
+                Err(error) => error.split(':').next().unwrap_or_default().to_owned(),
+            };
+            out.push_str(&format!(
+                "{text:?} from {} to {}\n",
+                shown(Bound::From),
+                shown(Bound::To)
+            ));
+        }
+        expect![[r#"
+            "2026-01-31" from 2026-01-31T00:00:00.000Z to 2026-01-31T23:59:59.999Z
+            "2026-01-31T08:00" from 2026-01-31T08:00:00.000Z to 2026-01-31T08:00:00.000Z
+            "2026-01-31T08:00:30" from 2026-01-31T08:00:30.000Z to 2026-01-31T08:00:30.000Z
+            "2026-01-31 08:00:30.250" from 2026-01-31T08:00:30.250Z to 2026-01-31T08:00:30.250Z
+            "2026-01-31T08:00:00Z" from 2026-01-31T08:00:00.000Z to 2026-01-31T08:00:00.000Z
+            "2026-01-31T08:00:00+08:00" from 2026-01-31T00:00:00.000Z to 2026-01-31T00:00:00.000Z
+            " 2026-01-31 " from 2026-01-31T00:00:00.000Z to 2026-01-31T23:59:59.999Z
+            "2026-02-30" from `2026-02-30` is not a time to `2026-02-30` is not a time
+            "31/01/2026" from `31/01/2026` is not a time to `31/01/2026` is not a time
+            "yesterday" from `yesterday` is not a time to `yesterday` is not a time
+            "" from `` is not a time to `` is not a time
+        "#]]
+        .assert_eq(&out);
     }
 
     #[test]

@@ -5,19 +5,24 @@
 //! `Last-Event-ID: n` gets line n + 1 onwards: no gap, no repeat. (`?from_line=` starts
 //! elsewhere on a first connection.) Idle connections get a comment every [`HEARTBEAT`].
 //!
-//! A stream has a task that follows the log and a queue of [`SUBSCRIBER_EVENTS`] events to the
-//! client: memory per subscriber is bounded, and a client that leaves the queue full for
-//! [`SLOW_READER_GRACE`] is dropped (its stream ends; it may resume with `Last-Event-ID`).
+//! Each stream has a queue of [`SUBSCRIBER_EVENTS`] events to the client: memory per subscriber
+//! is bounded, and a client that leaves the queue full for [`SLOW_READER_GRACE`] is dropped
+//! (its stream ends; it may resume with `Last-Event-ID`).
 //!
-//! The lines come from the run's executor. A wasmjob executor pushes them (its
-//! `GET /log/stream`, JSON lines of `/log` pages); any other executor (XXL-JOB's) answers that
-//! with something else, and its `/log` is polled instead, backing off while the log is quiet.
-//! Before the run reaches an executor, and after its log ends until its result is recorded,
-//! the run record is polled the same way. This file does not read logs itself and keeps no
-//! state between streams.
+//! The lines come from the run's executor, read once per run however many watch it: a run's
+//! streams share one [`Feed`], a task that follows the log, broadcasts each line and keeps the
+//! last [`FEED_LINES`] for streams that join late. A stream that wants older lines, or falls
+//! more than [`FEED_EVENTS`] lines behind, reads the lines it lacks from the executor's `/log`
+//! pages itself, then takes the broadcast again. A
+//! wasmjob executor pushes the lines to the feed (its `GET /log/stream`, JSON lines of `/log`
+//! pages); any other executor (XXL-JOB's) answers that with something else, and its `/log` is
+//! polled instead, backing off while the log is quiet. Before the run reaches an executor, and
+//! after its log ends until its result is recorded, the feed polls the run record the same way.
+//! A feed stops once no stream is left.
 
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
@@ -27,11 +32,12 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::routing::get;
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 use tracing::Instrument;
 
 use super::error::ApiError;
 use super::extract::{Path, Query};
+use super::openapi::{BadRequest, Internal, NotFound, Unauthorized};
 use crate::admin::AppState;
 use crate::model::{RunRecord, code};
 use crate::protocol::{ACCESS_TOKEN_HEADER, LogParam, LogResult, join_url};
@@ -52,6 +58,17 @@ const MAX_DISPATCH_BACKOFF: Duration = Duration::from_millis(200);
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 /// How long the push stream may be silent: the executor sends a page every 5 s at least.
 const PUSH_SILENCE: Duration = Duration::from_secs(20);
+/// The events a feed holds for a stream that has not taken them yet; one further behind reads
+/// what it missed from the executor.
+const FEED_EVENTS: usize = 1024;
+/// The most recent lines a feed keeps for streams that join late.
+const FEED_LINES: usize = 1024;
+/// The most bytes of recent lines a feed keeps.
+const FEED_BYTES: usize = 1024 * 1024;
+/// How often a feed looks whether any stream is left while it waits.
+const FEED_CHECK: Duration = Duration::from_millis(500);
+/// How many times in a row a stream catching up may find the executor without the lines.
+const CATCH_UP_ATTEMPTS: u32 = 5;
 /// The longest JSON line accepted from an executor's push stream.
 const MAX_PUSH_LINE: usize = 4 * 1024 * 1024;
 
@@ -59,13 +76,15 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/logs/{id}/stream", get(stream_log))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct StreamQuery {
+    /// The first line to send (default 1), unless `Last-Event-ID` says where to resume.
     from_line: Option<i64>,
 }
 
 /// The data of the `end` event.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 struct EndEvent {
     state: &'static str,
     handle_code: i32,
@@ -74,6 +93,18 @@ struct EndEvent {
     last_line: i64,
 }
 
+/// A run's log as Server-Sent Events: one event per line (its id the line number), then an
+/// `end` event with the run's result as JSON.
+#[utoipa::path(get, path = "/logs/{id}/stream", tag = "runs",
+    params(
+        ("id" = i64, Path),
+        StreamQuery,
+        ("Last-Event-ID" = Option<i64>, Header, description = "The number of the last line received: the stream resumes after it."),
+    ),
+    responses(
+        (status = 200, description = "The stream.", content_type = "text/event-stream", body = String),
+        BadRequest, Unauthorized, NotFound, Internal,
+))]
 async fn stream_log(
     State(state): State<AppState>,
     Path(id): Path<i64>,
@@ -120,13 +151,14 @@ fn sse(
     Sse::new(events).keep_alive(KeepAlive::new().interval(heartbeat).text("heartbeat"))
 }
 
-/// The client's end of a stream, as seen by the task that follows the log.
+/// The client's end of a stream, as seen by the task that feeds it.
 struct Subscriber {
     sender: mpsc::Sender<Event>,
     grace: Duration,
 }
 
-/// The client left, or was dropped for reading too slowly: stop following.
+/// The client left, or was dropped for reading too slowly; or, for a [`Feed`], every
+/// subscriber left: stop.
 #[derive(Debug, PartialEq, Eq)]
 struct Gone;
 
@@ -142,21 +174,13 @@ impl Subscriber {
         }
     }
 
-    /// Sleeps `pause`, or less if the client leaves.
-    async fn pause(&self, pause: Duration) -> Result<(), Gone> {
-        tokio::select! {
-            () = tokio::time::sleep(pause) => Ok(()),
-            () = self.sender.closed() => Err(Gone),
-        }
-    }
-
     /// Sends the lines of `page` (numbered from its `from_line_num`); the next line's number.
     async fn send_page(&self, page: &LogResult, next_line: i64) -> Result<i64, Gone> {
         let mut next_line = next_line;
         for (line_no, line) in (page.from_line_num..).zip(page.log_content.split_terminator('\n')) {
             // A page never starts before the line asked for; skip any overlap all the same.
             if line_no >= next_line {
-                self.send(Event::default().id(line_no.to_string()).data(line)).await?;
+                self.send(line_event(line_no, line)).await?;
                 next_line = line_no + 1;
             }
         }
@@ -164,7 +188,213 @@ impl Subscriber {
     }
 }
 
-/// Follows run `run`'s log from `from_line` to its end, then sends its result.
+fn line_event(line_no: i64, line: &str) -> Event {
+    Event::default().id(line_no.to_string()).data(line)
+}
+
+/// The runs whose logs are followed now, each by one [`Feed`] that all its streams share: a
+/// thousand clients watching one run cost its executor one push stream, not a thousand.
+#[derive(Clone, Default)]
+pub struct Feeds(Arc<Mutex<HashMap<i64, Arc<Feed>>>>);
+
+/// What a feed broadcasts.
+#[derive(Clone)]
+enum FeedEvent {
+    /// A line and its number.
+    Line(i64, Arc<str>),
+    /// The log ended and the run has its result.
+    End(Arc<EndEvent>),
+}
+
+/// One run's log as its executor writes it, broadcast to the run's streams by one task, which
+/// also keeps the last [`FEED_LINES`] lines (at most [`FEED_BYTES`]) for streams that join late.
+/// A stream that wants older lines, or falls more than [`FEED_EVENTS`] events behind, reads the
+/// lines it lacks from the executor's `/log` pages itself.
+struct Feed {
+    run_id: i64,
+    feeds: Feeds,
+    /// Taken to send an event and to join, so a joining stream finds each line either in the
+    /// tail or in its receiver.
+    tail: Mutex<Tail>,
+}
+
+struct Tail {
+    events: broadcast::Sender<FeedEvent>,
+    /// The last lines sent, oldest first.
+    lines: VecDeque<(i64, Arc<str>)>,
+    bytes: usize,
+    /// The number of the next line to send: every line before it went out.
+    next_line: i64,
+    /// The end, once sent.
+    end: Option<Arc<EndEvent>>,
+}
+
+impl Tail {
+    /// A feed's state before its first line.
+    fn new() -> Tail {
+        Tail {
+            events: broadcast::channel(FEED_EVENTS).0,
+            lines: VecDeque::new(),
+            bytes: 0,
+            next_line: 1,
+            end: None,
+        }
+    }
+}
+
+/// What a stream finds when it joins a feed.
+struct Joined {
+    events: broadcast::Receiver<FeedEvent>,
+    /// The number of the oldest line the feed still holds (its next line when it holds none).
+    first_line: i64,
+    /// The lines held from the stream's next line on.
+    lines: Vec<(i64, Arc<str>)>,
+    end: Option<Arc<EndEvent>>,
+}
+
+impl Feeds {
+    /// Joins run `run`'s feed (starting it if none runs) wanting lines from `from_line` on.
+    fn join(&self, state: &AppState, run: &RunRecord, from_line: i64) -> Joined {
+        let mut feeds = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(feed) = feeds.get(&run.id) {
+            return feed.joined(from_line);
+        }
+        let tail = Tail::new();
+        let feed = Arc::new(Feed { run_id: run.id, feeds: self.clone(), tail: Mutex::new(tail) });
+        feeds.insert(run.id, feed.clone());
+        let joined = feed.joined(from_line);
+        tokio::spawn(
+            feed.run(state.clone(), run.clone())
+                .instrument(tracing::debug_span!("log_feed", run.id = run.id)),
+        );
+        joined
+    }
+}
+
+impl Feed {
+    fn tail(&self) -> std::sync::MutexGuard<'_, Tail> {
+        self.tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn joined(&self, from_line: i64) -> Joined {
+        let tail = self.tail();
+        Joined {
+            events: tail.events.subscribe(),
+            first_line: tail.lines.front().map_or(tail.next_line, |(line_no, _)| *line_no),
+            lines: tail
+                .lines
+                .iter()
+                .filter(|(line_no, _)| *line_no >= from_line)
+                .cloned()
+                .collect(),
+            end: tail.end.clone(),
+        }
+    }
+
+    /// Follows the log to its end, then the run record to its result.
+    async fn run(self: Arc<Self>, state: AppState, run: RunRecord) {
+        let _ = self.follow(&state, run).await;
+        // Whether it ended or everyone left: forget it, so that a later stream starts afresh.
+        let mut feeds = self.feeds.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if feeds.get(&self.run_id).is_some_and(|feed| Arc::ptr_eq(feed, &self)) {
+            feeds.remove(&self.run_id);
+        }
+    }
+
+    async fn follow(&self, state: &AppState, mut run: RunRecord) -> Result<(), Gone> {
+        let mut backoff = Backoff::default();
+        // Wait for the run to reach an executor, or to end without one.
+        let address = loop {
+            match (&run.executor_address, run.trigger_code) {
+                (Some(address), code::SUCCESS) => break Some(address.clone()),
+                _ if run.state.is_terminal() => break None,
+                _ => {}
+            }
+            self.pause(backoff.quiet().min(MAX_DISPATCH_BACKOFF)).await?;
+            run = reload(state, run).await;
+        };
+        if let Some(address) = address {
+            follow_executor(state, &run, &address, 1, self).await?;
+        }
+        let mut backoff = Backoff::default();
+        while !run.state.is_terminal() {
+            self.pause(backoff.quiet()).await?;
+            run = reload(state, run).await;
+        }
+        let mut tail = self.tail();
+        let end = Arc::new(EndEvent {
+            state: run.state.as_str(),
+            handle_code: run.handle_code,
+            handle_msg: run.handle_msg.clone(),
+            last_line: tail.next_line - 1,
+        });
+        tail.end = Some(end.clone());
+        let _ = tail.events.send(FeedEvent::End(end));
+        Ok(())
+    }
+
+    /// Sends the lines of `page` from `next_line` on; the next line's number.
+    async fn send_page(&self, page: &LogResult, next_line: i64) -> Result<i64, Gone> {
+        let mut next_line = next_line;
+        let mut tail = self.tail();
+        for (line_no, line) in (page.from_line_num..).zip(page.log_content.split_terminator('\n')) {
+            if line_no >= next_line {
+                let line: Arc<str> = Arc::from(line);
+                tail.bytes += line.len();
+                tail.lines.push_back((line_no, line.clone()));
+                while tail.lines.len() > FEED_LINES || tail.bytes > FEED_BYTES {
+                    let Some((_, old)) = tail.lines.pop_front() else { break };
+                    tail.bytes -= old.len();
+                }
+                tail.next_line = line_no + 1;
+                let _ = tail.events.send(FeedEvent::Line(line_no, line));
+                next_line = line_no + 1;
+            }
+        }
+        drop(tail);
+        self.still_watched()?;
+        Ok(next_line)
+    }
+
+    /// Sleeps `pause`, or less if every stream leaves.
+    async fn pause(&self, pause: Duration) -> Result<(), Gone> {
+        tokio::select! {
+            () = tokio::time::sleep(pause) => self.still_watched(),
+            gone = self.closed() => Err(gone),
+        }
+    }
+
+    /// Returns once no stream is left (checked every [`FEED_CHECK`]).
+    async fn closed(&self) -> Gone {
+        loop {
+            tokio::time::sleep(FEED_CHECK).await;
+            if let Err(gone) = self.still_watched() {
+                return gone;
+            }
+        }
+    }
+
+    /// `Gone` once no stream is left. Decided under the feeds' lock, where streams join, and
+    /// then the feed is forgotten at once, so a stream joins a feed that will feed it or a
+    /// new one.
+    fn still_watched(&self) -> Result<(), Gone> {
+        let watched = || self.tail().events.receiver_count() > 0;
+        if watched() {
+            return Ok(());
+        }
+        let mut feeds = self.feeds.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if watched() {
+            return Ok(());
+        }
+        if feeds.get(&self.run_id).is_some_and(|feed| std::ptr::eq(Arc::as_ptr(feed), self)) {
+            feeds.remove(&self.run_id);
+        }
+        Err(Gone)
+    }
+}
+
+/// Feeds one client run `run`'s log from `from_line`, then its result: from the run's
+/// [`Feed`], reading what it no longer holds from the executor.
 async fn follow(state: AppState, run: RunRecord, from_line: i64, subscriber: Subscriber) {
     crate::metrics::admin().log_streams.inc();
     let _ = follow_inner(&state, run, from_line, &subscriber).await;
@@ -177,34 +407,111 @@ async fn follow_inner(
     from_line: i64,
     subscriber: &Subscriber,
 ) -> Result<(), Gone> {
-    let mut backoff = Backoff::default();
-    // Wait for the run to reach an executor, or to end without one.
-    let address = loop {
-        match (&run.executor_address, run.trigger_code) {
-            (Some(address), code::SUCCESS) => break Some(address.clone()),
-            _ if run.state.is_terminal() => break None,
-            _ => {}
-        }
-        subscriber.pause(backoff.quiet().min(MAX_DISPATCH_BACKOFF)).await?;
-        run = reload(state, run).await;
-    };
     let mut next_line = from_line;
-    if let Some(address) = address {
-        next_line = follow_executor(state, &run, &address, next_line, subscriber).await?;
+    loop {
+        let Joined { mut events, first_line, lines, end } =
+            state.log_feeds.join(state, &run, next_line);
+        if next_line < first_line {
+            run = reload(state, run).await;
+            next_line = catch_up(state, &run, next_line, first_line, subscriber).await?;
+        }
+        for (line_no, line) in lines {
+            if line_no == next_line {
+                subscriber.send(line_event(line_no, &line)).await?;
+                next_line += 1;
+            }
+        }
+        if let Some(end) = end {
+            return send_end(state, run, &end, next_line, subscriber).await;
+        }
+        loop {
+            let event = tokio::select! {
+                event = events.recv() => event,
+                () = subscriber.sender.closed() => return Err(Gone),
+            };
+            match event {
+                Ok(FeedEvent::Line(line_no, line)) => {
+                    if line_no > next_line {
+                        run = reload(state, run).await;
+                        next_line = catch_up(state, &run, next_line, line_no, subscriber).await?;
+                    }
+                    if line_no == next_line {
+                        subscriber.send(line_event(line_no, &line)).await?;
+                        next_line += 1;
+                    }
+                }
+                Ok(FeedEvent::End(end)) => {
+                    return send_end(state, run, &end, next_line, subscriber).await;
+                }
+                // Fell behind the feed: the next line shows the gap, which is read from the
+                // executor.
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                // The feed stopped without an end (it found no stream left just as this one
+                // joined): join again.
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
     }
-    let mut backoff = Backoff::default();
-    while !run.state.is_terminal() {
-        subscriber.pause(backoff.quiet()).await?;
+}
+
+/// Sends the lines up to the end's last line that the stream still lacks, then the end.
+async fn send_end(
+    state: &AppState,
+    mut run: RunRecord,
+    end: &EndEvent,
+    mut next_line: i64,
+    subscriber: &Subscriber,
+) -> Result<(), Gone> {
+    if end.last_line >= next_line {
         run = reload(state, run).await;
+        next_line = catch_up(state, &run, next_line, end.last_line + 1, subscriber).await?;
     }
-    let end = EndEvent {
-        state: run.state.as_str(),
-        handle_code: run.handle_code,
-        handle_msg: run.handle_msg.clone(),
-        last_line: next_line - 1,
-    };
-    let event = Event::default().event("end").json_data(&end).unwrap_or_default();
-    subscriber.send(event).await
+    let end = EndEvent { last_line: next_line - 1, ..end.clone() };
+    subscriber.send(Event::default().event("end").json_data(&end).unwrap_or_default()).await
+}
+
+/// Sends the lines from `next_line` up to `until` (excluded) read from the run's executor's
+/// `/log` pages; the next line's number then.
+async fn catch_up(
+    state: &AppState,
+    run: &RunRecord,
+    mut next_line: i64,
+    until: i64,
+    subscriber: &Subscriber,
+) -> Result<i64, Gone> {
+    let Some(address) = run.executor_address.as_deref() else { return Ok(next_line) };
+    let mut failures = 0;
+    while next_line < until {
+        match read_page(state, run, address, next_line).await {
+            Ok(Some(page)) if page.to_line_num >= page.from_line_num => {
+                next_line = subscriber.send_page(&page, next_line).await?;
+                failures = 0;
+                continue;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::debug!(run.id = run.id, %error, "reading run {}'s log", run.id),
+        }
+        failures += 1;
+        if failures > CATCH_UP_ATTEMPTS {
+            // The executor cannot give the lines now: end the stream; the client resumes
+            // from its last line.
+            return Err(Gone);
+        }
+        tokio::time::sleep(MIN_BACKOFF * failures).await;
+    }
+    Ok(next_line)
+}
+
+/// A page of run `run`'s log from line `from_line`, read from its executor's `/log`.
+async fn read_page(
+    state: &AppState,
+    run: &RunRecord,
+    address: &str,
+    from_line: i64,
+) -> Result<Option<LogResult>, crate::protocol::ProtocolError> {
+    let param =
+        LogParam { log_date_tim: run.trigger_time_ms, log_id: run.id, from_line_num: from_line };
+    state.dispatcher.client().call(address, "log", &param).await
 }
 
 /// Sends the lines from `next_line` until the executor says the log ended; the next line's
@@ -214,7 +521,7 @@ async fn follow_executor(
     run: &RunRecord,
     address: &str,
     mut next_line: i64,
-    subscriber: &Subscriber,
+    subscriber: &Feed,
 ) -> Result<i64, Gone> {
     let mut backoff = Backoff::default();
     let mut push = true;
@@ -226,14 +533,7 @@ async fn follow_executor(
                 Pushed::Unsupported => push = false,
             }
         }
-        let param = LogParam {
-            log_date_tim: run.trigger_time_ms,
-            log_id: run.id,
-            from_line_num: next_line,
-        };
-        let page: Result<Option<LogResult>, _> =
-            state.dispatcher.client().call(address, "log", &param).await;
-        match page {
+        match read_page(state, run, address, next_line).await {
             Ok(Some(page)) => {
                 let has_lines = page.to_line_num >= page.from_line_num;
                 next_line = subscriber.send_page(&page, next_line).await?;
@@ -269,7 +569,7 @@ async fn follow_push(
     run: &RunRecord,
     address: &str,
     mut next_line: i64,
-    subscriber: &Subscriber,
+    subscriber: &Feed,
 ) -> Result<Pushed, Gone> {
     let url = format!(
         "{}?logId={}&logDateTim={}&fromLineNum={next_line}",
@@ -287,7 +587,7 @@ async fn follow_push(
                 return Ok(Pushed::Unsupported);
             }
         },
-        () = subscriber.sender.closed() => return Err(Gone),
+        gone = subscriber.closed() => return Err(gone),
     };
     let is_json_lines = response
         .headers()
@@ -300,7 +600,7 @@ async fn follow_push(
     loop {
         let chunk = tokio::select! {
             chunk = tokio::time::timeout(PUSH_SILENCE, response.chunk()) => chunk,
-            () = subscriber.sender.closed() => return Err(Gone),
+            gone = subscriber.closed() => return Err(gone),
         };
         let Ok(Ok(Some(chunk))) = chunk else {
             return Ok(Pushed::Cut(next_line));
@@ -391,6 +691,41 @@ mod tests {
         let (sender, _receiver) = mpsc::channel(8);
         let subscriber = Subscriber { sender, grace: Duration::ZERO };
         assert_eq!(subscriber.send_page(&page, 3).await, Ok(4));
+    }
+
+    #[tokio::test]
+    async fn a_feed_keeps_its_last_lines_for_streams_that_join_late() {
+        let feeds = Feeds::default();
+        let tail = Tail::new();
+        let feed = Feed { run_id: 7, feeds, tail: Mutex::new(tail) };
+        let early = feed.joined(1);
+        let content: String = (1..=1500).map(|i| format!("line {i}\n")).collect();
+        let page =
+            LogResult { from_line_num: 1, to_line_num: 1500, log_content: content, is_end: false };
+        assert_eq!(feed.send_page(&page, 1).await, Ok(1501));
+        // Sent before the page is skipped; a line longer than the byte bound evicts the rest.
+        assert_eq!(feed.send_page(&page, 1501).await, Ok(1501));
+
+        // A stream that joined first has every line in its receiver, up to the channel's size.
+        assert_eq!(early.first_line, 1);
+        assert!(early.lines.is_empty());
+        let late = feed.joined(1);
+        assert_eq!(late.first_line, 1500 - FEED_LINES as i64 + 1);
+        assert_eq!(late.lines.len(), FEED_LINES);
+        let later = feed.joined(1490);
+        let numbers: Vec<i64> = later.lines.iter().map(|(line_no, _)| *line_no).collect();
+        assert_eq!(numbers, (1490..=1500).collect::<Vec<_>>());
+        assert_eq!(&*later.lines[0].1, "line 1490");
+
+        let huge = LogResult {
+            from_line_num: 1501,
+            to_line_num: 1501,
+            log_content: "x".repeat(FEED_BYTES + 1),
+            is_end: false,
+        };
+        assert_eq!(feed.send_page(&huge, 1501).await, Ok(1502));
+        let last = feed.joined(1);
+        assert_eq!((last.first_line, last.lines.len()), (1502, 0));
     }
 
     #[tokio::test]

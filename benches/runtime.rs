@@ -4,9 +4,10 @@
 //! allocator, keep-resident slots with pagemap scanning where available, no component-model
 //! concurrency, fuel and epochs on). Bare wasmtime: a fresh store with an empty WASI context, a
 //! no-op `log` and no sharding items, instantiate, call `run`, drop, with no wasmjob code.
-//! wasmjob: `Runtime::run`, everything an executor does per run except HTTP and the log file
-//! write (limits, a fresh store with its limiter, deadline callback and output pipes, the async
-//! call with its cancellation, outcome classification, log lines formatted into memory).
+//! wasmjob: `Runtime::run`, everything an executor does per run except HTTP and storing the log
+//! (limits, a fresh store with its limiter, deadline callback and output pipes, the async call
+//! with its cancellation, outcome classification, log lines formatted by the executor's own
+//! formatter into memory, where a short run's log stays until the run ends).
 //! It prints `bare_us`, `wasmjob_us` (medians of single runs), their `ratio`, and
 //! `runs_per_sec` of wasmjob's path on all cores.
 
@@ -89,15 +90,13 @@ async fn wasmjob_run(runtime: &Runtime, job: &wasmjob::runtime::CompiledJob) {
     assert_eq!(outcome.handle_code(), 200, "{outcome}");
 }
 
-/// The run log's line format, into memory instead of a file.
+/// The executor's run log lines, kept in memory as a short run's log is.
 #[derive(Default)]
 struct MemoryLog(Vec<u8>);
 
 impl LogSink for MemoryLog {
     fn line(&mut self, level: Level, message: &str) {
-        use std::io::Write;
-        let time = chrono::Utc::now().format("%Y-%m-%d %H:%M:%S%.3f");
-        let _ = writeln!(self.0, "{time} [{level:?}] {message}");
+        self.0.extend_from_slice(wasmjob::executor::format_log_lines(level, message).as_bytes());
     }
 }
 

@@ -39,7 +39,7 @@ use crate::protocol;
 use crate::runtime::{CacheStats, Level, PoolConfig, Runtime, RuntimeConfig};
 
 pub use self::journal::RESEND_WINDOW;
-pub use self::logs::LogStore;
+pub use self::logs::{LogStore, format_lines as format_log_lines};
 
 /// The largest memory cap a job may ask for (a 32-bit wasm memory cannot grow past 4 GiB).
 pub const MAX_MEMORY_BYTES: usize = 4 << 30;
@@ -169,6 +169,10 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         .instrument(tracing::info_span!("heartbeat")),
     );
     tasks.push(tokio::spawn(
+        spill_running_logs(logs.clone(), shutdown.clone())
+            .instrument(tracing::info_span!("log_spill")),
+    ));
+    tasks.push(tokio::spawn(
         retention(logs, config.limits.log_retention_days, shutdown.clone())
             .instrument(tracing::info_span!("log_retention")),
     ));
@@ -288,6 +292,23 @@ fn advertised_address(config: &ExecutorConfig, local_addr: SocketAddr) -> String
     };
     let scheme = if config.network.serve_tls.is_some() { "https" } else { "http" };
     format!("{scheme}://{}", SocketAddr::new(ip, local_addr.port()))
+}
+
+/// Moves the logs of runs running for [`logs::SPILL_AFTER`] from memory to their own files,
+/// checking every quarter of that.
+async fn spill_running_logs(logs: LogStore, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(logs::SPILL_AFTER / 4) => {}
+            () = shutdown.cancelled() => return,
+        }
+        let logs_now = logs.clone();
+        let spilled =
+            tokio::task::spawn_blocking(move || logs_now.spill_running(logs::SPILL_AFTER)).await;
+        if let Err(error) = spilled {
+            tracing::warn!(%error, "moving run logs to their files failed");
+        }
+    }
 }
 
 async fn retention(logs: LogStore, keep_days: u32, shutdown: CancellationToken) {

@@ -267,8 +267,8 @@ impl Dispatcher {
         trigger: PlannedTrigger,
         addresses: Option<&[String]>,
     ) -> Result<Vec<NewRun>, TriggerError> {
-        let version = match (job.spec.glue_type, job.active_version) {
-            (GlueType::GlueWasm, Some(version)) => {
+        let version = match (job.spec.glue_type.runs_a_version(), job.active_version) {
+            (true, Some(version)) => {
                 self.version_digest(job.id, version).await?.map(|sha256| (version, sha256))
             }
             _ => None,
@@ -276,7 +276,7 @@ impl Dispatcher {
         // A schedule fire without a version still creates its run, which then fails visibly;
         // an explicit trigger is refused at once.
         let scheduled = matches!(trigger.trigger_type, TriggerType::Cron | TriggerType::Misfire);
-        if job.spec.glue_type == GlueType::GlueWasm && version.is_none() && !scheduled {
+        if job.spec.glue_type.runs_a_version() && version.is_none() && !scheduled {
             return Err(TriggerError::NoVersion(job.id));
         }
         let run = |executor_address: Option<String>, shard_index: i64, shard_total: i64| NewRun {
@@ -698,8 +698,10 @@ fn remember<T>(cache: &Mutex<HashMap<i64, (i64, T)>>, id: i64, now_ms: i64, valu
 }
 
 fn trigger_param(job: &Job, run: &RunRecord) -> anyhow::Result<TriggerParam> {
+    // A GLUE_PYTHON or GLUE_JAVASCRIPT job runs the component its source was built into, sent
+    // exactly as a GLUE_WASM one: the source text never travels to an executor.
     let (glue_source, handler) = match job.spec.glue_type {
-        GlueType::GlueWasm => {
+        GlueType::GlueWasm | GlueType::GluePython | GlueType::GlueJavascript => {
             let sha256 = run
                 .sha256
                 .clone()
@@ -716,7 +718,7 @@ fn trigger_param(job: &Job, run: &RunRecord) -> anyhow::Result<TriggerParam> {
         executor_timeout: job.spec.timeout_secs,
         log_id: run.id,
         log_date_time: run.trigger_time_ms,
-        glue_type: if job.spec.glue_type == GlueType::GlueWasm {
+        glue_type: if job.spec.glue_type.runs_a_version() {
             GLUE_WASM.to_owned()
         } else {
             "BEAN".to_owned()

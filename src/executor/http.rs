@@ -277,6 +277,7 @@ async fn log_stream(
         return Json(ReturnT::<String>::fail("invalid query: logId and logDateTim are numbers"))
             .into_response();
     };
+    crate::metrics::executor().log_streams.inc();
     let follower =
         state.logs.follow(query.log_id, query.log_date_tim, query.from_line_num.unwrap_or(1));
     let body = axum::body::Body::from_stream(follow_json_lines(follower));

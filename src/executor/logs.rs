@@ -1,19 +1,31 @@
-//! Run logs on the executor: one file per run under `logs/YYYY-MM-DD/<logId>.log`.
+//! Run logs on the executor.
 //!
 //! Lines come from the guest's `log` import and its stdout/stderr, each prefixed with a time and
 //! a level. A run's log is capped: past the cap one marker line is written and the rest dropped;
 //! a very long line is cut. Reads return bounded pages and never load a whole file.
 //! Paths are built only from numbers (the run id and its date), never from request text.
 //!
+//! Where a log is kept: a run's log starts in memory, and most runs end within a second with a
+//! few lines. Such a log is then appended, as one record, to the pack its run id falls in, shared
+//! by the ids of [`PACK_RUNS`] runs of the same day (`logs/YYYY-MM-DD/p<logId / PACK_RUNS>.pack`,
+//! records `<logId> <bytes>\n` followed by the lines), so a short run costs the file system one
+//! write and no new file. A log that grows past [`SPILL_BYTES`], or whose run has been running for
+//! [`SPILL_AFTER`] (see [`LogStore::spill_running`]), moves to a file of its own,
+//! `logs/YYYY-MM-DD/<logId>.log`, and is written through from then on. A process that dies
+//! therefore loses the lines of its queued runs and of runs younger than [`SPILL_AFTER`]; the
+//! journal marks those runs lost on restart and their log says so.
+//!
 //! A [`LogFollower`] reads a run's log as it grows: each write wakes the followers of that run
 //! (a [`Notify`] per run that may still write), and a follower reads on from the byte offset
-//! where it stopped, so following costs nothing while the run is quiet and never rereads.
+//! where it stopped (the same in memory, in the run's file and in its pack record), so following
+//! costs nothing while the run is quiet and never rereads.
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
-use std::path::PathBuf;
+use std::io::{BufRead, BufReader, Cursor, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
@@ -27,36 +39,99 @@ pub const MAX_LINE_BYTES: usize = 16 * 1024;
 pub const PAGE_LINES: usize = 1000;
 /// The most bytes one page holds.
 pub const PAGE_BYTES: usize = 256 * 1024;
+/// The most bytes of a run's log kept in memory; a log that grows past it moves to its own file.
+pub const SPILL_BYTES: usize = 64 * 1024;
+/// How long a run may run with its log in memory before the log moves to its own file.
+pub const SPILL_AFTER: Duration = Duration::from_secs(1);
+/// How many run ids share a pack.
+pub const PACK_RUNS: i64 = 4096;
+/// The most packs kept open for appending.
+const OPEN_PACKS: usize = 32;
 
-/// The log directory and the runs whose logs may still grow, each with the [`Notify`] its
-/// writes wake followers with.
+/// The log directory, the logs that may still grow (each with the [`Notify`] its writes wake
+/// followers with), and the packs open for appending.
 #[derive(Clone)]
 pub struct LogStore {
     root: PathBuf,
     max_bytes: u64,
-    active: Arc<Mutex<HashMap<i64, Arc<Notify>>>>,
+    active: Arc<Mutex<HashMap<i64, RunLog>>>,
+    packs: Arc<Mutex<HashMap<PathBuf, File>>>,
 }
 
 impl LogStore {
     /// Logs under `root`, each capped at `max_bytes`.
     pub fn new(root: PathBuf, max_bytes: u64) -> std::io::Result<LogStore> {
         std::fs::create_dir_all(&root)?;
-        Ok(LogStore { root, max_bytes, active: Arc::default() })
+        Ok(LogStore { root, max_bytes, active: Arc::default(), packs: Arc::default() })
     }
 
-    /// Marks run `log_id` as accepted: its log is not at its end until `finished`.
-    pub fn started(&self, log_id: i64) {
+    /// Marks run `log_id`, triggered at `trigger_time_ms`, as accepted: its log starts in memory
+    /// and is not at its end until [`LogStore::finished`].
+    pub fn started(&self, log_id: i64, trigger_time_ms: i64) {
         if let Ok(mut active) = self.active.lock() {
-            active.entry(log_id).or_default();
+            active.entry(log_id).or_insert_with(|| {
+                RunLog::new(RunLogInner {
+                    log_id,
+                    path: self.path(log_id, trigger_time_ms),
+                    memory: Vec::new(),
+                    file: None,
+                    written: 0,
+                    max_bytes: self.max_bytes,
+                    truncated: false,
+                    notify: Arc::default(),
+                    running_since: None,
+                    closed: false,
+                })
+            });
         }
     }
 
-    /// Marks run `log_id` as over.
-    pub fn finished(&self, log_id: i64) {
-        let notify = self.active.lock().ok().and_then(|mut active| active.remove(&log_id));
-        if let Some(notify) = notify {
-            notify.notify_waiters();
+    /// Marks run `log_id` as running: from [`SPILL_AFTER`] on, its log is in a file of its own.
+    pub fn running(&self, log_id: i64) {
+        if let Some(log) = self.active_log(log_id)
+            && let Ok(mut inner) = log.0.lock()
+        {
+            inner.running_since.get_or_insert_with(Instant::now);
         }
+    }
+
+    /// Marks run `log_id` as over and stores its log: a log still in memory becomes a record of
+    /// its pack. Lines written after this are dropped.
+    pub fn finished(&self, log_id: i64) {
+        let log = self.active.lock().ok().and_then(|mut active| active.remove(&log_id));
+        let Some(log) = log else { return };
+        let Ok(mut inner) = log.0.lock() else { return };
+        inner.closed = true;
+        if inner.file.is_none() && !inner.memory.is_empty() {
+            let day = inner.path.parent().map(Path::to_path_buf).unwrap_or_default();
+            if let Err(error) = self.append_to_pack(&day, log_id, &inner.memory) {
+                tracing::warn!(%error, "cannot store the log of run {log_id} in its pack");
+                inner.spill();
+            }
+        }
+        inner.notify.notify_waiters();
+    }
+
+    /// Moves the logs of runs running for `age` or longer from memory to their own files, so a
+    /// process that dies keeps them. The executor calls this every few hundred milliseconds.
+    pub fn spill_running(&self, age: Duration) {
+        let logs: Vec<RunLog> = match self.active.lock() {
+            Ok(active) => active.values().cloned().collect(),
+            Err(_) => return,
+        };
+        for log in logs {
+            if let Ok(mut inner) = log.0.lock()
+                && inner.file.is_none()
+                && !inner.closed
+                && inner.running_since.is_some_and(|since| since.elapsed() >= age)
+            {
+                inner.spill();
+            }
+        }
+    }
+
+    fn active_log(&self, log_id: i64) -> Option<RunLog> {
+        self.active.lock().ok().and_then(|active| active.get(&log_id).cloned())
     }
 
     fn is_active(&self, log_id: i64) -> bool {
@@ -65,7 +140,8 @@ impl LogStore {
 
     /// The [`Notify`] of run `log_id` while its log may still grow.
     fn notify_of(&self, log_id: i64) -> Option<Arc<Notify>> {
-        self.active.lock().ok().and_then(|active| active.get(&log_id).cloned())
+        let log = self.active_log(log_id)?;
+        log.0.lock().ok().map(|inner| inner.notify.clone())
     }
 
     /// Follows run `log_id`'s log from line `from_line` (1-based).
@@ -73,31 +149,43 @@ impl LogStore {
         LogFollower {
             store: self.clone(),
             log_id,
-            path: self.path(log_id, trigger_time_ms),
+            trigger_time_ms,
             offset: 0,
             next_line: 1,
             from_line: from_line.max(1),
         }
     }
 
-    /// Opens (appending) the log of run `log_id` triggered at `trigger_time_ms`.
+    /// The log of run `log_id`: the accepted run's, or else its file triggered at
+    /// `trigger_time_ms`, opened for appending (a log written outside a run's life).
     pub fn open(&self, log_id: i64, trigger_time_ms: i64) -> std::io::Result<RunLog> {
+        if let Some(log) = self.active_log(log_id) {
+            return Ok(log);
+        }
         let path = self.path(log_id, trigger_time_ms);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
         let written = file.metadata()?.len();
-        let notify = self.notify_of(log_id);
-        let inner =
-            RunLogInner { file, written, max_bytes: self.max_bytes, truncated: false, notify };
-        Ok(RunLog(Arc::new(Mutex::new(inner))))
+        Ok(RunLog::new(RunLogInner {
+            log_id,
+            path,
+            memory: Vec::new(),
+            file: Some(file),
+            written,
+            max_bytes: self.max_bytes,
+            truncated: false,
+            notify: Arc::default(),
+            running_since: None,
+            closed: false,
+        }))
     }
 
     /// Appends `message` to the log of run `log_id` when its trigger time is not known (a run
-    /// found in the journal after a restart): to the existing file, whatever its date, or else
-    /// to a new one dated `fallback_ms`. Does nothing if the log already ends with `message`,
-    /// so a process that restarts again and again does not repeat itself.
+    /// found in the journal after a restart): to its file or pack records, whatever their date,
+    /// or else to a new record dated `fallback_ms`. Does nothing if the log already ends with
+    /// `message`, so a process that restarts again and again does not repeat itself.
     pub fn append_once(
         &self,
         log_id: i64,
@@ -106,32 +194,41 @@ impl LogStore {
         message: &str,
     ) -> std::io::Result<()> {
         let name = format!("{log_id}.log");
+        let pack = pack_name(log_id);
         let mut days: Vec<PathBuf> = std::fs::read_dir(&self.root)?
             .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-            .filter(|path| path.join(&name).is_file())
+            .filter(|path| path.join(&name).is_file() || path.join(&pack).is_file())
             .collect();
         days.sort();
-        let Some(day) = days.pop() else {
-            self.open(log_id, fallback_ms)?.line(level, message);
-            return Ok(());
-        };
-        let path = day.join(name);
-        let mut file = std::fs::OpenOptions::new().read(true).append(true).open(&path)?;
-        let written = file.metadata()?.len();
-        let tail_len = written.min(MAX_LINE_BYTES as u64);
-        let mut tail = Vec::new();
-        file.seek(SeekFrom::Start(written - tail_len))?;
-        file.read_to_end(&mut tail)?;
-        let last_line = String::from_utf8_lossy(&tail);
-        let last_line = last_line.trim_end().rsplit('\n').next().unwrap_or_default();
-        if last_line.ends_with(message) {
-            return Ok(());
+        let lines = format_lines(level, message);
+        while let Some(day) = days.pop() {
+            let file_path = day.join(&name);
+            let existing = if file_path.is_file() {
+                let mut file = File::open(&file_path)?;
+                let written = file.metadata()?.len();
+                let tail_len = written.min(MAX_LINE_BYTES as u64);
+                let mut tail = Vec::new();
+                file.seek(SeekFrom::Start(written - tail_len))?;
+                file.read_to_end(&mut tail)?;
+                Some((tail, true))
+            } else {
+                read_pack(&day.join(&pack), log_id)?.map(|bytes| (bytes, false))
+            };
+            let Some((bytes, in_file)) = existing else { continue };
+            let text = String::from_utf8_lossy(&bytes);
+            let last_line = text.trim_end().rsplit('\n').next().unwrap_or_default();
+            if last_line.ends_with(message) {
+                return Ok(());
+            }
+            if in_file {
+                let mut file = std::fs::OpenOptions::new().append(true).open(&file_path)?;
+                return file.write_all(lines.as_bytes());
+            }
+            return self.append_to_pack(&day, log_id, lines.as_bytes());
         }
-        let notify = self.notify_of(log_id);
-        let inner =
-            RunLogInner { file, written, max_bytes: self.max_bytes, truncated: false, notify };
-        RunLog(Arc::new(Mutex::new(inner))).line(level, message);
-        Ok(())
+        let day =
+            self.path(log_id, fallback_ms).parent().map(Path::to_path_buf).unwrap_or_default();
+        self.append_to_pack(&day, log_id, lines.as_bytes())
     }
 
     /// A page of run `log_id`'s log from line `from_line` (1-based).
@@ -143,20 +240,69 @@ impl LogStore {
     ) -> std::io::Result<LogResult> {
         let from_line = from_line.max(1);
         let active = self.is_active(log_id);
+        match self.reader(log_id, trigger_time_ms, 0)? {
+            Some(reader) => read_page(reader, from_line, active),
+            None => Ok(LogResult {
+                from_line_num: from_line,
+                to_line_num: from_line - 1,
+                log_content: String::new(),
+                is_end: !active,
+            }),
+        }
+    }
+
+    /// Run `log_id`'s log from byte `offset`: from memory, its own file or its pack records;
+    /// `None` when this executor has no line of it.
+    fn reader(
+        &self,
+        log_id: i64,
+        trigger_time_ms: i64,
+        offset: u64,
+    ) -> std::io::Result<Option<Box<dyn BufRead + Send>>> {
+        let from_memory = self.active_log(log_id).and_then(|log| {
+            let inner = log.0.lock().ok()?;
+            let start = usize::try_from(offset).unwrap_or(usize::MAX).min(inner.memory.len());
+            inner.file.is_none().then(|| inner.memory[start..].to_vec())
+        });
+        if let Some(bytes) = from_memory {
+            return Ok(Some(Box::new(Cursor::new(bytes))));
+        }
         let path = self.path(log_id, trigger_time_ms);
-        let file = match File::open(&path) {
-            Ok(file) => file,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(LogResult {
-                    from_line_num: from_line,
-                    to_line_num: from_line - 1,
-                    log_content: String::new(),
-                    is_end: !active,
-                });
+        match File::open(&path) {
+            Ok(mut file) => {
+                file.seek(SeekFrom::Start(offset))?;
+                return Ok(Some(Box::new(BufReader::new(file))));
             }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
             Err(error) => return Err(error),
+        }
+        let day = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let Some(bytes) = read_pack(&day.join(pack_name(log_id)), log_id)? else {
+            return Ok(None);
         };
-        read_page(BufReader::new(file), from_line, active)
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(bytes.len());
+        Ok(Some(Box::new(Cursor::new(bytes[start..].to_vec()))))
+    }
+
+    /// Appends one record of run `log_id` to its pack in directory `day`.
+    fn append_to_pack(&self, day: &Path, log_id: i64, lines: &[u8]) -> std::io::Result<()> {
+        let path = day.join(pack_name(log_id));
+        let mut record = format!("{log_id} {}\n", lines.len()).into_bytes();
+        record.extend_from_slice(lines);
+        let mut packs =
+            self.packs.lock().map_err(|_| std::io::Error::other("pack lock poisoned"))?;
+        if !packs.contains_key(&path) {
+            if packs.len() >= OPEN_PACKS {
+                packs.clear();
+            }
+            std::fs::create_dir_all(day)?;
+            let file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+            packs.insert(path.clone(), file);
+        }
+        match packs.get_mut(&path) {
+            Some(file) => file.write_all(&record),
+            None => Err(std::io::Error::other("pack not open")),
+        }
     }
 
     /// Deletes the date directories older than `keep_days` days before `now`.
@@ -170,6 +316,9 @@ impl LogStore {
             let is_date =
                 name.len() == 10 && chrono::NaiveDate::parse_from_str(&name, "%Y-%m-%d").is_ok();
             if is_date && name < oldest_kept {
+                if let Ok(mut packs) = self.packs.lock() {
+                    packs.retain(|path, _| !path.starts_with(entry.path()));
+                }
                 std::fs::remove_dir_all(entry.path())?;
                 removed += 1;
             }
@@ -184,6 +333,48 @@ impl LogStore {
             .to_string();
         self.root.join(day).join(format!("{log_id}.log"))
     }
+}
+
+/// The file name of the pack run `log_id` falls in.
+fn pack_name(log_id: i64) -> String {
+    format!("p{}.pack", log_id.div_euclid(PACK_RUNS))
+}
+
+/// The lines of the records of run `log_id` in the pack at `path`, in the order they were
+/// written; `None` when it has none. A damaged record (a header that does not parse, a body cut
+/// short by a crash of the machine) ends the reading: what came before it is kept.
+fn read_pack(path: &Path, log_id: i64) -> std::io::Result<Option<Vec<u8>>> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let mut reader = BufReader::new(file);
+    let mut found: Option<Vec<u8>> = None;
+    let mut header = Vec::new();
+    loop {
+        header.clear();
+        if reader.by_ref().take(64).read_until(b'\n', &mut header)? == 0 {
+            break;
+        }
+        let parsed = std::str::from_utf8(&header).ok().and_then(|text| {
+            let (id, len) = text.strip_suffix('\n')?.split_once(' ')?;
+            Some((id.parse::<i64>().ok()?, len.parse::<u64>().ok()?))
+        });
+        let Some((id, len)) = parsed else { break };
+        if id == log_id {
+            let body = found.get_or_insert_with(Vec::new);
+            let start = body.len();
+            let read = reader.by_ref().take(len).read_to_end(body)?;
+            if read as u64 != len {
+                body.truncate(start);
+                break;
+            }
+        } else {
+            reader.seek_relative(i64::try_from(len).unwrap_or(i64::MAX))?;
+        }
+    }
+    Ok(found)
 }
 
 fn read_page(reader: impl BufRead, from_line: i64, active: bool) -> std::io::Result<LogResult> {
@@ -215,17 +406,32 @@ fn read_page(reader: impl BufRead, from_line: i64, active: bool) -> std::io::Res
     })
 }
 
-/// The open log of one run; implements the runtime's [`LogSink`]. Clones share the file and
-/// the cap, so the host's own lines and the guest's count together.
+/// The log of one run; implements the runtime's [`LogSink`]. Clones share the lines and the
+/// cap, so the host's own lines and the guest's count together.
 #[derive(Clone)]
 pub struct RunLog(Arc<Mutex<RunLogInner>>);
 
+impl RunLog {
+    fn new(inner: RunLogInner) -> RunLog {
+        RunLog(Arc::new(Mutex::new(inner)))
+    }
+}
+
 struct RunLogInner {
-    file: File,
+    log_id: i64,
+    /// The run's own file, where its log goes once it leaves memory.
+    path: PathBuf,
+    /// The lines while the log is in memory.
+    memory: Vec<u8>,
+    /// The run's own file once the log is there.
+    file: Option<File>,
     written: u64,
     max_bytes: u64,
     truncated: bool,
-    notify: Option<Arc<Notify>>,
+    notify: Arc<Notify>,
+    running_since: Option<Instant>,
+    /// Set when the run is over: the log is stored and takes no more lines.
+    closed: bool,
 }
 
 impl LogSink for RunLog {
@@ -236,41 +442,96 @@ impl LogSink for RunLog {
     }
 }
 
+/// `message` as log lines, one per line of it, each cut to [`MAX_LINE_BYTES`]:
+/// `YYYY-MM-DD HH:MM:SS.mmm [LEVEL] text`, the time in UTC.
+pub fn format_lines(level: Level, message: &str) -> String {
+    use std::fmt::Write as _;
+    let level = match level {
+        Level::Trace => "TRACE",
+        Level::Debug => "DEBUG",
+        Level::Info => "INFO",
+        Level::Warn => "WARN",
+        Level::Error => "ERROR",
+    };
+    let time = time_prefix(Utc::now());
+    let mut text = String::with_capacity(message.len() + 40);
+    for part in message.split('\n') {
+        let part = part.trim_end_matches('\r');
+        let (part, cut) = cut_line(part);
+        let cut = if cut { " …[line cut]" } else { "" };
+        let _ = writeln!(text, "{time} [{level}] {part}{cut}");
+    }
+    text
+}
+
+/// `YYYY-MM-DD HH:MM:SS.mmm` of `at`, written field by field: a run logs a few lines, and a
+/// strftime pattern parsed for each of them was a measurable share of a short run.
+fn time_prefix(at: DateTime<Utc>) -> String {
+    use chrono::{Datelike, Timelike};
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}",
+        at.year(),
+        at.month(),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second(),
+        at.timestamp_subsec_millis().min(999)
+    )
+}
+
 impl RunLogInner {
     fn line(&mut self, level: Level, message: &str) {
-        if self.truncated {
+        if self.truncated || self.closed {
             return;
         }
-        let level = match level {
-            Level::Trace => "TRACE",
-            Level::Debug => "DEBUG",
-            Level::Info => "INFO",
-            Level::Warn => "WARN",
-            Level::Error => "ERROR",
-        };
-        let time = Utc::now().format("%Y-%m-%d %H:%M:%S%.3f");
-        let mut text = String::new();
-        for part in message.split('\n') {
-            let part = part.trim_end_matches('\r');
-            let (part, cut) = cut_line(part);
-            text.push_str(&format!(
-                "{time} [{level}] {part}{}\n",
-                if cut { " …[line cut]" } else { "" }
-            ));
-        }
+        let mut text = format_lines(level, message);
         if self.written + text.len() as u64 > self.max_bytes {
             self.truncated = true;
+            let time = time_prefix(Utc::now());
             text = format!(
                 "{time} [WARN] log truncated: the run's log reached its cap of {} bytes\n",
                 self.max_bytes
             );
         }
-        // A failing log write must not fail the run: the guest's work matters more than its log.
-        if self.file.write_all(text.as_bytes()).is_ok() {
-            self.written += text.len() as u64;
+        match &mut self.file {
+            // A failing log write must not fail the run: the guest's work matters more than
+            // its log.
+            Some(file) => {
+                if file.write_all(text.as_bytes()).is_ok() {
+                    self.written += text.len() as u64;
+                }
+            }
+            None => {
+                self.memory.extend_from_slice(text.as_bytes());
+                self.written += text.len() as u64;
+                if self.memory.len() > SPILL_BYTES {
+                    self.spill();
+                }
+            }
         }
-        if let Some(notify) = &self.notify {
-            notify.notify_waiters();
+        self.notify.notify_waiters();
+    }
+
+    /// Moves the log from memory to the run's own file; on failure it stays in memory.
+    fn spill(&mut self) {
+        if self.file.is_some() {
+            return;
+        }
+        let opened = self
+            .path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::OpenOptions::new().create(true).append(true).open(&self.path))
+            .and_then(|mut file| file.write_all(&self.memory).map(|()| file));
+        match opened {
+            Ok(file) => {
+                self.file = Some(file);
+                self.memory = Vec::new();
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot move the log of run {} to its file", self.log_id);
+            }
         }
     }
 }
@@ -301,7 +562,7 @@ pub fn follow_json_lines(
 pub struct LogFollower {
     store: LogStore,
     log_id: i64,
-    path: PathBuf,
+    trigger_time_ms: i64,
     /// The byte offset of line `next_line`.
     offset: u64,
     next_line: i64,
@@ -323,12 +584,15 @@ impl LogFollower {
                 notified.enable();
             }
             let active = notify.is_some();
-            let (path, offset, next_line, from_line) =
-                (self.path.clone(), self.offset, self.next_line, self.from_line);
-            let read =
-                tokio::task::spawn_blocking(move || read_on(&path, offset, next_line, from_line))
-                    .await
-                    .map_err(std::io::Error::other)??;
+            let (store, log_id, trigger_time_ms) =
+                (self.store.clone(), self.log_id, self.trigger_time_ms);
+            let (offset, next_line, from_line) = (self.offset, self.next_line, self.from_line);
+            let read = tokio::task::spawn_blocking(move || {
+                let reader = store.reader(log_id, trigger_time_ms, offset)?;
+                read_on(reader, offset, next_line, from_line)
+            })
+            .await
+            .map_err(std::io::Error::other)??;
             let first_line = from_line.max(next_line);
             (self.offset, self.next_line) = (read.offset, read.next_line);
             let has_lines = !read.content.is_empty();
@@ -355,22 +619,21 @@ struct ReadOn {
     content: String,
     offset: u64,
     next_line: i64,
-    /// Whether the page filled up before the end of the file.
+    /// Whether the page filled up before the end of the log.
     more: bool,
 }
 
-/// Reads whole lines of `path` from byte `offset` (where line `next_line` starts), skipping
-/// those before `from_line`, up to a page. A last line without its newline is being written
-/// and is left for the next read.
-fn read_on(path: &PathBuf, offset: u64, next_line: i64, from_line: i64) -> std::io::Result<ReadOn> {
+/// Reads whole lines from `reader`, which starts at byte `offset` (where line `next_line`
+/// starts), skipping those before `from_line`, up to a page. A last line without its newline is
+/// being written and is left for the next read.
+fn read_on(
+    reader: Option<Box<dyn BufRead + Send>>,
+    offset: u64,
+    next_line: i64,
+    from_line: i64,
+) -> std::io::Result<ReadOn> {
     let mut read = ReadOn { content: String::new(), offset, next_line, more: false };
-    let mut file = match File::open(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(read),
-        Err(error) => return Err(error),
-    };
-    file.seek(SeekFrom::Start(offset))?;
-    let mut reader = BufReader::new(file);
+    let Some(mut reader) = reader else { return Ok(read) };
     let mut lines = 0;
     let mut line = Vec::new();
     loop {
@@ -407,43 +670,153 @@ fn cut_line(line: &str) -> (&str, bool) {
 mod tests {
     use super::*;
 
+    const DAY: i64 = 86_400_000;
+
+    /// The names of the files in the day directory of `day`.
+    fn files_of_day(root: &Path, day: i64) -> Vec<String> {
+        let dir = root.join(
+            DateTime::<Utc>::from_timestamp_millis(day).unwrap().format("%Y-%m-%d").to_string(),
+        );
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn lines_carry_the_time_in_utc_and_the_level() {
+        let at = DateTime::<Utc>::from_timestamp_millis(1_700_000_000_007).unwrap();
+        assert_eq!(time_prefix(at), at.format("%Y-%m-%d %H:%M:%S%.3f").to_string());
+        assert_eq!(time_prefix(at), "2023-11-14 22:13:20.007");
+        let lines = format_lines(Level::Warn, "one\r\ntwo");
+        let lines: Vec<&str> = lines.lines().map(|line| &line[24..]).collect();
+        assert_eq!(lines, ["[WARN] one", "[WARN] two"]);
+    }
+
     #[test]
     fn pages_and_caps() {
         let dir = tempfile::tempdir().unwrap();
         let store = LogStore::new(dir.path().to_owned(), 300).unwrap();
-        store.started(7);
-        let mut log = store.open(7, 1_700_000_000_000).unwrap();
+        store.started(7, DAY);
+        let mut log = store.open(7, DAY).unwrap();
         for i in 1..=3 {
             log.line(Level::Info, &format!("line {i}"));
         }
-        let page = store.read(7, 1_700_000_000_000, 2).unwrap();
+        let page = store.read(7, DAY, 2).unwrap();
         assert_eq!((page.from_line_num, page.to_line_num, page.is_end), (2, 3, false));
         assert!(page.log_content.contains("[INFO] line 2\n"));
-        store.finished(7);
-        assert!(store.read(7, 1_700_000_000_000, 4).unwrap().is_end);
-
         for _ in 0..10 {
             log.line(Level::Info, "filler filler filler");
         }
-        let all = store.read(7, 1_700_000_000_000, 1).unwrap();
+        store.finished(7);
+        assert!(store.read(7, DAY, 40).unwrap().is_end);
+        let all = store.read(7, DAY, 1).unwrap();
         assert_eq!(all.log_content.matches("log truncated").count(), 1, "{}", all.log_content);
-        let missing = store.read(8, 1_700_000_000_000, 1).unwrap();
+        // Lines after the end are dropped.
+        log.line(Level::Info, "late");
+        assert_eq!(store.read(7, DAY, 1).unwrap().log_content, all.log_content);
+        let missing = store.read(8, DAY, 1).unwrap();
         assert_eq!((missing.to_line_num, missing.is_end), (0, true));
+    }
+
+    #[test]
+    fn short_logs_share_a_pack_per_range_of_run_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::new(dir.path().to_owned(), 1_000_000).unwrap();
+        for log_id in (PACK_RUNS - 50)..(PACK_RUNS + 50) {
+            store.started(log_id, DAY);
+            store.running(log_id);
+            let mut log = store.open(log_id, DAY).unwrap();
+            log.line(Level::Info, &format!("run {log_id} says hello\nand bye"));
+            store.finished(log_id);
+        }
+        assert_eq!(files_of_day(dir.path(), DAY), ["p0.pack", "p1.pack"]);
+        for log_id in (PACK_RUNS - 50)..(PACK_RUNS + 50) {
+            let page = store.read(log_id, DAY, 1).unwrap();
+            assert_eq!((page.to_line_num, page.is_end), (2, true), "{}", page.log_content);
+            assert!(page.log_content.contains(&format!("[INFO] run {log_id} says hello\n")));
+            assert_eq!(page.log_content.matches("says hello").count(), 1);
+        }
+        assert_eq!(store.read(PACK_RUNS + 51, DAY, 1).unwrap().to_line_num, 0);
+    }
+
+    #[test]
+    fn long_and_big_logs_move_to_their_own_file_and_read_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::new(dir.path().to_owned(), 10_000_000).unwrap();
+        // Big: past SPILL_BYTES.
+        store.started(1, DAY);
+        let mut big = store.open(1, DAY).unwrap();
+        let line = "x".repeat(1000);
+        let lines = SPILL_BYTES / 1000 + 10;
+        for _ in 0..lines {
+            big.line(Level::Info, &line);
+        }
+        assert_eq!(files_of_day(dir.path(), DAY), ["1.log"]);
+        // Long: running for SPILL_AFTER (here: any time at all); a queued run stays in memory.
+        store.started(2, DAY);
+        store.started(3, DAY);
+        store.running(2);
+        let mut long = store.open(2, DAY).unwrap();
+        long.line(Level::Info, "before");
+        store.spill_running(Duration::ZERO);
+        long.line(Level::Info, "after");
+        assert_eq!(files_of_day(dir.path(), DAY), ["1.log", "2.log"]);
+        for log_id in 1..=3 {
+            store.finished(log_id);
+        }
+        assert_eq!(files_of_day(dir.path(), DAY), ["1.log", "2.log"], "nothing left to pack");
+        let two = store.read(2, DAY, 1).unwrap();
+        assert_eq!((two.to_line_num, two.is_end), (2, true));
+        assert!(two.log_content.contains("before") && two.log_content.contains("after"));
+        let one = store.read(1, DAY, 1).unwrap();
+        assert_eq!(one.to_line_num, i64::try_from(lines).unwrap());
+    }
+
+    #[test]
+    fn a_damaged_pack_keeps_the_records_before_the_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::new(dir.path().to_owned(), 1_000_000).unwrap();
+        for log_id in [5, 6] {
+            store.started(log_id, DAY);
+            store.open(log_id, DAY).unwrap().line(Level::Info, &format!("run {log_id}"));
+            store.finished(log_id);
+        }
+        let pack = dir.path().join("1970-01-02").join("p0.pack");
+        let mut file = std::fs::OpenOptions::new().append(true).open(&pack).unwrap();
+        file.write_all(b"5 900\ncut short").unwrap();
+        let five = store.read(5, DAY, 1).unwrap();
+        assert_eq!((five.to_line_num, five.is_end), (1, true), "{}", five.log_content);
+        assert!(five.log_content.contains("[INFO] run 5\n"));
+        assert_eq!(store.read(6, DAY, 1).unwrap().to_line_num, 1);
+        file.write_all(b"\nnot a header\n").unwrap();
+        assert_eq!(store.read(6, DAY, 1).unwrap().to_line_num, 1);
     }
 
     #[test]
     fn a_note_for_a_run_of_unknown_date_is_written_once() {
         let dir = tempfile::tempdir().unwrap();
         let store = LogStore::new(dir.path().to_owned(), 1000).unwrap();
-        let day = 86_400_000;
-        store.open(5, 10 * day).unwrap().line(Level::Info, "started");
+        store.open(5, 10 * DAY).unwrap().line(Level::Info, "started");
+        store.started(7, 10 * DAY);
+        store.open(7, 10 * DAY).unwrap().line(Level::Info, "started");
+        store.finished(7);
         for _ in 0..2 {
-            store.append_once(5, 20 * day, Level::Warn, "lost: gone").unwrap();
-            store.append_once(6, 20 * day, Level::Warn, "lost: gone").unwrap();
+            for log_id in [5, 6, 7] {
+                store.append_once(log_id, 20 * DAY, Level::Warn, "lost: gone").unwrap();
+            }
         }
-        let five = store.read(5, 10 * day, 1).unwrap().log_content;
-        assert_eq!((five.matches("[INFO] started").count(), five.matches("lost").count()), (1, 1));
-        let six = store.read(6, 20 * day, 1).unwrap().log_content;
+        for log_id in [5, 7] {
+            let log = store.read(log_id, 10 * DAY, 1).unwrap().log_content;
+            assert_eq!(
+                (log.matches("[INFO] started").count(), log.matches("lost").count()),
+                (1, 1),
+                "{log}"
+            );
+        }
+        let six = store.read(6, 20 * DAY, 1).unwrap().log_content;
         assert_eq!(six.matches("[WARN] lost: gone").count(), 1, "{six}");
     }
 
@@ -451,13 +824,12 @@ mod tests {
     async fn a_follower_reads_lines_as_they_are_written_then_the_end() {
         let dir = tempfile::tempdir().unwrap();
         let store = LogStore::new(dir.path().to_owned(), 1_000_000).unwrap();
-        let day = 86_400_000;
-        store.started(3);
-        let mut log = store.open(3, day).unwrap();
+        store.started(3, DAY);
+        let mut log = store.open(3, DAY).unwrap();
         for i in 1..=3 {
             log.line(Level::Info, &format!("line {i}"));
         }
-        let mut follower = store.follow(3, day, 2);
+        let mut follower = store.follow(3, DAY, 2);
         let page = follower.next_page(std::time::Duration::from_secs(5)).await.unwrap();
         assert_eq!((page.from_line_num, page.to_line_num, page.is_end), (2, 3, false));
         assert!(page.log_content.ends_with("[INFO] line 3\n"), "{}", page.log_content);
@@ -475,28 +847,55 @@ mod tests {
         log.line(Level::Warn, "line 4\nline 5");
         let (page, mut follower) = waiting.await.unwrap();
         assert_eq!((page.from_line_num, page.to_line_num), (4, 5), "{}", page.log_content);
+        // The log moves to its file, then the run ends and nothing else is written: the
+        // follower reads on from the same place, then the end.
+        store.running(3);
+        store.spill_running(Duration::ZERO);
+        log.line(Level::Info, "line 6");
+        let page = follower.next_page(std::time::Duration::from_secs(3600)).await.unwrap();
+        assert_eq!((page.from_line_num, page.to_line_num), (6, 6), "{}", page.log_content);
         store.finished(3);
         let end = follower.next_page(std::time::Duration::from_secs(3600)).await.unwrap();
-        assert_eq!((end.from_line_num, end.to_line_num, end.is_end), (6, 5, true));
+        assert_eq!((end.from_line_num, end.to_line_num, end.is_end), (7, 6, true));
 
         // A follower of a finished run, or of a run this executor never had, ends at once.
-        let mut again = store.follow(3, day, 1);
+        let mut again = store.follow(3, DAY, 1);
         let all = again.next_page(std::time::Duration::from_secs(3600)).await.unwrap();
-        assert_eq!((all.to_line_num, all.is_end), (5, true));
-        let mut unknown = store.follow(4, day, 1);
+        assert_eq!((all.to_line_num, all.is_end), (6, true));
+        let mut unknown = store.follow(4, DAY, 1);
         let none = unknown.next_page(std::time::Duration::from_secs(3600)).await.unwrap();
         assert_eq!((none.to_line_num, none.is_end), (0, true));
+    }
+
+    #[tokio::test]
+    async fn a_follower_reads_on_from_the_pack_once_the_run_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::new(dir.path().to_owned(), 1_000_000).unwrap();
+        store.started(9, DAY);
+        let mut log = store.open(9, DAY).unwrap();
+        log.line(Level::Info, "one");
+        let mut follower = store.follow(9, DAY, 1);
+        let page = follower.next_page(std::time::Duration::from_secs(5)).await.unwrap();
+        assert_eq!(page.to_line_num, 1);
+        log.line(Level::Info, "two\nthree");
+        store.finished(9);
+        assert_eq!(files_of_day(dir.path(), DAY), ["p0.pack"]);
+        let page = follower.next_page(std::time::Duration::from_secs(5)).await.unwrap();
+        assert_eq!((page.from_line_num, page.to_line_num, page.is_end), (2, 3, true));
+        assert!(page.log_content.ends_with("[INFO] three\n"), "{}", page.log_content);
     }
 
     #[test]
     fn old_days_are_removed() {
         let dir = tempfile::tempdir().unwrap();
         let store = LogStore::new(dir.path().to_owned(), 1000).unwrap();
-        let day = 86_400_000;
-        store.open(1, 10 * day).unwrap().line(Level::Info, "old");
-        store.open(2, 40 * day).unwrap().line(Level::Info, "new");
-        let now = DateTime::<Utc>::from_timestamp_millis(41 * day).unwrap();
+        store.open(1, 10 * DAY).unwrap().line(Level::Info, "old");
+        store.open(2, 40 * DAY).unwrap().line(Level::Info, "new");
+        store.started(3, 10 * DAY);
+        store.finished(3);
+        let now = DateTime::<Utc>::from_timestamp_millis(41 * DAY).unwrap();
         assert_eq!(store.remove_older_than(now, 30).unwrap(), 1);
-        assert!(store.read(2, 40 * day, 1).unwrap().log_content.contains("new"));
+        assert!(store.read(2, 40 * DAY, 1).unwrap().log_content.contains("new"));
+        assert_eq!(store.read(1, 10 * DAY, 1).unwrap().to_line_num, 0);
     }
 }

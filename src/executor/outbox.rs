@@ -287,6 +287,14 @@ impl Outbox {
         ids
     }
 
+    /// How many results wait for an admin's acknowledgement, and the time (ms since the epoch)
+    /// of the oldest of them.
+    pub fn backlog(&self) -> (usize, Option<i64>) {
+        let Ok(state) = self.inner.state.lock() else { return (0, None) };
+        let oldest = state.entries.values().map(|entry| entry.result.log_date_tim).min();
+        (state.entries.len(), oldest)
+    }
+
     /// Delivers results until `shutdown`, then makes one last attempt.
     pub async fn deliver(
         self,

@@ -177,7 +177,7 @@ impl Workers {
             }
             _ => {}
         }
-        self.ctx.logs.started(param.log_id);
+        self.ctx.logs.started(param.log_id, param.log_date_time);
         if let Ok(mut log) = self.ctx.logs.open(param.log_id, param.log_date_time) {
             log.line(
                 Level::Info,
@@ -264,7 +264,10 @@ impl Workers {
             levels.queued += queue.pending.len() as i64;
             levels.running += i64::from(queue.running.is_some());
         }
-        levels.outbox = self.ctx.outbox.pending_ids().len() as i64;
+        let (waiting, oldest_ms) = self.ctx.outbox.backlog();
+        levels.outbox = waiting as i64;
+        levels.outbox_oldest_age =
+            oldest_ms.map_or(0.0, |ms| (journal::now_ms() - ms).max(0) as f64 / 1000.0);
         levels
     }
 
@@ -371,6 +374,7 @@ async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken
         finish_blocking(&ctx, &param, bytes, code::FAILURE, reason, None, None).await;
         return;
     }
+    ctx.logs.running(param.log_id);
     let mut log = match ctx.logs.open(param.log_id, param.log_date_time) {
         Ok(log) => log,
         Err(error) => {

@@ -5,9 +5,12 @@
 //! It never imports `executor`: executors, ours or XXL-JOB's, are reached only through `protocol`.
 
 mod accounts;
+mod alarms;
+pub mod builders;
 mod console;
 mod dispatch;
 mod http;
+mod report;
 mod scheduler;
 
 use std::net::SocketAddr;
@@ -47,6 +50,8 @@ pub struct AppState {
     pub dispatcher: Dispatcher,
     /// Wakes the scheduler when a job's schedule changed.
     pub scheduler_wake: Arc<Notify>,
+    /// The runs whose logs are streamed now, one shared follower each.
+    pub log_feeds: http::stream::Feeds,
 }
 
 impl AppState {
@@ -76,6 +81,7 @@ impl AppState {
             compile_slots: Arc::new(Semaphore::new(1)),
             validated_modules: Arc::default(),
             scheduler_wake: Arc::new(Notify::new()),
+            log_feeds: http::stream::Feeds::default(),
         })
     }
 }
@@ -132,6 +138,12 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
     tasks.push(tokio::spawn(
         dispatch::sweep(state.dispatcher.clone(), shutdown.clone())
             .instrument(tracing::info_span!("sweep")),
+    ));
+    tasks.push(tokio::spawn(
+        alarms::run(state.clone(), shutdown.clone()).instrument(tracing::info_span!("alarms")),
+    ));
+    tasks.push(tokio::spawn(
+        report::run(state.db.clone(), shutdown.clone()).instrument(tracing::info_span!("report")),
     ));
     Ok(Admin { local_addr, state, shutdown, tasks })
 }

@@ -11,7 +11,10 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::access::Role;
-use crate::cli::{AdminArgs, CreateUserArgs, ExecutorArgs, LimitArgs, StandaloneArgs, TlsArgs};
+use crate::cli::{
+    AdminArgs, AlarmArgs, BuilderArgs, CreateUserArgs, ExecutorArgs, LimitArgs, StandaloneArgs,
+    TlsArgs,
+};
 use crate::netpolicy::AddressPolicy;
 use crate::protocol::Generation;
 
@@ -53,6 +56,100 @@ pub struct AdminConfig {
     pub run_retention_days: Option<u32>,
     /// Executor addresses, TLS.
     pub network: NetworkConfig,
+    /// Where alarm e-mails go out.
+    pub alarms: AlarmConfig,
+    /// Where the builders of source versions are, and their limits.
+    pub builders: BuilderConfig,
+    /// Versions kept per job; an upload deletes older ones, never the active one.
+    pub max_versions_per_job: u32,
+}
+
+/// Alarm channels configured by flags (webhooks live in the database).
+#[derive(Debug, Clone, Default)]
+pub struct AlarmConfig {
+    /// The SMTP server alarm e-mails go through; `None` sends none.
+    pub smtp: Option<SmtpConfig>,
+}
+
+/// An SMTP server and the sender of alarm e-mails.
+#[derive(Clone)]
+pub struct SmtpConfig {
+    /// `smtp://…` or `smtps://…`, credentials included (never logged).
+    pub url: String,
+    /// The `From` mailbox.
+    pub from: String,
+}
+
+impl std::fmt::Debug for SmtpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmtpConfig").field("url", &"…").field("from", &self.from).finish()
+    }
+}
+
+impl AlarmConfig {
+    /// Checks `--smtp-url` and `--smtp-from`.
+    pub fn from_args(args: AlarmArgs) -> anyhow::Result<AlarmConfig> {
+        let smtp = match (args.smtp_url, args.smtp_from) {
+            (None, None) => None,
+            (Some(url), Some(from)) => {
+                let parsed = url::Url::parse(&url)
+                    .map_err(|error| anyhow::anyhow!("--smtp-url: not a URL: {error}"))?;
+                if !matches!(parsed.scheme(), "smtp" | "smtps") || parsed.host_str().is_none() {
+                    anyhow::bail!("--smtp-url: use smtp://host[:port] or smtps://host[:port]");
+                }
+                from.parse::<lettre::message::Mailbox>()
+                    .map_err(|error| anyhow::anyhow!("--smtp-from `{from}`: {error}"))?;
+                Some(SmtpConfig { url, from })
+            }
+            _ => anyhow::bail!("--smtp-url and --smtp-from go together"),
+        };
+        Ok(AlarmConfig { smtp })
+    }
+}
+
+/// Where the builders of Python and JavaScript versions are and how a build is bounded.
+#[derive(Debug, Clone)]
+pub struct BuilderConfig {
+    /// The directory `wasmjob setup-builders` installed into; `None`: no builders.
+    pub dir: Option<PathBuf>,
+    /// The Python interpreter that runs componentize-py.
+    pub python: PathBuf,
+    /// The Node.js that runs componentize-js.
+    pub node: PathBuf,
+    /// The longest a build may take; then the builder is killed.
+    pub timeout: Duration,
+    /// The data-size limit of a builder process, in bytes.
+    pub memory_bytes: u64,
+}
+
+impl BuilderConfig {
+    /// Checks the builder flags; `default_dir` is used when `--builders-dir` is not given.
+    pub fn from_args(
+        args: BuilderArgs,
+        default_dir: Option<PathBuf>,
+    ) -> anyhow::Result<BuilderConfig> {
+        if !(1..=3600).contains(&args.build_timeout_secs) {
+            anyhow::bail!("--build-timeout-secs must be between 1 and 3600");
+        }
+        if !(256..=65_536).contains(&args.build_memory_mb) {
+            anyhow::bail!("--build-memory-mb must be between 256 and 65536");
+        }
+        Ok(BuilderConfig {
+            dir: args.builders_dir.or(default_dir),
+            python: args.python,
+            node: args.node,
+            timeout: Duration::from_secs(args.build_timeout_secs),
+            memory_bytes: args.build_memory_mb * 1024 * 1024,
+        })
+    }
+}
+
+/// Checks `--max-versions-per-job`.
+fn max_versions(args: &BuilderArgs) -> anyhow::Result<u32> {
+    if !(1..=10_000).contains(&args.max_versions_per_job) {
+        anyhow::bail!("--max-versions-per-job must be between 1 and 10000");
+    }
+    Ok(args.max_versions_per_job)
 }
 
 /// How an executor runs.
@@ -193,6 +290,9 @@ impl AdminConfig {
             max_module_bytes: 32 * 1024 * 1024,
             run_retention_days: (args.run_retention_days > 0).then_some(args.run_retention_days),
             network: NetworkConfig::from_args(args.tls, Some(&args.executor_allow))?,
+            alarms: AlarmConfig::from_args(args.alarms)?,
+            max_versions_per_job: max_versions(&args.builders)?,
+            builders: BuilderConfig::from_args(args.builders, None)?,
         })
     }
 }
@@ -304,6 +404,12 @@ impl StandaloneConfig {
                 executor_policy: executor_policy(&args.executor_allow)?,
                 ..NetworkConfig::default()
             },
+            alarms: AlarmConfig::from_args(args.alarms)?,
+            max_versions_per_job: max_versions(&args.builders)?,
+            builders: BuilderConfig::from_args(
+                args.builders,
+                Some(args.data_dir.join("builders")),
+            )?,
         };
         let executor = ExecutorConfig {
             listen: args.executor_listen,

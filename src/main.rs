@@ -43,6 +43,17 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::User(UserCommand::Create(args)) => {
             admin::create_user_from_cli(NewUserConfig::from_args(args)?).await
         }
+        Command::SetupBuilders(args) => {
+            tokio::task::spawn_blocking(move || {
+                admin::builders::setup(&args.dir, &args.python, &args.npm)?;
+                tracing::info!(
+                    "builders installed in {0}: start the admin with --builders-dir {0}",
+                    args.dir.display()
+                );
+                anyhow::Ok(())
+            })
+            .await?
+        }
         client => anyhow::bail!("{client:?} is a client command"),
     }
 }

@@ -44,6 +44,14 @@ pub struct AdminMetrics {
     pub callback_batch_size: Histogram,
     /// Open log streams (`/api/v1/logs/{id}/stream`).
     pub log_streams: Gauge,
+    /// Write transactions, from begin to commit, by kind: `batch` (the group commit of the
+    /// lifecycle's writes) or `fire` (a scheduler pass's fires and their runs).
+    pub db_transaction: Family<Labels, Histogram>,
+    /// Alarm delivery attempts by channel (`webhook`, `email`) and outcome (`delivered`,
+    /// `retried`, `failed`: failed for the last time).
+    pub alarm_deliveries: Family<Labels, Counter>,
+    /// Failures whose alarm was silenced by their job's silence window.
+    pub alarms_silenced: Counter,
 }
 
 /// What the admin reads off its database at scrape time.
@@ -61,6 +69,8 @@ pub struct ExecutorMetrics {
     pub module_cache: Family<Labels, Counter>,
     /// Fetching and compiling a module the cache did not have.
     pub module_compile: Histogram,
+    /// Log streams (`GET /log/stream`) served.
+    pub log_streams: Counter,
 }
 
 /// What an executor reads off its workers and outbox at scrape time.
@@ -72,6 +82,8 @@ pub struct ExecutorLevels {
     pub running: i64,
     /// Results not yet acknowledged by an admin.
     pub outbox: i64,
+    /// How long the oldest of them has waited, in seconds (0 when none waits).
+    pub outbox_oldest_age: f64,
 }
 
 /// The admin's metrics.
@@ -87,6 +99,12 @@ pub fn admin() -> &'static AdminMetrics {
         fuel_used: Histogram::new(exponential_buckets(1e3, 10.0, 10)),
         callback_batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
         log_streams: Gauge::default(),
+        // 100 µs to about 6.5 s.
+        db_transaction: Family::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.0, 17))
+        }),
+        alarm_deliveries: Family::default(),
+        alarms_silenced: Counter::default(),
     })
 }
 
@@ -97,6 +115,7 @@ pub fn executor() -> &'static ExecutorMetrics {
         module_cache: Family::default(),
         // 1 ms to about 65 s.
         module_compile: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+        log_streams: Counter::default(),
     })
 }
 
@@ -109,9 +128,22 @@ impl AdminMetrics {
         }
     }
 
+    /// Counts an alarm delivery attempt on `channel` that ended with `outcome`.
+    pub fn alarm_delivery(&self, channel: &str, outcome: &str) {
+        let labels = vec![("channel", channel.to_owned()), ("outcome", outcome.to_owned())];
+        self.alarm_deliveries.get_or_create(&labels).inc();
+    }
+
     /// Counts a scheduled run accepted `late_ms` after its instant.
     pub fn fire_accepted(&self, late_ms: i64) {
         self.fire_lateness.observe(late_ms.max(0) as f64 / 1000.0);
+    }
+
+    /// Times one write transaction of `kind` that took `elapsed`.
+    pub fn db_transaction(&self, kind: &'static str, elapsed: std::time::Duration) {
+        self.db_transaction
+            .get_or_create(&vec![("kind", kind.to_owned())])
+            .observe(elapsed.as_secs_f64());
     }
 
     /// The exposition of these metrics and `levels`.
@@ -141,6 +173,22 @@ impl AdminMetrics {
             self.callback_batch_size.clone(),
         );
         registry.register("log_streams", "Open log streams", self.log_streams.clone());
+        registry.register_with_unit(
+            "db_transaction",
+            "Write transactions from begin to commit, by kind: batch (lifecycle writes) or fire",
+            Unit::Seconds,
+            self.db_transaction.clone(),
+        );
+        registry.register(
+            "alarm_deliveries",
+            "Alarm delivery attempts by channel and outcome (delivered, retried, failed)",
+            self.alarm_deliveries.clone(),
+        );
+        registry.register(
+            "alarms_silenced",
+            "Failures whose alarm was silenced by their job's silence window",
+            self.alarms_silenced.clone(),
+        );
         registry.register(
             "executors_online",
             "Online executors per group",
@@ -178,6 +226,7 @@ impl ExecutorMetrics {
             Unit::Seconds,
             self.module_compile.clone(),
         );
+        registry.register("log_streams", "Log streams served", self.log_streams.clone());
         registry.register(
             "queue_depth",
             "Runs queued for their job's worker",
@@ -188,6 +237,14 @@ impl ExecutorMetrics {
             "outbox_depth",
             "Results waiting for an admin's acknowledgement",
             gauge(levels.outbox),
+        );
+        let oldest = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        oldest.set(levels.outbox_oldest_age);
+        registry.register_with_unit(
+            "outbox_oldest_age",
+            "How long the oldest result waiting for an admin's acknowledgement has waited",
+            Unit::Seconds,
+            oldest,
         );
         text(&registry)
     }
@@ -225,12 +282,19 @@ mod tests {
         let metrics = ExecutorMetrics {
             module_cache: Family::default(),
             module_compile: Histogram::new([0.5]),
+            log_streams: Counter::default(),
         };
         metrics.module_lookup(true);
         metrics.module_lookup(true);
         metrics.module_lookup(false);
         metrics.module_compile.observe(0.25);
-        let text = metrics.encode(&ExecutorLevels { queued: 2, running: 1, outbox: 3 });
+        metrics.log_streams.inc();
+        let text = metrics.encode(&ExecutorLevels {
+            queued: 2,
+            running: 1,
+            outbox: 3,
+            outbox_oldest_age: 1.5,
+        });
         expect![[r#"
             # HELP wasmjob_executor_module_cache_lookups Module lookups by result: hit (compiled already) or miss.
             # TYPE wasmjob_executor_module_cache_lookups counter
@@ -243,6 +307,9 @@ mod tests {
             wasmjob_executor_module_compile_seconds_count 1
             wasmjob_executor_module_compile_seconds_bucket{le="0.5"} 1
             wasmjob_executor_module_compile_seconds_bucket{le="+Inf"} 1
+            # HELP wasmjob_executor_log_streams Log streams served.
+            # TYPE wasmjob_executor_log_streams counter
+            wasmjob_executor_log_streams_total 1
             # HELP wasmjob_executor_queue_depth Runs queued for their job's worker.
             # TYPE wasmjob_executor_queue_depth gauge
             wasmjob_executor_queue_depth 2
@@ -252,6 +319,10 @@ mod tests {
             # HELP wasmjob_executor_outbox_depth Results waiting for an admin's acknowledgement.
             # TYPE wasmjob_executor_outbox_depth gauge
             wasmjob_executor_outbox_depth 3
+            # HELP wasmjob_executor_outbox_oldest_age_seconds How long the oldest result waiting for an admin's acknowledgement has waited.
+            # TYPE wasmjob_executor_outbox_oldest_age_seconds gauge
+            # UNIT wasmjob_executor_outbox_oldest_age_seconds seconds
+            wasmjob_executor_outbox_oldest_age_seconds 1.5
             # EOF
         "#]]
         .assert_eq(&in_label_order(&text));

@@ -146,6 +146,40 @@ spelled_enum! {
         GlueWasm => "GLUE_WASM",
         /// A handler the executor already has (a component in its handlers dir, or a registered bean).
         Bean => "BEAN",
+        /// Versions uploaded as Python text, built into components by the admin; run as `GLUE_WASM`.
+        GluePython => "GLUE_PYTHON",
+        /// Versions uploaded as JavaScript text, built into components by the admin; run as `GLUE_WASM`.
+        GlueJavascript => "GLUE_JAVASCRIPT",
+    }
+}
+
+impl GlueType {
+    /// The language of this glue type's uploaded versions; `None` for `BEAN`, which has none.
+    pub fn language(self) -> Option<Language> {
+        match self {
+            GlueType::GlueWasm => Some(Language::Wasm),
+            GlueType::GluePython => Some(Language::Python),
+            GlueType::GlueJavascript => Some(Language::Javascript),
+            GlueType::Bean => None,
+        }
+    }
+
+    /// Whether a run of it names an uploaded component by digest (every type but `BEAN`): source
+    /// text never leaves the admin, executors get the component it was built into.
+    pub fn runs_a_version(self) -> bool {
+        self != GlueType::Bean
+    }
+}
+
+spelled_enum! {
+    /// What a job version was uploaded as.
+    pub enum Language {
+        /// A component, uploaded as it is.
+        Wasm => "wasm",
+        /// Python text, built with componentize-py.
+        Python => "python",
+        /// JavaScript text, built with componentize-js.
+        Javascript => "javascript",
     }
 }
 
@@ -270,6 +304,9 @@ pub struct JobSpec {
     pub child_job_ids: Vec<i64>,
     /// Where failure alarms go.
     pub alarm_email: Option<String>,
+    /// After an alarm for this job, further failures within this many seconds are silenced
+    /// (counted into the next alarm); 0 alarms on every final failure.
+    pub alarm_silence_secs: i64,
     /// The fuel budget of one run; `None` means the executor's default.
     pub fuel_limit: Option<i64>,
     /// The memory cap of one run in MiB; `None` means the executor's default.
@@ -281,6 +318,9 @@ pub struct JobSpec {
     /// ElasticJob sharding: how items are spread over the executors.
     pub sharding_strategy: ShardingStrategy,
 }
+
+/// The default [`JobSpec::alarm_silence_secs`]: one alarm per job per five minutes.
+pub const DEFAULT_ALARM_SILENCE_SECS: i64 = 300;
 
 /// The default [`JobSpec::misfire_threshold_ms`]: XXL-JOB's fixed 5 s.
 pub const DEFAULT_MISFIRE_THRESHOLD_MS: i64 = 5_000;
@@ -328,6 +368,10 @@ pub struct JobVersion {
     pub remark: String,
     /// When it was uploaded (ms).
     pub created_at_ms: i64,
+    /// What it was uploaded as.
+    pub language: Language,
+    /// Whether its source text is stored (a version uploaded as Python or JavaScript).
+    pub has_source: bool,
 }
 
 /// One run of a job (XXL-JOB's `xxl_job_log`).

@@ -8,6 +8,7 @@
 //! This module does not decide anything (when to fire, where to route): it stores and returns
 //! `model` types, and it enforces the database-level guarantees (one run per fire).
 
+mod alarms;
 mod audit;
 mod batch;
 mod groups;
@@ -24,10 +25,15 @@ use anyhow::Context;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
+pub use self::alarms::{
+    AlarmDelivery, AlarmEvent, AlarmWebhook, DeliveryOutcome, EXECUTOR_LOST, NewAlarmWebhook,
+    RUN_FAILED, Settle,
+};
 pub use self::audit::{AuditEntry, AuditPage, AuditRecord};
 pub use self::jobs::{Fire, Fired};
+pub use self::modules::NewVersion;
 pub use self::registry::RegisteredPeer;
-pub use self::reports::DailyRuns;
+pub use self::reports::{DAY_MS, DayCounts};
 pub use self::runs::{Claim, NewRun, RunFilter, RunPage};
 pub use self::users::{ApiToken, Session, User};
 

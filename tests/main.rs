@@ -5,6 +5,8 @@ mod support;
 
 /// Users, sessions and roles through the router: every route with every caller, login, logout.
 mod access;
+/// Alarms from real failing runs: signed webhooks, silence windows, a webhook down, e-mail.
+mod alarms;
 /// The operator and executor APIs' answers to bad input, through the router (no socket).
 mod api_errors;
 /// The bad-input battery against every API: no 5xx, no panic, no state changed.
@@ -13,6 +15,8 @@ mod bad_input;
 mod cli;
 /// XXL-JOB wire conformance per generation (2.2 to 3.5), both directions, from recorded bodies.
 mod conformance;
+/// The console through the router: both languages on every page, the runs list's time filter.
+mod console;
 /// The console in headless Chromium against `wasmjob standalone` (skipped without chromium).
 mod console_browser;
 /// The whole platform on 127.0.0.1: cron fires, manual triggers, logs, on each database.
@@ -21,12 +25,18 @@ mod end_to_end;
 mod executor_lifecycle;
 /// Real admin and executor processes killed and restarted mid-lifecycle, then checked.
 mod fault;
+/// GLUE source: Python and JavaScript handlers built by the admin, run, diffed, rolled back, contained.
+mod glue;
 /// The admin's side of the run lifecycle: each way a run was lost, stranded or doubled.
 mod lifecycle;
 /// `/metrics` of the admin and the executor, parsed strictly and watched as runs happen.
 mod metrics;
 /// The network attack surface: executor addresses, redirects, reply caps, excerpts, TLS.
 mod network_trust;
+/// `GET /api/v1/openapi.json`: a 3.1 document of exactly the routes the router serves.
+mod openapi;
+/// The daily report and the dashboard summary, counted from real runs.
+mod report;
 /// The sandbox through the real executor: hostile jobs, kills, block strategies, the cache.
 mod sandbox;
 /// `GET /api/v1/schedule/preview` through the router: fire times, DST, every refusal.

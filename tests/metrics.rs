@@ -152,7 +152,7 @@ async fn scrape_admin(api: &Api) -> Scrape {
     parse(&reply.text().await.unwrap())
 }
 
-async fn scrape_executor(http: &reqwest::Client, url: &str) -> Scrape {
+pub async fn scrape_executor(http: &reqwest::Client, url: &str) -> Scrape {
     let reply = http.get(format!("{url}/metrics")).bearer_auth(ACCESS_TOKEN).send().await.unwrap();
     assert_eq!(reply.status(), StatusCode::OK);
     parse(&reply.text().await.unwrap())
@@ -191,6 +191,7 @@ async fn metrics_are_scraped_parsed_and_move_as_runs_happen() {
         ("wasmjob_executor_queue_depth", "gauge"),
         ("wasmjob_executor_runs_in_flight", "gauge"),
         ("wasmjob_executor_outbox_depth", "gauge"),
+        ("wasmjob_executor_outbox_oldest_age_seconds", "gauge"),
     ] {
         assert_eq!(executor_before.types.get(kind.0).map(String::as_str), Some(kind.1), "{kind:?}");
     }
@@ -224,6 +225,9 @@ async fn metrics_are_scraped_parsed_and_move_as_runs_happen() {
     assert!(moved("wasmjob_runs_ended_total{state=\"failed\"}") >= 1.0);
     assert!(moved("wasmjob_run_fuel_used_count") >= 2.0);
     assert!(moved("wasmjob_callback_batch_size_count") >= 1.0);
+    assert_eq!(admin_after.types["wasmjob_db_transaction_seconds"], "histogram");
+    assert!(moved("wasmjob_db_transaction_seconds_count{kind=\"fire\"}") >= 2.0);
+    assert!(moved("wasmjob_db_transaction_seconds_count{kind=\"batch\"}") >= 1.0);
     let executor_after = scrape_executor(&api.http, &executor_url).await;
     assert_eq!(executor_after.types["wasmjob_executor_module_cache_lookups"], "counter");
     let moved = |series: &str| executor_after.value(series) - executor_before.value(series);
@@ -261,7 +265,7 @@ async fn metrics_are_scraped_parsed_and_move_as_runs_happen() {
     api.finished_run(triggered["log_ids"][0].as_i64().unwrap()).await;
     api.wait_until("the executor is idle and acknowledged", || async {
         let scrape = scrape_executor(&api.http, &executor_url).await;
-        let idle = ["queue_depth", "runs_in_flight", "outbox_depth"]
+        let idle = ["queue_depth", "runs_in_flight", "outbox_depth", "outbox_oldest_age_seconds"]
             .iter()
             .all(|level| scrape.value(&format!("wasmjob_executor_{level}")) == 0.0);
         idle.then_some(())

@@ -49,6 +49,8 @@ async fn hostile_jobs_end_with_their_outcome() {
         ("crash", "boom", json!({"timeout_secs": 2}), 500, "crash requested: boom"),
         ("fail", "x", json!({"timeout_secs": 2}), 500, "job failed: failed on purpose: x"),
         ("chatty", "25", json!({"timeout_secs": 2}), 200, "wrote 25 lines"),
+        // The filesystem is linked with no directory in it: a read fails, and returns no data.
+        ("reader", "/etc/passwd", json!({"timeout_secs": 2}), 500, "job failed: /etc/passwd: "),
     ];
     for (name, param, fields, code, message) in cases {
         let started = Instant::now();
@@ -57,6 +59,7 @@ async fn hostile_jobs_end_with_their_outcome() {
         eprintln!("{name}: ended in {} ms: {}", started.elapsed().as_millis(), run["handle_msg"]);
         assert_eq!(run["handle_code"].as_i64(), Some(*code), "{name}: {run}");
         assert!(run["handle_msg"].as_str().unwrap().contains(message), "{name}: {run}");
+        assert!(!run["handle_msg"].as_str().unwrap().contains("root:"), "{name}: {run}");
         hello_still_runs(api).await;
     }
     app.stop().await;

@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod browser;
+pub mod builders;
 pub mod checker;
 pub mod cluster;
 mod sample_jobs;

@@ -53,6 +53,11 @@ pub struct Api {
 impl TestApp {
     /// Admin and one executor registered in the group `default` (id 1).
     pub async fn start(backend: Backend) -> TestApp {
+        TestApp::start_with(backend, |_| {}).await
+    }
+
+    /// As [`TestApp::start`], with the admin's configuration changed by `configure`.
+    pub async fn start_with(backend: Backend, configure: impl FnOnce(&mut AdminConfig)) -> TestApp {
         wasmjob::telemetry::init_for_test();
         let dir = tempfile::tempdir().unwrap();
         let postgres_url = match backend {
@@ -62,7 +67,9 @@ impl TestApp {
         let database_url = postgres_url
             .clone()
             .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("wasmjob.db").display()));
-        let admin = admin::start(admin_config(database_url)).await.unwrap();
+        let mut config = admin_config(database_url);
+        configure(&mut config);
+        let admin = admin::start(config).await.unwrap();
         admin.state.db.ensure_group("default", "Default", admin::now_ms()).await.unwrap();
         let base = admin.url();
         let executor =
@@ -204,6 +211,15 @@ pub fn admin_config(database_url: String) -> AdminConfig {
         max_module_bytes: 4 * 1024 * 1024,
         run_retention_days: Some(30),
         network: Default::default(),
+        alarms: Default::default(),
+        builders: wasmjob::config::BuilderConfig {
+            dir: None,
+            python: "python3".into(),
+            node: "node".into(),
+            timeout: Duration::from_secs(600),
+            memory_bytes: 4096 * 1024 * 1024,
+        },
+        max_versions_per_job: 30,
     }
 }
 

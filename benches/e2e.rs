@@ -11,7 +11,9 @@
 //! - (b) `--defined` jobs (100,000), `--due` (1,000) of them firing every second, for
 //!   `--secs-b` (30): the same figures, and the admin's memory;
 //! - (c) a burst of `--triggers` (100,000) manual triggers from `--clients` (32) concurrent
-//!   clients: `manual_runs_per_sec` (first trigger accepted to last result recorded);
+//!   clients: `manual_runs_per_sec` (first trigger accepted to last result recorded). A
+//!   trigger refused with 503 at the admin's bound on unfinished runs is sent again 100 ms
+//!   later (`triggers_refused_overloaded` counts those answers);
 //!
 //! and for each, `admin_rss_mb` and `executor_rss_mb` (peak resident memory). `--workload`
 //! picks some of `a`, `b`, `c` (default all); `--binary` runs another build of wasmjob, so that
@@ -30,6 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::Row;
 
@@ -402,26 +405,40 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
         let (sent, job_ids, http, api) =
             (sent.clone(), job_ids.clone(), platform.http.clone(), platform.api.clone());
         tasks.push(tokio::spawn(async move {
-            let mut accepted = 0;
+            let (mut accepted, mut refused) = (0, 0);
             let mut n = client;
             while sent.fetch_add(1, Ordering::Relaxed) < triggers {
                 let job = job_ids[n % job_ids.len()];
                 n += clients;
-                let reply = http
-                    .post(format!("{api}/api/v1/jobs/{job}/trigger"))
-                    .bearer_auth(ADMIN_TOKEN)
-                    .send()
-                    .await;
-                if reply.is_ok_and(|reply| reply.status().is_success()) {
-                    accepted += 1;
+                loop {
+                    let reply = http
+                        .post(format!("{api}/api/v1/jobs/{job}/trigger"))
+                        .bearer_auth(ADMIN_TOKEN)
+                        .send()
+                        .await;
+                    match reply.map(|reply| reply.status()) {
+                        // The admin is at its bound on unfinished runs: wait a little, as a
+                        // client that wants every trigger run would, and send it again.
+                        Ok(StatusCode::SERVICE_UNAVAILABLE) => {
+                            refused += 1;
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        Ok(status) if status.is_success() => {
+                            accepted += 1;
+                            break;
+                        }
+                        _ => break,
+                    }
                 }
             }
-            accepted
+            (accepted, refused)
         }));
     }
-    let mut accepted = 0;
+    let (mut accepted, mut refused) = (0, 0);
     for task in tasks {
-        accepted += task.await.unwrap();
+        let (client_accepted, client_refused) = task.await.unwrap();
+        accepted += client_accepted;
+        refused += client_refused;
     }
     let accepting = started.elapsed();
     let pool = platform.db().await;
@@ -440,6 +457,7 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
     }
     let elapsed = started.elapsed();
     println!("c.triggers_accepted: {accepted}");
+    println!("c.triggers_refused_overloaded: {refused}");
     println!("c.triggers_per_sec: {:.0}", accepted as f64 / accepting.as_secs_f64());
     println!("c.runs_finished: {finished}");
     println!("c.manual_runs_per_sec: {:.0}", finished as f64 / elapsed.as_secs_f64());

@@ -5,6 +5,7 @@
 //! It never imports `executor`: executors, ours or XXL-JOB's, are reached only through `protocol`.
 
 mod accounts;
+pub mod admission;
 mod alarms;
 pub mod builders;
 mod console;
@@ -52,6 +53,8 @@ pub struct AppState {
     pub scheduler_wake: Arc<Notify>,
     /// The runs whose logs are streamed now, one shared follower each.
     pub log_feeds: http::stream::Feeds,
+    /// The bound on unfinished runs that fires and triggers wait for.
+    pub admission: Arc<admission::Admission>,
 }
 
 impl AppState {
@@ -75,6 +78,7 @@ impl AppState {
                 online_window_ms,
                 config.run_retention_days,
             ),
+            admission: Arc::new(admission::Admission::new(db.clone(), config.max_unfinished_runs)),
             db,
             config: Arc::new(config),
             validator: Arc::new(Runtime::new(RuntimeConfig::default())?),

@@ -144,6 +144,11 @@ pub struct StandaloneArgs {
     /// cloud metadata addresses stay refused unless an entry inside their range names them.
     #[arg(long, env = "WASMJOB_EXECUTOR_ALLOW", value_delimiter = ',', default_value = crate::netpolicy::DEFAULT_ALLOW)]
     pub executor_allow: Vec<String>,
+    /// Runs that may be unfinished (pending, dispatching or running) before the scheduler
+    /// holds its fires, which then misfire by their jobs' misfire strategy, and triggers are
+    /// refused with 503; 0: no bound.
+    #[arg(long, env = "WASMJOB_MAX_UNFINISHED_RUNS", default_value_t = 10_000)]
+    pub max_unfinished_runs: u64,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
@@ -178,6 +183,11 @@ pub struct AdminArgs {
     /// cloud metadata addresses stay refused unless an entry inside their range names them.
     #[arg(long, env = "WASMJOB_EXECUTOR_ALLOW", value_delimiter = ',', default_value = crate::netpolicy::DEFAULT_ALLOW)]
     pub executor_allow: Vec<String>,
+    /// Runs that may be unfinished (pending, dispatching or running) before the scheduler
+    /// holds its fires, which then misfire by their jobs' misfire strategy, and triggers are
+    /// refused with 503; 0: no bound.
+    #[arg(long, env = "WASMJOB_MAX_UNFINISHED_RUNS", default_value_t = 10_000)]
+    pub max_unfinished_runs: u64,
     #[command(flatten)]
     pub tls: TlsArgs,
     #[command(flatten)]

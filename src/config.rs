@@ -62,6 +62,8 @@ pub struct AdminConfig {
     pub builders: BuilderConfig,
     /// Versions kept per job; an upload deletes older ones, never the active one.
     pub max_versions_per_job: u32,
+    /// New fires and triggers wait while this many runs are unfinished; `None`: no bound.
+    pub max_unfinished_runs: Option<u64>,
 }
 
 /// Alarm channels configured by flags (webhooks live in the database).
@@ -150,6 +152,11 @@ fn max_versions(args: &BuilderArgs) -> anyhow::Result<u32> {
         anyhow::bail!("--max-versions-per-job must be between 1 and 10000");
     }
     Ok(args.max_versions_per_job)
+}
+
+/// Reads `--max-unfinished-runs` (0: no bound).
+fn max_unfinished(limit: u64) -> Option<u64> {
+    (limit > 0).then_some(limit)
 }
 
 /// How an executor runs.
@@ -293,6 +300,7 @@ impl AdminConfig {
             alarms: AlarmConfig::from_args(args.alarms)?,
             max_versions_per_job: max_versions(&args.builders)?,
             builders: BuilderConfig::from_args(args.builders, None)?,
+            max_unfinished_runs: max_unfinished(args.max_unfinished_runs),
         })
     }
 }
@@ -410,6 +418,7 @@ impl StandaloneConfig {
                 args.builders,
                 Some(args.data_dir.join("builders")),
             )?,
+            max_unfinished_runs: max_unfinished(args.max_unfinished_runs),
         };
         let executor = ExecutorConfig {
             listen: args.executor_listen,

@@ -52,6 +52,11 @@ pub struct AdminMetrics {
     pub alarm_deliveries: Family<Labels, Counter>,
     /// Failures whose alarm was silenced by their job's silence window.
     pub alarms_silenced: Counter,
+    /// Scheduled fires skipped by their job's misfire strategy (too late to run).
+    pub misfires: Counter,
+    /// New runs held back at the bound on unfinished runs, by source: `schedule` (a
+    /// scheduler pass that waited) or `trigger` (a trigger refused with 503).
+    pub admission_refusals: Family<Labels, Counter>,
 }
 
 /// What the admin reads off its database at scrape time.
@@ -105,6 +110,8 @@ pub fn admin() -> &'static AdminMetrics {
         }),
         alarm_deliveries: Family::default(),
         alarms_silenced: Counter::default(),
+        misfires: Counter::default(),
+        admission_refusals: Family::default(),
     })
 }
 
@@ -134,6 +141,11 @@ impl AdminMetrics {
         self.alarm_deliveries.get_or_create(&labels).inc();
     }
 
+    /// Counts new runs from `source` held back at the bound on unfinished runs.
+    pub fn admission_refused(&self, source: &str) {
+        self.admission_refusals.get_or_create(&vec![("source", source.to_owned())]).inc();
+    }
+
     /// Counts a scheduled run accepted `late_ms` after its instant.
     pub fn fire_accepted(&self, late_ms: i64) {
         self.fire_lateness.observe(late_ms.max(0) as f64 / 1000.0);
@@ -150,6 +162,16 @@ impl AdminMetrics {
     pub fn encode(&self, levels: &AdminLevels) -> String {
         let mut registry = Registry::with_prefix("wasmjob");
         registry.register("fires", "Fires committed by the scheduler", self.fires.clone());
+        registry.register(
+            "misfires",
+            "Scheduled fires skipped by their job's misfire strategy",
+            self.misfires.clone(),
+        );
+        registry.register(
+            "admission_refusals",
+            "New runs held back at the bound on unfinished runs, by source",
+            self.admission_refusals.clone(),
+        );
         registry.register_with_unit(
             "fire_lateness",
             "From a scheduled run's instant to its acceptance by an executor",

@@ -5,6 +5,8 @@ mod support;
 
 /// Users, sessions and roles through the router: every route with every caller, login, logout.
 mod access;
+/// The bound on unfinished runs: refused triggers and held fires, then recovery.
+mod admission;
 /// Alarms from real failing runs: signed webhooks, silence windows, a webhook down, e-mail.
 mod alarms;
 /// The operator and executor APIs' answers to bad input, through the router (no socket).

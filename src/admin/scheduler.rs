@@ -13,12 +13,14 @@
 //! ends the fire's last run sets it (`lifecycle`), and the next pass, within a second, sees it.
 //!
 //! Between passes the loop sleeps until the earliest next fire (at most [`MAX_SLEEP`]), or until
-//! woken by a job change.
+//! woken by a job change. While the bound on unfinished runs is reached (`admission`), a pass
+//! fires nothing and looks again after [`HELD_FOR_MS`].
 
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::admission::AdmitError;
 use super::dispatch::PlannedTrigger;
 use super::{AppState, now_ms};
 use crate::model::Job;
@@ -31,6 +33,8 @@ pub const LOOKAHEAD_MS: i64 = 1_000;
 const MAX_SLEEP: Duration = Duration::from_secs(1);
 /// Jobs handled per pass.
 const BATCH: i64 = 1_000;
+/// How long a pass held at the bound on unfinished runs waits before it looks again.
+const HELD_FOR_MS: i64 = 100;
 
 /// Runs the loop until `shutdown`.
 pub async fn run(state: AppState, shutdown: CancellationToken) {
@@ -61,6 +65,22 @@ pub async fn run(state: AppState, shutdown: CancellationToken) {
 async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     let now = now_ms();
     let due = state.db.due_jobs(now + LOOKAHEAD_MS, BATCH).await?;
+    if due.is_empty() {
+        return Ok(state.db.earliest_fire().await?);
+    }
+    match state.admission.admit(due.len() as u64).await {
+        Ok(()) => {}
+        Err(AdmitError::Overloaded(overloaded)) => {
+            // Hold the fires: the jobs stay due, and their lateness is judged by their misfire
+            // strategy when they fire (`admission`).
+            crate::metrics::admin().admission_refused("schedule");
+            if overloaded.newly {
+                tracing::warn!(due = due.len(), "holding fires: {overloaded}");
+            }
+            return Ok(Some(now + LOOKAHEAD_MS + HELD_FOR_MS));
+        }
+        Err(AdmitError::Internal(error)) => return Err(error.into()),
+    }
     let mut fires = Vec::with_capacity(due.len());
     for job in &due {
         match plan(state, job, now).await {
@@ -153,6 +173,7 @@ async fn plan(state: &AppState, job: &Job, now: i64) -> anyhow::Result<Option<(F
             runs
         }
         None => {
+            crate::metrics::admin().misfires.inc();
             tracing::info!(
                 job.id = job.id,
                 "job {} misfired at {}: skipped",

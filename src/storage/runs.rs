@@ -309,6 +309,19 @@ impl Db {
         rows.iter().map(run_from_row).collect()
     }
 
+    /// How many runs have not ended (pending, dispatching or running), counting at most `cap`:
+    /// the index on `(state, id)` answers it, and a read costs at most `cap` of its entries.
+    pub async fn count_unfinished_runs(&self, cap: i64) -> Result<i64> {
+        let row = sqlx::query(
+            "select count(*) as n from (select 1 from runs
+             where state in ('pending', 'dispatching', 'running') limit $1) as unfinished",
+        )
+        .bind(cap)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get("n")?)
+    }
+
     /// The executors that have running runs.
     pub async fn executors_with_running_runs(&self) -> Result<Vec<String>> {
         let rows = sqlx::query(

@@ -220,6 +220,7 @@ pub fn admin_config(database_url: String) -> AdminConfig {
             memory_bytes: 4096 * 1024 * 1024,
         },
         max_versions_per_job: 30,
+        max_unfinished_runs: Some(10_000),
     }
 }
 

@@ -56,6 +56,9 @@ pub enum ApiError {
     /// 502: an executor did not answer as it should.
     #[error("{0}")]
     BadGateway(String),
+    /// 503 with `Retry-After`: too many runs are unfinished to admit more now.
+    #[error("{0}")]
+    Overloaded(String),
     /// 500: our fault; logged, never shown.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -101,6 +104,7 @@ impl ApiError {
             }
             ApiError::Unprocessable { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
             ApiError::BadGateway(_) => (StatusCode::BAD_GATEWAY, "executor_error"),
+            ApiError::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -122,7 +126,14 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        (status, Json(ErrorBody { code, message })).into_response()
+        let mut response = (status, Json(ErrorBody { code, message })).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            // Runs finish by the thousand a second: a second is long enough to wait.
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        }
+        response
     }
 }
 

@@ -11,10 +11,11 @@ use super::auth::Actor;
 use super::error::{ApiError, ResultExt};
 use super::extract::{Json, Path, Query};
 use super::openapi::{
-    BadRequest, Conflict, Forbidden, Internal, NotFound, TooLarge, Unauthorized, Unprocessable,
-    UnsupportedMediaType,
+    BadRequest, Conflict, Forbidden, Internal, NotFound, Overloaded, TooLarge, Unauthorized,
+    Unprocessable, UnsupportedMediaType,
 };
 use super::rfc3339;
+use crate::admin::admission::AdmitError;
 use crate::admin::dispatch::{PlannedTrigger, TriggerError};
 use crate::admin::{AppState, now_ms};
 use crate::model::{DEFAULT_ALARM_SILENCE_SECS, DEFAULT_MISFIRE_THRESHOLD_MS, GlueType, Job};
@@ -313,7 +314,7 @@ struct TriggerResponse {
 #[utoipa::path(post, path = "/jobs/{id}/trigger", tag = "jobs", params(("id" = i64, Path)),
     request_body(content = Option<TriggerBody>, content_type = "application/json"), responses(
     (status = 200, body = TriggerResponse), BadRequest, Unauthorized, Forbidden, NotFound, Conflict,
-    Internal,
+    Internal, Overloaded,
 ))]
 async fn trigger_job(
     State(state): State<AppState>,
@@ -341,6 +342,15 @@ async fn trigger_job(
     let job = job.ok_or_else(|| job_not_found(id))?;
     actor.require_group(job.spec.group_id)?;
     let param = body.param.unwrap_or_else(|| job.spec.param.clone());
+    // Past the bound on unfinished runs, a trigger is refused rather than queued (`admission`).
+    match state.admission.admit(1).await {
+        Ok(()) => {}
+        Err(AdmitError::Overloaded(overloaded)) => {
+            crate::metrics::admin().admission_refused("trigger");
+            return Err(ApiError::Overloaded(overloaded.to_string()));
+        }
+        Err(AdmitError::Internal(error)) => return Err(error.into()),
+    }
     let trigger = PlannedTrigger::now(TriggerType::Manual, param.clone());
     let addresses = body
         .addresses

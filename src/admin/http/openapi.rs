@@ -20,7 +20,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 pub use self::responses::{
-    BadGateway, BadRequest, Binary, Conflict, Forbidden, Internal, NotFound, TooLarge,
+    BadGateway, BadRequest, Binary, Conflict, Forbidden, Internal, NotFound, Overloaded, TooLarge,
     Unauthorized, Unprocessable, UnsupportedMediaType,
 };
 use super::error::ErrorBody;

@@ -64,6 +64,12 @@ pub struct Internal(ErrorBody<'static>);
 #[response(status = 502)]
 pub struct BadGateway(ErrorBody<'static>);
 
+/// 503: too many runs are unfinished to admit another now (`overloaded`); `Retry-After` says
+/// when to try again.
+#[derive(IntoResponses)]
+#[response(status = 503, headers(("Retry-After" = u32, description = "Seconds to wait")))]
+pub struct Overloaded(ErrorBody<'static>);
+
 /// A request body of raw bytes (a WebAssembly component).
 pub struct Binary;
 

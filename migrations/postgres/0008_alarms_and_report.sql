@@ -64,8 +64,11 @@ create table alarm_silence (
     last_event_id bigint not null
 );
 
--- Runs per UTC day (created_at / 86400000) and state. run_report is recounted for recent days
--- from the runs and run_report_retired, which keeps the counts of runs deleted by retention.
+-- Runs per UTC day (created_at / 86400000) and state, the unfinished ones (pending, dispatching,
+-- running) under 'running'. The run lifecycle keeps it in its own transactions: creating a run
+-- adds one to its day's 'running', ending one moves it from 'running' to its state, as rows of
+-- run_report_delta that the admin's report task folds into run_report. Deleting runs (retention)
+-- leaves the counts alone.
 create table run_report (
     day bigint not null,
     state text not null,
@@ -73,13 +76,17 @@ create table run_report (
     primary key (day, state)
 );
 
-create table run_report_retired (
+create table run_report_delta (
+    id bigserial primary key,
     day bigint not null,
     state text not null,
-    runs bigint not null,
-    primary key (day, state)
+    runs bigint not null
 );
 
 insert into run_report (day, state, runs)
-    select created_at / 86400000, state, count(*) from runs
-    group by created_at / 86400000, state;
+    select created_at / 86400000,
+        case when state in ('pending', 'dispatching', 'running') then 'running' else state end,
+        count(*)
+    from runs
+    group by created_at / 86400000,
+        case when state in ('pending', 'dispatching', 'running') then 'running' else state end;

@@ -1,40 +1,38 @@
-//! The daily report's upkeep: the task that recounts recent days into the report table.
+//! The daily report's upkeep: the task that folds the lifecycle's report deltas into the report
+//! table.
 //!
-//! Every 30 s the days from yesterday to today are recounted from the run table (and the counts
-//! retention kept for deleted runs), in one transaction, as XXL-JOB's log report thread does;
-//! at start, the recount reaches back to the latest day in the table, so days an admin was down
-//! for are counted too. The run lifecycle writes nothing for the report, so the hot path does
-//! not get slower, and reading the report counts yesterday and today live, so it is exact.
+//! The run lifecycle counts each run into the report in the transaction that creates or ends it,
+//! as a delta row (`storage::reports`); every few seconds this task folds the waiting deltas into
+//! the per-day counts, so reads stay short. Reads sum both, so folding late (an admin down for a
+//! while) changes nothing a reader sees.
 
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::now_ms;
-use crate::storage::{DAY_MS, Db};
+use crate::storage::Db;
 
-/// How often recent days are recounted.
-const REFRESH_INTERVAL: Duration = Duration::from_secs(30);
+/// How often waiting deltas are folded.
+const FOLD_INTERVAL: Duration = Duration::from_secs(5);
+/// The most deltas folded in one transaction.
+const FOLD_BATCH: i64 = 10_000;
 
-/// Recounts recent days until `shutdown`.
+/// Folds report deltas until `shutdown`.
 pub async fn run(db: Db, shutdown: CancellationToken) {
-    let mut from = match db.report_latest_day().await {
-        Ok(latest) => latest.unwrap_or(now_ms() - DAY_MS).min(now_ms() - DAY_MS),
-        Err(error) => {
-            tracing::error!(error = format!("{error:#}"), "reading the daily report failed");
-            now_ms() - DAY_MS
-        }
-    };
     loop {
-        let now = now_ms();
-        match db.refresh_report(from, now).await {
-            Ok(()) => from = now - DAY_MS,
+        let folded = match db.fold_report(FOLD_BATCH).await {
+            Ok(folded) => folded,
             Err(error) => {
-                tracing::error!(error = format!("{error:#}"), "recounting the daily report failed");
+                tracing::error!(error = format!("{error:#}"), "folding the daily report failed");
+                0
             }
+        };
+        if folded == FOLD_BATCH as u64 {
+            // More wait than one transaction takes: go on at once.
+            continue;
         }
         tokio::select! {
-            () = tokio::time::sleep(REFRESH_INTERVAL) => {}
+            () = tokio::time::sleep(FOLD_INTERVAL) => {}
             () = shutdown.cancelled() => return,
         }
     }

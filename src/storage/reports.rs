@@ -1,14 +1,13 @@
 //! The daily run report (XXL-JOB's `xxl_job_log_report`) and the dashboard's failing jobs.
 //!
-//! `run_report` holds the runs created per UTC day, by state. It is not written by the run
-//! lifecycle: the admin's report task recounts the recent days (yesterday and today) every
-//! half minute, each recount one statement over the `runs_by_age` index, so the hot path pays
-//! nothing for it. Reading a recent day counts it live the same way, so the report is exact
-//! for today; older days are read from the table as last recounted.
-//!
-//! Retention deletes old runs, and a recount must not forget them: the transaction that deletes
-//! ended runs adds their counts to `run_report_retired` (`retire`), and a day's count is its
-//! runs still stored plus its retired ones.
+//! `run_report` holds the runs created per UTC day, by state, the unfinished ones under
+//! `running`. The run lifecycle keeps it exact in its own transactions, so no one recounts the
+//! run table (a day holds millions of runs at load): the statement that creates runs adds one
+//! to their day's `running` and the statement that ends runs moves each from `running` to its
+//! state, both as rows of `run_report_delta` ([`add_created`], [`add_ended`]; appending takes
+//! no lock another transaction waits for). The admin's report task folds those rows into
+//! `run_report` ([`Db::fold_report`]), and a read sums both tables, so a report is exact at
+//! every commit whether folded or not. Deleting runs (retention) leaves the counts alone.
 
 use std::collections::BTreeMap;
 
@@ -61,39 +60,24 @@ impl DayCounts {
 
 impl Db {
     /// The report of every UTC day from the one holding `from_ms` to the one holding `to_ms`,
-    /// oldest first, days without runs included. Days from yesterday (by `now_ms`) on are
-    /// counted live; older ones are read from the report table.
-    pub async fn report_days(
-        &self,
-        from_ms: i64,
-        to_ms: i64,
-        now_ms: i64,
-    ) -> Result<Vec<DayCounts>> {
+    /// oldest first, days without runs included.
+    pub async fn report_days(&self, from_ms: i64, to_ms: i64) -> Result<Vec<DayCounts>> {
         let (first, last) = (from_ms.div_euclid(DAY_MS), to_ms.div_euclid(DAY_MS));
-        let live_from = now_ms.div_euclid(DAY_MS) - 1;
         let mut days: BTreeMap<i64, DayCounts> = (first..=last)
             .map(|day| (day, DayCounts { day_ms: day * DAY_MS, ..DayCounts::default() }))
             .collect();
-        let stored = sqlx::query(
-            "select day, state, runs from run_report where day >= $1 and day <= $2 and day < $3",
+        let rows = sqlx::query(
+            "select day, state, cast(sum(runs) as bigint) as runs from (
+                select day, state, runs from run_report where day >= $1 and day <= $2
+                union all
+                select day, state, runs from run_report_delta where day >= $1 and day <= $2
+             ) as counted group by day, state",
         )
         .bind(first)
         .bind(last)
-        .bind(live_from)
         .fetch_all(&self.pool)
         .await?;
-        let live = if last >= live_from {
-            let sql = format!("{COUNT_DAYS} where day >= $1 and day <= $2 group by day, state");
-            sqlx::query(&sql)
-                .bind(first.max(live_from))
-                .bind(last)
-                .bind(DAY_MS)
-                .fetch_all(&self.pool)
-                .await?
-        } else {
-            Vec::new()
-        };
-        for row in stored.iter().chain(&live) {
+        for row in &rows {
             let day: i64 = row.try_get("day")?;
             let state: RunState = parse_column(row, "state")?;
             if let Some(counts) = days.get_mut(&day) {
@@ -103,35 +87,37 @@ impl Db {
         Ok(days.into_values().collect())
     }
 
-    /// Recounts the report of the UTC days from the one holding `from_ms` to the one holding
-    /// `to_ms`, in one transaction.
-    pub async fn refresh_report(&self, from_ms: i64, to_ms: i64) -> Result<()> {
-        let (first, last) = (from_ms.div_euclid(DAY_MS), to_ms.div_euclid(DAY_MS));
+    /// Folds at most `limit` of the oldest report deltas into the report, in one transaction;
+    /// returns how many. Each delta is deleted by the transaction that adds it, so two admins
+    /// folding at once never add one twice.
+    pub async fn fold_report(&self, limit: i64) -> Result<u64> {
         let mut tx = self.writer().begin().await?;
-        sqlx::query("delete from run_report where day >= $1 and day <= $2")
-            .bind(first)
-            .bind(last)
+        let rows = sqlx::query(
+            "delete from run_report_delta where id in (
+                select id from run_report_delta order by id limit $1)
+             returning day, state, runs",
+        )
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut sums: BTreeMap<(i64, String), i64> = BTreeMap::new();
+        for row in &rows {
+            *sums.entry((row.try_get("day")?, row.try_get("state")?)).or_default() +=
+                row.try_get::<i64, _>("runs")?;
+        }
+        for ((day, state), runs) in sums.into_iter().filter(|(_, runs)| *runs != 0) {
+            sqlx::query(
+                "insert into run_report (day, state, runs) values ($1, $2, $3)
+                 on conflict (day, state) do update set runs = run_report.runs + excluded.runs",
+            )
+            .bind(day)
+            .bind(state)
+            .bind(runs)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(&format!(
-            "insert into run_report (day, state, runs)
-             {COUNT_DAYS} where day >= $1 and day <= $2 group by day, state"
-        ))
-        .bind(first)
-        .bind(last)
-        .bind(DAY_MS)
-        .execute(&mut *tx)
-        .await?;
+        }
         tx.commit().await?;
-        Ok(())
-    }
-
-    /// The first millisecond of the latest day in the report table, if any.
-    pub async fn report_latest_day(&self) -> Result<Option<i64>> {
-        let row =
-            sqlx::query("select max(day) as day from run_report").fetch_one(&self.pool).await?;
-        let day: Option<i64> = row.try_get("day")?;
-        Ok(day.map(|day| day * DAY_MS))
+        Ok(rows.len() as u64)
     }
 
     /// The `limit` jobs with the most failed, timed-out or lost runs created at or after
@@ -150,33 +136,50 @@ impl Db {
     }
 }
 
-/// Runs per day (`$3` = a day's ms) and state, stored and retired: add a `where` on `day` with
-/// `$1` and `$2`, and `group by day, state`.
-const COUNT_DAYS: &str = "select day, state, cast(sum(runs) as bigint) as runs from (
-        select created_at / $3 as day, state, count(*) as runs from runs
-        where created_at >= $1 * $3 and created_at < ($2 + 1) * $3
-        group by created_at / $3, state
-        union all
-        select day, state, runs from run_report_retired
-    ) as counted";
+/// Adds runs created at `created_at_ms` (each of them unfinished) to the report, on `conn`,
+/// which must be the transaction that creates them.
+pub(super) async fn add_created(
+    conn: &mut AnyConnection,
+    created_at_ms: impl IntoIterator<Item = i64>,
+) -> Result<()> {
+    let mut deltas: BTreeMap<(i64, &str), i64> = BTreeMap::new();
+    for created_at in created_at_ms {
+        *deltas.entry((created_at.div_euclid(DAY_MS), RunState::Running.as_str())).or_default() +=
+            1;
+    }
+    insert_deltas(conn, deltas).await
+}
 
-/// Adds the runs deleted by retention, as `(created_at, state)`, to their days' retired counts
-/// on `conn`, which must be the transaction that deleted them.
-pub(super) async fn retire(conn: &mut AnyConnection, deleted: &[(i64, String)]) -> Result<()> {
-    let mut counts: BTreeMap<(i64, &str), i64> = BTreeMap::new();
-    for (created_at, state) in deleted {
-        *counts.entry((created_at.div_euclid(DAY_MS), state.as_str())).or_default() += 1;
+/// Moves runs that just ended, as `(created_at, state now)`, from `running` to their state in
+/// the report, on `conn`, which must be the transaction that ends them. Runs not ended are
+/// passed over.
+pub(super) async fn add_ended(
+    conn: &mut AnyConnection,
+    runs: impl IntoIterator<Item = (i64, RunState)>,
+) -> Result<()> {
+    let mut deltas: BTreeMap<(i64, &str), i64> = BTreeMap::new();
+    for (created_at, state) in runs.into_iter().filter(|(_, state)| state.is_terminal()) {
+        let day = created_at.div_euclid(DAY_MS);
+        *deltas.entry((day, state.as_str())).or_default() += 1;
+        *deltas.entry((day, RunState::Running.as_str())).or_default() -= 1;
     }
-    for ((day, state), runs) in counts {
-        sqlx::query(
-            "insert into run_report_retired (day, state, runs) values ($1, $2, $3)
-             on conflict (day, state) do update set runs = run_report_retired.runs + excluded.runs",
-        )
-        .bind(day)
-        .bind(state)
-        .bind(runs)
-        .execute(&mut *conn)
-        .await?;
+    insert_deltas(conn, deltas).await
+}
+
+async fn insert_deltas(conn: &mut AnyConnection, deltas: BTreeMap<(i64, &str), i64>) -> Result<()> {
+    if deltas.is_empty() {
+        return Ok(());
     }
+    let p = super::placeholder(conn);
+    let values = (0..deltas.len())
+        .map(|row| format!("({}, {}, {})", p(row * 3 + 1), p(row * 3 + 2), p(row * 3 + 3)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!("insert into run_report_delta (day, state, runs) values {values}");
+    let mut query = sqlx::query(&sql);
+    for ((day, state), runs) in deltas {
+        query = query.bind(day).bind(state).bind(runs);
+    }
+    query.execute(&mut *conn).await?;
     Ok(())
 }

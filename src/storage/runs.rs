@@ -357,27 +357,18 @@ impl Db {
     }
 
     /// Deletes at most `limit` ended runs created before `created_before_ms` (log retention);
-    /// returns how many. The same transaction adds them to the daily report's retired counts,
-    /// so the report keeps them.
+    /// returns how many. The daily report keeps counting them (`reports`).
     pub async fn delete_ended_runs(&self, created_before_ms: i64, limit: i64) -> Result<u64> {
-        let mut tx = self.writer().begin().await?;
-        let rows = sqlx::query(&format!(
+        let deleted = sqlx::query(&format!(
             "delete from runs where id in (
                 select id from runs where created_at < $1 and {TERMINAL}
-                order by created_at limit $2)
-             returning created_at, state"
+                order by created_at limit $2)"
         ))
         .bind(created_before_ms)
         .bind(limit)
-        .fetch_all(&mut *tx)
+        .execute(self.writer())
         .await?;
-        let deleted = rows
-            .iter()
-            .map(|row| Ok((row.try_get("created_at")?, row.try_get("state")?)))
-            .collect::<Result<Vec<(i64, String)>>>()?;
-        super::reports::retire(&mut tx, &deleted).await?;
-        tx.commit().await?;
-        Ok(deleted.len() as u64)
+        Ok(deleted.rows_affected())
     }
 }
 
@@ -541,7 +532,7 @@ async fn update_rows(conn: &mut AnyConnection, updates: &[Update<'_>]) -> Result
          where runs.id = v.column1 and runs.state = v.column13
             and runs.kill_requested = v.column16
             and (v.column14 = '' or (runs.lease_owner = v.column14 and runs.fence = v.column15))
-         returning {COLUMNS}"
+         returning {COLUMNS}, created_at"
     );
     let mut query = sqlx::query(&sql);
     for update in updates {
@@ -572,7 +563,12 @@ async fn update_rows(conn: &mut AnyConnection, updates: &[Update<'_>]) -> Result
             .bind(transition.started_at);
     }
     let rows = query.fetch_all(&mut *conn).await?;
-    rows.iter().map(run_from_row).collect()
+    let runs = rows.iter().map(run_from_row).collect::<Result<Vec<_>>>()?;
+    // A transition never leaves an ended state: each ended run here ended in this statement.
+    let created_at = rows.iter().map(|row| row.try_get::<i64, _>("created_at"));
+    let ended = created_at.zip(&runs).map(|(at, run)| Ok((at?, run.state)));
+    super::reports::add_ended(conn, ended.collect::<Result<Vec<_>>>()?).await?;
+    Ok(runs)
 }
 
 /// Sets the next fire of `FIX_DELAY` job `job_id` to `next_fire_ms` if it is running, waits for
@@ -717,6 +713,8 @@ async fn insert_rows(
             }
         }
     }
+    let created_at = inserts.iter().zip(&created).filter(|(_, created)| created.is_some());
+    super::reports::add_created(conn, created_at.map(|(insert, _)| insert.now_ms)).await?;
     Ok(created)
 }
 

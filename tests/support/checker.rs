@@ -67,6 +67,8 @@ pub struct Report {
     pub failures_without_retry: u64,
     /// Successful runs of a parent job lacking a `PARENT` run of one of its children.
     pub successes_without_children: u64,
+    /// (day, state) counts of the daily report that differ from a count of the run table.
+    pub report_mismatches: u64,
     /// Runs in the table, by trigger type and state.
     pub runs: BTreeMap<String, u64>,
     /// Checks not made, with why.
@@ -85,6 +87,7 @@ impl Report {
             self.not_terminal,
             self.failures_without_retry,
             self.successes_without_children,
+            self.report_mismatches,
         ];
         assert!(bad.iter().all(|n| *n == 0), "{scenario}: faults found:\n{self}");
     }
@@ -114,6 +117,7 @@ impl fmt::Display for Report {
             ("not_terminal", self.not_terminal),
             ("failures_without_retry", self.failures_without_retry),
             ("successes_without_children", self.successes_without_children),
+            ("report_mismatches", self.report_mismatches),
         ];
         for (name, value) in figures {
             match self.skipped.iter().find(|(figure, _)| *figure == name) {
@@ -171,6 +175,7 @@ pub async fn check(input: &Check) -> Report {
         }
     }
     count_executions(&input.executor_dirs, &mut report);
+    count_report(&input.database_url, &mut report).await;
     report
 }
 
@@ -195,13 +200,57 @@ pub async fn runs_sent_to(database_url: &str, address: &str) -> u64 {
     runs.iter().filter(|run| run.executor_address.as_deref() == Some(address)).count() as u64
 }
 
-async fn read_database(url: &str) -> (Vec<Run>, HashMap<i64, Job>, bool) {
+/// Compares the daily report (its table and the deltas not yet folded into it) with a count of
+/// the run table by creation day and state, the unfinished states as `running`.
+async fn count_report(url: &str, report: &mut Report) {
+    let pool = connect(url).await;
+    let stored = "select day, state, cast(sum(runs) as bigint) as n from (
+            select day, state, runs from run_report
+            union all
+            select day, state, runs from run_report_delta
+        ) as counted group by day, state";
+    let Ok(stored) = sqlx::query(stored).fetch_all(&pool).await else {
+        report.skip("report_mismatches", "the database has no incremental daily report yet");
+        pool.close().await;
+        return;
+    };
+    let bucket = "case when state in ('pending', 'dispatching', 'running') then 'running' \
+                  else state end";
+    let counted = format!(
+        "select created_at / 86400000 as day, {bucket} as state, count(*) as n from runs
+         group by created_at / 86400000, {bucket}"
+    );
+    let counted = sqlx::query(&counted).fetch_all(&pool).await.unwrap();
+    pool.close().await;
+    let read = |rows: &[sqlx::any::AnyRow]| -> BTreeMap<(i64, String), i64> {
+        rows.iter()
+            .map(|row| ((row.get("day"), row.get("state")), row.get::<i64, _>("n")))
+            .filter(|(_, n)| *n != 0)
+            .collect()
+    };
+    let (stored, counted) = (read(&stored), read(&counted));
+    for key in stored.keys().chain(counted.keys()).collect::<BTreeSet<_>>() {
+        let (in_report, in_table) = (stored.get(key), counted.get(key));
+        if in_report != in_table {
+            report.report_mismatches += 1;
+            let example =
+                format!("day {} {}: report {in_report:?}, runs {in_table:?}", key.0, key.1);
+            report.note("report_mismatches", example);
+        }
+    }
+}
+
+async fn connect(url: &str) -> sqlx::AnyPool {
     sqlx::any::install_default_drivers();
     let url = match url.strip_prefix("sqlite:") {
         Some(path) => format!("sqlite://{path}?mode=rw"),
         None => url.to_owned(),
     };
-    let pool = sqlx::any::AnyPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
+    sqlx::any::AnyPoolOptions::new().max_connections(1).connect(&url).await.unwrap()
+}
+
+async fn read_database(url: &str) -> (Vec<Run>, HashMap<i64, Job>, bool) {
+    let pool = connect(url).await;
     // The lifecycle columns arrive with a later migration: probe for them.
     let lifecycle = sqlx::query("select state, parent_run_id from runs where 1 = 0")
         .fetch_all(&pool)

@@ -75,7 +75,7 @@ pub async fn dashboard(State(state): State<AppState>, signed: Signed) -> Page {
     }
     let midnight = now - now.rem_euclid(DAY_MS);
     let week_start = midnight - 6 * DAY_MS;
-    let by_day = state.db.report_days(week_start, now, now).await?;
+    let by_day = state.db.report_days(week_start, now).await?;
     let today = by_day.last().cloned().unwrap_or_default();
     let runs_today: Vec<Value> = [
         ("success", today.success),

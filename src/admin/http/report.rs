@@ -106,7 +106,7 @@ async fn get_report(
             format!("a report covers at most {MAX_DAYS} days; this asks for {days}"),
         ));
     }
-    let counts = state.db.report_days(from, to, now_ms()).await?;
+    let counts = state.db.report_days(from, to).await?;
     Ok(axum::Json(ReportResponse { days: counts.into_iter().map(DayResponse::from).collect() }))
 }
 
@@ -123,7 +123,7 @@ async fn get_dashboard(
     for group in state.db.list_groups().await? {
         executors_online += state.dispatcher.online_addresses(&group, now).await?.len();
     }
-    let today = state.db.report_days(now, now, now).await?.pop().unwrap_or_default();
+    let today = state.db.report_days(now, now).await?.pop().unwrap_or_default();
     let mut top_failing = Vec::new();
     let since = now - TOP_FAILING_DAYS * DAY_MS;
     for (job_id, failures) in state.db.top_failing_jobs(since, TOP_FAILING).await? {

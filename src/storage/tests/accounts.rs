@@ -131,7 +131,7 @@ async fn runs_are_counted_by_state_since_an_instant() {
                 db.create_run(&NewRun { job_id, ..run(DAY + 5) }, DAY + 5).await.unwrap().unwrap();
             end(&db, id, code).await;
         }
-        let days = db.report_days(0, DAY, DAY).await.unwrap();
+        let days = db.report_days(0, DAY).await.unwrap();
         let day = |day_ms, success, failed, running, total| DayCounts {
             day_ms,
             success,
@@ -141,7 +141,7 @@ async fn runs_are_counted_by_state_since_an_instant() {
             ..DayCounts::default()
         };
         assert_eq!(days, [day(0, 0, 0, 3, 3), day(DAY, 1, 3, 0, 4)]);
-        assert_eq!(db.report_days(DAY, DAY, DAY).await.unwrap().len(), 1);
+        assert_eq!(db.report_days(DAY, DAY).await.unwrap().len(), 1);
         assert_eq!(db.top_failing_jobs(0, 5).await.unwrap(), [(1, 2), (2, 1)]);
         assert_eq!(db.top_failing_jobs(0, 1).await.unwrap(), [(1, 2)]);
     })

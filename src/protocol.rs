@@ -167,7 +167,17 @@ pub struct TriggerParam {
     /// wasmjob: the ElasticJob sharding items this run processes, for a sharded job.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sharding_items: Option<Vec<ShardingItemParam>>,
+    /// wasmjob: the run must not start before this instant (ms since the epoch). An admin sends
+    /// a scheduled run a little ahead of its instant to an executor that registered with
+    /// `holdsTriggers`, which accepts it at once and holds it (for at most
+    /// [`MAX_HOLD_MS`]) until then; its block strategy applies at the instant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<i64>,
 }
+
+/// The longest an executor holds a trigger sent ahead of its instant: a `notBefore` further
+/// ahead (an admin's clock far off this executor's) is held only this long.
+pub const MAX_HOLD_MS: i64 = 10_000;
 
 /// One sharding item of a trigger: `{"item": 0, "parameter": "Beijing"}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -273,6 +283,10 @@ pub struct RegistryParam {
     /// (reconciliation). XXL-JOB executors do not send it, and are never reconciled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_runs: Option<Vec<i64>>,
+    /// wasmjob, `/api/registry` only: this executor holds a trigger sent with `notBefore` until
+    /// that instant, so an admin may send scheduled runs ahead of their instant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holds_triggers: Option<bool>,
 }
 
 /// What a wasmjob executor answers in `content` to `/run` (an XXL-JOB executor sends nothing).

@@ -92,6 +92,13 @@ async fn kill_job(executor_url: &str, job_id: i64) {
     client.call::<_, String>(executor_url, "kill", &param).await.unwrap();
 }
 
+/// Kills the one run `run` (wasmjob's `logId` on `/kill`).
+async fn kill_run(executor_url: &str, run: &TriggerParam) {
+    let client = protocol::Client::new(ACCESS_TOKEN, Duration::from_secs(5)).unwrap();
+    let param = JobIdParam { job_id: run.job_id, log_id: Some(run.log_id) };
+    client.call::<_, String>(executor_url, "kill", &param).await.unwrap();
+}
+
 /// Every line of the executor's run journal, in file order.
 fn journal_lines(data_dir: &Path) -> Vec<String> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(data_dir.join("journal"))
@@ -390,6 +397,8 @@ struct RecordingAdmin {
     delivered: Arc<Mutex<Vec<i64>>>,
     /// `(logId, handleCode, handleMsg)` of each result delivered.
     results: Arc<Mutex<Vec<(i64, i32, String)>>>,
+    /// `(logId, startedAt)` of each result delivered that reported a start.
+    starts: Arc<Mutex<Vec<(i64, i64)>>>,
     refuse_callbacks: Arc<AtomicBool>,
     module_requests: Arc<Mutex<Vec<String>>>,
 }
@@ -422,6 +431,9 @@ impl RecordingAdmin {
             admin.results.lock().unwrap().extend(results.iter().map(|result| {
                 (result.log_id, result.handle_code, result.handle_msg.clone().unwrap_or_default())
             }));
+            admin.starts.lock().unwrap().extend(
+                results.iter().filter_map(|result| Some((result.log_id, result.started_at?))),
+            );
             Json(ReturnT::success())
         }
         async fn module(State(admin): State<RecordingAdmin>, UrlPath(sha256): UrlPath<String>) {
@@ -794,4 +806,66 @@ async fn a_stop_deregisters_refuses_drains_then_kills_and_reports_every_run() {
         assert_eq!(journal_count(dir.path(), "accepted", param.log_id), 0);
     }
     assert_eq!(admin.delivered().len(), 4, "{:?}", admin.delivered());
+}
+
+/// A trigger sent ahead of its instant (`notBefore`) is accepted and journaled at once and held
+/// until its instant: it starts no earlier, its block strategy is judged against the job's queue
+/// as it is then, and a kill before then ends it without a start. The executor's beats say it
+/// holds triggers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_sent_ahead_is_held_until_its_instant() {
+    let admin = RecordingAdmin::default();
+    let admin_url = admin.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    install_handlers(dir.path(), &["sleeper", "hello"]);
+    let executor = start_executor(&admin_url, dir.path().to_owned()).await;
+    let url = executor_url(&executor);
+    admin.next_beat("the first beat", |_| true).await;
+    let beat = admin.beats.lock().unwrap().last().unwrap().1.clone();
+    assert_eq!(beat.holds_triggers, Some(true), "{beat:?}");
+    let ahead = |param: TriggerParam, ms: i64| {
+        let at = trigger_time_ms() + ms;
+        TriggerParam { log_date_time: at, not_before: Some(at), ..param }
+    };
+
+    // Held, then run at its instant.
+    let hello = ahead(bean(960, 10_000_001, "hello", "on time"), 1_500);
+    expect_run_reply(&url, &hello, run_reply::ACCEPTED).await;
+    assert_eq!(journal_count(dir.path(), "accepted", hello.log_id), 1);
+    expect_run_reply(&url, &hello, run_reply::QUEUED).await;
+    assert!(run_log(&url, &hello).await.contains("ahead of its instant: held until then"));
+    assert_eq!(admin.result_of(hello.log_id).await, (200, "hello, on time".to_owned()));
+    let started = admin.starts.lock().unwrap().iter().find(|s| s.0 == hello.log_id).unwrap().1;
+    assert!(started >= hello.log_date_time, "started {started}, due {}", hello.log_date_time);
+
+    // DISCARD_LATER is judged at the instant: refused then while the job is busy, taken then
+    // once it is idle, whatever the job was doing when the trigger arrived.
+    let busy = bean(961, 10_000_002, "sleeper", "3600000");
+    expect_run_reply(&url, &busy, run_reply::ACCEPTED).await;
+    wait_for_log(&url, &busy, "sleeping").await;
+    let discard = |log_id, ms| TriggerParam {
+        executor_block_strategy: "DISCARD_LATER".to_owned(),
+        ..ahead(bean(961, log_id, "hello", "later"), ms)
+    };
+    let discarded = discard(10_000_003, 500);
+    expect_run_reply(&url, &discarded, run_reply::ACCEPTED).await;
+    let (code, msg) = admin.result_of(discarded.log_id).await;
+    assert_eq!(
+        (code, msg.as_str()),
+        (500, "block strategy effect: DISCARD_LATER (the job is running or queued)")
+    );
+    let taken = discard(10_000_004, 1_500);
+    expect_run_reply(&url, &taken, run_reply::ACCEPTED).await;
+    kill_run(&url, &busy).await;
+    admin.result_of(busy.log_id).await;
+    assert_eq!(admin.result_of(taken.log_id).await, (200, "hello, later".to_owned()));
+
+    // A kill before the instant: ended, never started.
+    let killed = ahead(bean(962, 10_000_005, "hello", "never"), 60_000);
+    expect_run_reply(&url, &killed, run_reply::ACCEPTED).await;
+    kill_run(&url, &killed).await;
+    let (code, msg) = admin.result_of(killed.log_id).await;
+    assert_eq!((code, msg.as_str()), (500, "killed before its instant (it was held until then)"));
+    assert_eq!(journal_count(dir.path(), "started", killed.log_id), 0);
+    executor.stop().await;
 }

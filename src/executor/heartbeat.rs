@@ -94,12 +94,13 @@ pub fn param(app_name: &str, address: &str) -> RegistryParam {
         registry_key: app_name.to_owned(),
         registry_value: format!("{}/", address.trim_end_matches('/')),
         held_runs: None,
+        holds_triggers: None,
     }
 }
 
 /// The parameter of one beat: `base` with the runs held now.
 pub fn beat_param(base: &RegistryParam, held: &Held) -> RegistryParam {
-    RegistryParam { held_runs: Some(held.run_ids()), ..base.clone() }
+    RegistryParam { held_runs: Some(held.run_ids()), holds_triggers: Some(true), ..base.clone() }
 }
 
 /// Sends `param` to the first admin that accepts it; returns that admin.

@@ -18,6 +18,11 @@
 //! A run killed while it fetches or compiles its module, or waits for a run slot, ends as
 //! killed at once.
 //!
+//! A trigger sent ahead of its instant (`notBefore`) is accepted and journaled at once, held
+//! outside its job's queue, and queued at its instant by the same rules as a trigger arriving
+//! then; a refusal at that point (its block strategy, a full queue) ends it failed with the
+//! reason. A kill takes a held run before its instant.
+//!
 //! Acceptance goes through the run journal: a `logId` the journal knows is answered with where
 //! that run is and never queued again, also after a restart within the journal's window. A
 //! trigger refused (bad module reference, `DISCARD_LATER`, a full queue, a stopping executor) is
@@ -38,7 +43,7 @@ use super::modules::Modules;
 use super::outbox::Outbox;
 use crate::config::RunDefaults;
 use crate::model::{BlockStrategy, code};
-use crate::protocol::{HandleCallbackParam, TriggerParam};
+use crate::protocol::{HandleCallbackParam, MAX_HOLD_MS, TriggerParam};
 use crate::runtime::{Level, LogSink, RunLimits, RunOutcome, Runtime, ShardingItem, Trigger};
 
 /// How long a worker waits for work before it ends.
@@ -74,6 +79,16 @@ pub struct Workers {
     ctx: Arc<RunContext>,
     /// Set under the map's lock by [`Workers::close`]; read under it by `push`.
     closed: Arc<AtomicBool>,
+    /// Accepted runs held until their `notBefore`.
+    held: Arc<Mutex<Held>>,
+}
+
+/// Runs held until their instant: a run leaves `runs` once, queued at its instant or taken by a
+/// kill. The runs of one instant are queued together, by one timer.
+#[derive(Default)]
+struct Held {
+    runs: HashMap<i64, Queued>,
+    instants: HashMap<i64, Vec<i64>>,
 }
 
 struct Worker {
@@ -97,11 +112,21 @@ struct Queued {
 impl Workers {
     /// No workers yet.
     pub fn new(ctx: RunContext) -> Workers {
-        Workers { map: Arc::default(), ctx: Arc::new(ctx), closed: Arc::default() }
+        Workers {
+            map: Arc::default(),
+            ctx: Arc::new(ctx),
+            closed: Arc::default(),
+            held: Arc::default(),
+        }
     }
 
     /// Accepts a trigger (journaled, not yet durable) or refuses it (the reason). Blocks on
     /// file writes: call it off the async runtime.
+    ///
+    /// A trigger whose `notBefore` is ahead is accepted without looking at its job's queue and
+    /// held until that instant (at most [`MAX_HOLD_MS`] from now); its block strategy applies
+    /// then, against the queue as it is then, and a refusal at that point ends the run failed
+    /// with the reason, as a result instead of an answer.
     pub fn push(&self, param: TriggerParam) -> Result<Pushed, String> {
         if param.log_id <= 0 {
             return Err("logId must be a positive run id".to_owned());
@@ -121,12 +146,110 @@ impl Workers {
                 .to_owned());
         }
         self.ctx.modules.check(&param.glue_type, &param.glue_source, &param.executor_handler)?;
-        let strategy = param
-            .executor_block_strategy
-            .parse::<BlockStrategy>()
-            .unwrap_or(BlockStrategy::SerialExecution);
+        let now = journal::now_ms();
+        if let Some(until) = param.not_before.filter(|at| *at > now) {
+            let until = until.min(now + MAX_HOLD_MS);
+            let bytes = held_size(&param);
+            self.check_bytes(bytes, 0)?;
+            let ticket = match self.journal_accept(&param)? {
+                Pushed::Accepted(ticket) => ticket,
+                duplicate => return Ok(duplicate),
+            };
+            self.ctx.logs.started(param.log_id, param.log_date_time);
+            if let Ok(mut log) = self.ctx.logs.open(param.log_id, param.log_date_time) {
+                let ahead = until - now;
+                log.line(
+                    Level::Info,
+                    &format!(
+                        "run {} of job {} accepted {ahead} ms ahead of its instant: held until then",
+                        param.log_id, param.job_id
+                    ),
+                );
+            }
+            self.ctx.held_bytes.fetch_add(bytes, Ordering::SeqCst);
+            let log_id = param.log_id;
+            let first_of_its_instant = {
+                let mut held = self.held.lock().map_err(|_| "held runs poisoned".to_owned())?;
+                held.runs.insert(log_id, Queued { param, ticket, bytes });
+                let runs = held.instants.entry(until).or_default();
+                runs.push(log_id);
+                runs.len() == 1
+            };
+            drop(map);
+            if first_of_its_instant {
+                let this = self.clone();
+                // Ends at the instant, at most `MAX_HOLD_MS` from now; a stop kills the runs it
+                // would queue, and it then finds none.
+                let span = tracing::info_span!("held", instant = until);
+                tokio::spawn(
+                    async move {
+                        let wait = u64::try_from(until - journal::now_ms()).unwrap_or(0);
+                        tokio::time::sleep(Duration::from_millis(wait)).await;
+                        // Off the async runtime: a refusal or a cover stores a result.
+                        let _ = tokio::task::spawn_blocking(move || this.release(until)).await;
+                    }
+                    .instrument(span),
+                );
+            }
+            return Ok(Pushed::Accepted(ticket));
+        }
         let worker = map.entry(param.job_id).or_insert_with(|| self.spawn(param.job_id)).clone();
         let mut queue = worker.queue.lock().map_err(|_| "worker queue poisoned".to_owned())?;
+        let strategy = block_strategy(&param);
+        let covering = self.admit(&queue, &param, strategy)?;
+        let bytes = held_size(&param);
+        let freed: usize = if covering { queue.pending.iter().map(|q| q.bytes).sum() } else { 0 };
+        self.check_bytes(bytes, freed)?;
+        let ticket = match self.journal_accept(&param)? {
+            Pushed::Accepted(ticket) => ticket,
+            duplicate => return Ok(duplicate),
+        };
+        self.ctx.logs.started(param.log_id, param.log_date_time);
+        self.ctx.held_bytes.fetch_add(bytes, Ordering::SeqCst);
+        self.enqueue(&mut queue, Queued { param, ticket, bytes }, covering);
+        drop(queue);
+        drop(map);
+        worker.notify.notify_one();
+        Ok(Pushed::Accepted(ticket))
+    }
+
+    /// Queues the runs held until `instant`, in the order they arrived, as `push` would have
+    /// then; a refusal by its block strategy or a full queue ends a run failed. A run a kill
+    /// took first is not there. Blocks on file writes (a refusal's result).
+    fn release(&self, instant: i64) {
+        let Ok(mut map) = self.map.lock() else { return };
+        let Ok(mut held) = self.held.lock() else { return };
+        let ids = held.instants.remove(&instant).unwrap_or_default();
+        let runs: Vec<Queued> = ids.iter().filter_map(|id| held.runs.remove(id)).collect();
+        drop(held);
+        let mut refused = Vec::new();
+        for queued in runs {
+            let job_id = queued.param.job_id;
+            let worker = map.entry(job_id).or_insert_with(|| self.spawn(job_id)).clone();
+            let Ok(mut queue) = worker.queue.lock() else { continue };
+            match self.admit(&queue, &queued.param, block_strategy(&queued.param)) {
+                Ok(covering) => {
+                    self.enqueue(&mut queue, queued, covering);
+                    drop(queue);
+                    worker.notify.notify_one();
+                }
+                Err(reason) => refused.push((queued, reason)),
+            }
+        }
+        drop(map);
+        for (queued, reason) in &refused {
+            self.report_unrun(queued, reason);
+        }
+    }
+
+    /// Whether job's queue takes `param` now by its block strategy and the queue's bound: `Ok`
+    /// with whether it covers (`COVER_EARLY` on a busy job), or the refusal.
+    fn admit(
+        &self,
+        queue: &Queue,
+        param: &TriggerParam,
+        strategy: BlockStrategy,
+    ) -> Result<bool, String> {
         let busy = queue.running.is_some() || !queue.pending.is_empty();
         if strategy == BlockStrategy::DiscardLater && busy {
             return Err(
@@ -135,8 +258,7 @@ impl Workers {
         }
         // COVER_EARLY empties the queue, so it never finds it full.
         let covering = strategy == BlockStrategy::CoverEarly && busy;
-        let limits = &self.ctx.defaults;
-        if !covering && queue.pending.len() >= limits.max_queue_per_job {
+        if !covering && queue.pending.len() >= self.ctx.defaults.max_queue_per_job {
             return Err(format!(
                 "queue full: job {} already has {} runs waiting on this executor (its limit, \
                  --max-queue-per-job)",
@@ -144,57 +266,63 @@ impl Workers {
                 queue.pending.len()
             ));
         }
-        let bytes = held_size(&param);
-        let freed: usize = if covering { queue.pending.iter().map(|q| q.bytes).sum() } else { 0 };
+        Ok(covering)
+    }
+
+    /// Refuses a trigger of `bytes` that would take the accepted runs past `--max-queued-mb`
+    /// (`freed`: what it would drop from its job's queue).
+    fn check_bytes(&self, bytes: usize, freed: usize) -> Result<(), String> {
         let held = self.ctx.held_bytes.load(Ordering::SeqCst).saturating_sub(freed);
-        if held.saturating_add(bytes) > limits.max_queued_bytes {
+        if held.saturating_add(bytes) > self.ctx.defaults.max_queued_bytes {
             return Err(format!(
                 "queue full: this executor's accepted runs hold {held} bytes of triggers and this \
                  one needs {bytes} more, past its limit of {} (--max-queued-mb)",
-                limits.max_queued_bytes
+                self.ctx.defaults.max_queued_bytes
             ));
         }
-        let ticket = match self.ctx.journal.accept(param.log_id, param.job_id, journal::now_ms()) {
-            Ok(Admission::New(ticket)) => ticket,
-            Ok(Admission::Duplicate(state)) => return Ok(Pushed::Duplicate(state)),
+        Ok(())
+    }
+
+    /// Records the acceptance of `param` in the journal (not yet durable).
+    fn journal_accept(&self, param: &TriggerParam) -> Result<Pushed, String> {
+        match self.ctx.journal.accept(param.log_id, param.job_id, journal::now_ms()) {
+            Ok(Admission::New(ticket)) => Ok(Pushed::Accepted(ticket)),
+            Ok(Admission::Duplicate(state)) => Ok(Pushed::Duplicate(state)),
             Err(error) => {
                 tracing::error!(run.id = param.log_id, %error, "cannot journal run {}", param.log_id);
-                return Err(format!("the executor cannot record the run: {error}"));
+                Err(format!("the executor cannot record the run: {error}"))
             }
-        };
-        match strategy {
-            BlockStrategy::CoverEarly if busy => {
-                if let Some((log_id, cancel)) = &queue.running {
-                    tracing::info!(job.id = param.job_id, run.id = log_id, "covering run {log_id}");
-                    cancel.cancel();
-                }
-                for dropped in queue.pending.drain(..) {
-                    self.report_unrun(
-                        &dropped,
-                        "discarded: covered by a later trigger (COVER_EARLY)",
-                    );
-                }
-            }
-            _ => {}
         }
-        self.ctx.logs.started(param.log_id, param.log_date_time);
+    }
+
+    /// Puts an admitted run in its job's queue (covering what runs and waits, for `covering`).
+    fn enqueue(&self, queue: &mut Queue, queued: Queued, covering: bool) {
+        if covering {
+            if let Some((log_id, cancel)) = &queue.running {
+                tracing::info!(
+                    job.id = queued.param.job_id,
+                    run.id = log_id,
+                    "covering run {log_id}"
+                );
+                cancel.cancel();
+            }
+            for dropped in queue.pending.drain(..) {
+                self.report_unrun(&dropped, "discarded: covered by a later trigger (COVER_EARLY)");
+            }
+        }
+        let param = &queued.param;
         if let Ok(mut log) = self.ctx.logs.open(param.log_id, param.log_date_time) {
             log.line(
                 Level::Info,
                 &format!(
-                    "run {} of job {} accepted ({} ahead of it in the queue)",
+                    "run {} of job {} queued ({} ahead of it)",
                     param.log_id,
                     param.job_id,
                     queue.pending.len() + usize::from(queue.running.is_some())
                 ),
             );
         }
-        self.ctx.held_bytes.fetch_add(bytes, Ordering::SeqCst);
-        queue.pending.push_back(Queued { param, ticket, bytes });
-        drop(queue);
-        drop(map);
-        worker.notify.notify_one();
-        Ok(Pushed::Accepted(ticket))
+        queue.pending.push_back(queued);
     }
 
     /// Returns once an accepted trigger is durable; only then may it be confirmed to the admin.
@@ -209,8 +337,26 @@ impl Workers {
     /// Kills job `job_id`'s running run and drops its queue, or, given `log_id`, only that run.
     /// Whether anything was found.
     pub fn kill(&self, job_id: i64, log_id: Option<i64>) -> bool {
+        let matches = |param: &TriggerParam| {
+            param.job_id == job_id && log_id.is_none_or(|id| id == param.log_id)
+        };
+        let held: Vec<Queued> = match self.held.lock() {
+            Ok(mut held) => {
+                let ids: Vec<i64> = held
+                    .runs
+                    .values()
+                    .filter(|queued| matches(&queued.param))
+                    .map(|queued| queued.param.log_id)
+                    .collect();
+                ids.iter().filter_map(|id| held.runs.remove(id)).collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        for queued in &held {
+            self.report_unrun(queued, "killed before its instant (it was held until then)");
+        }
         let Some(worker) = self.map.lock().ok().and_then(|map| map.get(&job_id).cloned()) else {
-            return false;
+            return !held.is_empty();
         };
         let Ok(mut queue) = worker.queue.lock() else { return false };
         let mut found = false;
@@ -228,7 +374,7 @@ impl Workers {
         for queued in &dropped {
             self.report_unrun(queued, "killed before it started");
         }
-        found || !dropped.is_empty()
+        found || !dropped.is_empty() || !held.is_empty()
     }
 
     /// Whether job `job_id` has nothing running or queued here.
@@ -245,14 +391,21 @@ impl Workers {
 
     /// How many runs are running or queued.
     pub fn busy_count(&self) -> usize {
-        let workers: Vec<_> =
-            self.map.lock().map(|map| map.values().cloned().collect()).unwrap_or_default();
-        workers
+        // Under the map's lock, where a held run moves to its queue, so none is missed.
+        let (held, workers): (usize, Vec<_>) = self
+            .map
+            .lock()
+            .map(|map| {
+                let held = self.held.lock().map(|held| held.runs.len()).unwrap_or(0);
+                (held, map.values().cloned().collect())
+            })
+            .unwrap_or_default();
+        held + workers
             .iter()
             .filter_map(|worker| {
                 worker.queue.lock().ok().map(|q| q.pending.len() + usize::from(q.running.is_some()))
             })
-            .sum()
+            .sum::<usize>()
     }
 
     /// Runs queued and running now, and results not yet acknowledged: the metrics' levels.
@@ -260,6 +413,7 @@ impl Workers {
         let workers: Vec<_> =
             self.map.lock().map(|map| map.values().cloned().collect()).unwrap_or_default();
         let mut levels = crate::metrics::ExecutorLevels::default();
+        levels.queued += self.held.lock().map(|held| held.runs.len() as i64).unwrap_or(0);
         for queue in workers.iter().filter_map(|worker| worker.queue.lock().ok()) {
             levels.queued += queue.pending.len() as i64;
             levels.running += i64::from(queue.running.is_some());
@@ -287,8 +441,13 @@ impl Workers {
     /// Kills everything running or queued, fetching or compiling its module or waiting for a
     /// run slot included (shutdown after the grace period).
     pub fn kill_all(&self) {
-        let job_ids: Vec<i64> =
+        let mut job_ids: Vec<i64> =
             self.map.lock().map(|map| map.keys().copied().collect()).unwrap_or_default();
+        if let Ok(held) = self.held.lock() {
+            job_ids.extend(held.runs.values().map(|queued| queued.param.job_id));
+        }
+        job_ids.sort_unstable();
+        job_ids.dedup();
         for job_id in job_ids {
             self.kill(job_id, None);
         }
@@ -494,6 +653,11 @@ fn finish(
         }
     }
     ctx.logs.finished(param.log_id);
+}
+
+/// The trigger's block strategy (`SERIAL_EXECUTION` when it names none we know).
+fn block_strategy(param: &TriggerParam) -> BlockStrategy {
+    param.executor_block_strategy.parse::<BlockStrategy>().unwrap_or(BlockStrategy::SerialExecution)
 }
 
 /// What a queued trigger counts against the executor's byte limit: its text fields and a fixed

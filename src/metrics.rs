@@ -32,7 +32,7 @@ type Labels = Vec<(&'static str, String)>;
 pub struct AdminMetrics {
     /// Fires committed by the scheduler (one per job and scheduled instant).
     pub fires: Counter,
-    /// From a scheduled (`CRON`) run's instant to its acceptance by an executor.
+    /// From a scheduled (`CRON`) run's instant to its start on an executor.
     pub fire_lateness: Histogram,
     /// Runs that reached a terminal state, by state.
     pub runs_ended: Family<Labels, Counter>,
@@ -146,8 +146,8 @@ impl AdminMetrics {
         self.admission_refusals.get_or_create(&vec![("source", source.to_owned())]).inc();
     }
 
-    /// Counts a scheduled run accepted `late_ms` after its instant.
-    pub fn fire_accepted(&self, late_ms: i64) {
+    /// Counts a scheduled run started `late_ms` after its instant.
+    pub fn fire_started(&self, late_ms: i64) {
         self.fire_lateness.observe(late_ms.max(0) as f64 / 1000.0);
     }
 
@@ -174,7 +174,7 @@ impl AdminMetrics {
         );
         registry.register_with_unit(
             "fire_lateness",
-            "From a scheduled run's instant to its acceptance by an executor",
+            "From a scheduled run's instant to its start on an executor (to its acceptance, on an executor that does not report its start)",
             Unit::Seconds,
             self.fire_lateness.clone(),
         );

@@ -62,6 +62,9 @@ const LEASE_RENEWAL: Duration = Duration::from_millis(5_000);
 const RESEND_WINDOW_MS: i64 = 3_600_000;
 /// How long a `FAILOVER` or `BUSYOVER` probe of one executor may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long before its instant a scheduled run is sent to an executor that holds early triggers
+/// (within the scheduler's lookahead, which creates the run before this).
+const SEND_AHEAD_MS: i64 = 500;
 /// How long past a job's timeout the admin waits for a run's result before it ends the run.
 pub const RESULT_GRACE_MS: i64 = 60_000;
 
@@ -409,15 +412,29 @@ impl Dispatcher {
     }
 
     /// Sends a newly created run at `due_ms` (now if that has passed): a pending one is claimed
-    /// first. A claimed run whose timer a stop cancels stays claimed until its lease runs out;
-    /// the sweep sends it then.
+    /// first. A run routed at its creation to an executor that holds early triggers is sent
+    /// [`SEND_AHEAD_MS`] before its instant with `notBefore`, so that the send is over when the
+    /// instant comes and the executor starts it on time. A claimed run whose timer a stop
+    /// cancels stays claimed until its lease runs out; the sweep sends it then.
     pub fn send_created_at(&self, run: Fired, due_ms: i64) {
         let this = self.clone();
         let run_id = run.id();
         let span = tracing::info_span!("dispatch", run.id = run_id);
         tokio::spawn(
             async move {
-                let wait = u64::try_from(due_ms - now_ms()).unwrap_or(0);
+                let ahead = match &run {
+                    Fired::Claimed(claim) if due_ms > now_ms() => {
+                        match claim.run.executor_address.as_deref() {
+                            Some(address) => {
+                                this.peer(address).await.is_some_and(|peer| peer.holds_triggers)
+                            }
+                            None => false,
+                        }
+                    }
+                    _ => false,
+                };
+                let send_at = if ahead { due_ms - SEND_AHEAD_MS } else { due_ms };
+                let wait = u64::try_from(send_at - now_ms()).unwrap_or(0);
                 tokio::select! {
                     () = tokio::time::sleep(Duration::from_millis(wait)) => {}
                     () = this.inner.timers.cancelled() => return,
@@ -486,9 +503,6 @@ impl Dispatcher {
                         }
                     }
                     Sent::Accepted { address, .. } => {
-                        if run.trigger_type == TriggerType::Cron {
-                            crate::metrics::admin().fire_accepted(now_ms() - run.trigger_time_ms)
-                        }
                         tracing::info!(job.id = run.job_id, executor.address = %address, "run {} sent to {address}", run.id);
                         Event::Sent {
                             address,
@@ -739,5 +753,7 @@ fn trigger_param(job: &Job, run: &RunRecord) -> anyhow::Result<TriggerParam> {
         attempt: Some(run.attempt),
         fuel_limit: job.spec.fuel_limit,
         memory_limit_mb: job.spec.memory_limit_mb,
+        // Sent ahead of its instant (`send_created_at`): it must not start before it.
+        not_before: (run.trigger_time_ms > now_ms()).then_some(run.trigger_time_ms),
     })
 }

@@ -4,7 +4,8 @@
 //! do with each (fire on time, misfire, skip), and commits every job's next fire time together
 //! with its fire's run records in one transaction (`Db::fire_jobs`; one transaction per job if
 //! the batch fails). Only then is each run handed to the dispatcher, which sends it at its
-//! scheduled instant. A crash after the commit leaves pending
+//! scheduled instant, or a little before it to an executor that holds it until then
+//! (`Dispatcher::send_created_at`). A crash after the commit leaves pending
 //! runs that the dispatcher's sweep sends; a crash before it leaves the job due, to fire again.
 //! Two admins racing for the same fire cannot both create it: `fire_job` moves the job only from
 //! the fire time it read, and runs are unique per (job, fire time, shard, attempt).

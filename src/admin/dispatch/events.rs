@@ -226,6 +226,11 @@ impl Dispatcher {
         for result in results {
             let (this, result) = (self.clone(), result.clone());
             let run = runs.remove(&result.log_id);
+            if let Some(run) = run.as_ref().filter(|run| run.trigger_type == TriggerType::Cron) {
+                // When it started there, or, from an executor that does not say, when it took it.
+                let started = result.started_at.unwrap_or(run.dispatched_at_ms);
+                crate::metrics::admin().fire_started(started - run.trigger_time_ms);
+            }
             applying.spawn(async move {
                 let (handle_code, message) = result.code_and_msg();
                 let event =
@@ -360,7 +365,7 @@ mod tests {
 
     #[test]
     fn a_kill_says_what_it_stops() {
-        let peer = |kind| Some(Peer { kind, app_name: "app".to_owned() });
+        let peer = |kind| Some(Peer { kind, app_name: "app".to_owned(), holds_triggers: false });
         let rows = [
             peer(PeerKind::Wasmjob),
             peer(PeerKind::XxlJob(Generation::Classic)),

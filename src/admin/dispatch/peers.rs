@@ -71,18 +71,44 @@ pub struct Peer {
     pub kind: PeerKind,
     /// The application it registered for.
     pub app_name: String,
+    /// A wasmjob executor that holds a trigger sent with `notBefore` until its instant, so its
+    /// scheduled runs may be sent ahead (`Dispatcher::send_created_at`).
+    pub holds_triggers: bool,
 }
 
+/// How a wasmjob executor that holds early triggers is stored: a kind of its own, which an
+/// admin that does not know it reads as unknown, and so never sends it a run ahead of time.
+const WASMJOB_HOLDING: &str = "wasmjob+holds";
+
 impl Peer {
-    /// The peer a registration describes: whether it listed held runs, and whether it named its
-    /// application in `XXL-JOB-APPNAME`.
-    pub fn from_registration(app_name: &str, lists_held_runs: bool, names_app: bool) -> Peer {
+    /// The peer a registration describes: whether it listed held runs, whether it named its
+    /// application in `XXL-JOB-APPNAME`, and whether it said it holds early triggers.
+    pub fn from_registration(
+        app_name: &str,
+        lists_held_runs: bool,
+        names_app: bool,
+        holds_triggers: bool,
+    ) -> Peer {
         let kind = match (lists_held_runs, names_app) {
             (true, _) => PeerKind::Wasmjob,
             (false, true) => PeerKind::XxlJob(Generation::V3_5),
             (false, false) => PeerKind::XxlJob(Generation::Classic),
         };
-        Peer { kind, app_name: app_name.to_owned() }
+        let holds_triggers = holds_triggers && kind == PeerKind::Wasmjob;
+        Peer { kind, app_name: app_name.to_owned(), holds_triggers }
+    }
+
+    /// How the peer is stored with its registration.
+    pub fn stored_kind(&self) -> &'static str {
+        if self.holds_triggers { WASMJOB_HOLDING } else { self.kind.as_str() }
+    }
+
+    /// The peer stored as `kind` for `app_name`; `None` for a kind not known.
+    pub fn from_stored(kind: &str, app_name: String) -> Option<Peer> {
+        if kind == WASMJOB_HOLDING {
+            return Some(Peer { kind: PeerKind::Wasmjob, app_name, holds_triggers: true });
+        }
+        Some(Peer { kind: PeerKind::parse(kind)?, app_name, holds_triggers: false })
     }
 
     /// The generation to speak to it.
@@ -160,8 +186,7 @@ impl Dispatcher {
         match self.inner.db.registered_peer(REGISTRY_GROUP_EXECUTOR, address).await {
             Ok(registered) => {
                 let peer = registered.and_then(|registered| {
-                    let kind = PeerKind::parse(&registered.peer_kind)?;
-                    Some(Peer { kind, app_name: registered.app_name })
+                    Peer::from_stored(&registered.peer_kind, registered.app_name)
                 });
                 self.inner.peers.set(address, peer, read_at);
                 self.inner.peers.get(address)
@@ -184,7 +209,7 @@ mod tests {
             [(true, true), (true, false), (false, true), (false, false)]
                 .into_iter()
                 .map(|(held, named)| {
-                    let peer = Peer::from_registration("app", held, named);
+                    let peer = Peer::from_registration("app", held, named, false);
                     (held, named, peer.kind, peer.generation().trigger_path())
                 })
                 .collect();
@@ -222,9 +247,32 @@ mod tests {
     }
 
     #[test]
+    fn only_a_wasmjob_executor_that_says_so_is_sent_runs_ahead() {
+        let holding: Vec<(bool, bool, &str, bool)> =
+            [(true, true), (true, false), (false, true), (false, false)]
+                .into_iter()
+                .map(|(held, holds)| {
+                    let peer = Peer::from_registration("app", held, false, holds);
+                    let stored = Peer::from_stored(peer.stored_kind(), "app".to_owned());
+                    assert_eq!(stored.as_ref(), Some(&peer), "{peer:?} reads back as itself");
+                    (held, holds, peer.stored_kind(), peer.holds_triggers)
+                })
+                .collect();
+        assert_eq!(
+            holding,
+            [
+                (true, true, "wasmjob+holds", true),
+                (true, false, "wasmjob", false),
+                (false, true, "xxl-job", false),
+                (false, false, "xxl-job", false),
+            ]
+        );
+    }
+
+    #[test]
     fn a_registration_is_not_undone_by_an_older_read() {
         let peers = Peers::default();
-        let three_five = Peer::from_registration("app", false, true);
+        let three_five = Peer::from_registration("app", false, true, false);
         peers.set("http://a", Some(three_five.clone()), 2_000);
         // A database read that started before the registration arrived.
         peers.set("http://a", None, 1_000);

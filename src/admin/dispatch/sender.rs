@@ -11,6 +11,9 @@
 //! unconfirmed, exactly as a single `/run` would. An executor known to be an XXL-JOB executor
 //! (`peers.rs`) gets single triggers from the start, at `/trigger` for a 3.5 executor.
 //!
+//! A trigger with `notBefore` (a scheduled run sent ahead of its instant) goes at once only to an
+//! executor known to hold it until then; to any other, at its instant and without the field.
+//!
 //! It does not decide what an answer means for a run: `send_to_executor` does.
 
 use std::collections::HashMap;
@@ -76,10 +79,19 @@ impl Senders {
     pub(super) async fn post(
         self: &Arc<Self>,
         address: &str,
-        param: TriggerParam,
+        mut param: TriggerParam,
     ) -> Result<Option<String>, PostError> {
+        let peer = self.peers.get(address);
+        // Only an executor known to hold early triggers gets one: any other would start it at
+        // once, so it is posted at its instant, without `notBefore`.
+        if !peer.as_ref().is_some_and(|peer| peer.holds_triggers)
+            && let Some(at_ms) = param.not_before.take()
+        {
+            let wait = u64::try_from(at_ms - crate::admin::now_ms()).unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+        }
         // XXL-JOB executors have no `/runs`: they get single triggers from the start.
-        let xxl_job = self.peers.get(address).is_some_and(|peer| peer.kind != PeerKind::Wasmjob);
+        let xxl_job = peer.is_some_and(|peer| peer.kind != PeerKind::Wasmjob);
         if xxl_job || self.is_plain(address) {
             return self.post_one(address, &param).await;
         }

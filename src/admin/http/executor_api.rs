@@ -87,8 +87,10 @@ async fn registry(
     // executor names its application in a header, older XXL-JOB executors do neither. It is
     // stored with the registration, so that every admin of the database knows it, restarted too.
     let names_app = headers.get(APP_NAME_HEADER).is_some_and(|name| !name.is_empty());
-    let peer = Peer::from_registration(&param.registry_key, param.held_runs.is_some(), names_app);
-    let kind = peer.kind.as_str();
+    let holds = param.holds_triggers == Some(true);
+    let peer =
+        Peer::from_registration(&param.registry_key, param.held_runs.is_some(), names_app, holds);
+    let kind = peer.stored_kind();
     if let Err(error) = state
         .db
         .upsert_registration(REGISTRY_GROUP_EXECUTOR, &param.registry_key, address, kind, now_ms())

@@ -221,8 +221,10 @@ impl Runtime {
         let call = call_run(&mut store, job, trigger);
         // A guest blocked in a host call (a wasi sleep) does not reach the epoch callback, so the
         // deadline and the kill are also awaited here; dropping the call future abandons the
-        // guest, and the store goes with it.
+        // guest, and the store goes with it. The call is polled first: a guest that ends in its
+        // first poll (most do) then never arms the deadline's timer or the kill's waiter.
         let result = tokio::select! {
+            biased;
             result = call => Ok(result),
             () = sleep_until_opt(deadline) => Err(Stop::Timeout),
             () = cancel.cancelled() => Err(Stop::Killed),

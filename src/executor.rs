@@ -17,6 +17,7 @@
 //! the stop: it is lost, its log says so, and it is never run.
 //! It never imports `admin`: it speaks to an admin (ours or XXL-JOB's) only through `protocol`.
 
+mod batched;
 mod heartbeat;
 mod http;
 mod journal;

@@ -2,7 +2,8 @@
 //! in batches, and forgotten only once an admin acknowledged them.
 //!
 //! Results are appended as JSON lines to segment files (`outbox/results-<n>.log`), and a push
-//! returns once its line is synced. Syncs are shared: concurrent pushes append under one lock
+//! returns once its lines are synced (the workers push the results of many runs at once).
+//! Syncs are shared: concurrent pushes append under one lock
 //! and the first of them to sync makes every line appended so far durable with one
 //! `sync_data` (group commit), so a burst of results costs a few syncs, not two per result.
 //! A process killed between a run's end and its delivery loses nothing: the next start delivers
@@ -206,38 +207,66 @@ impl Outbox {
 
     /// Stores one result durably and wakes the sender. On error the result is still queued for
     /// delivery, in memory only. Blocks on a disk sync (shared with concurrent pushes).
+    #[cfg(test)]
     pub fn push(&self, result: &HandleCallbackParam) -> Result<(), OutboxError> {
-        let error = |path: &Path, source| OutboxError {
+        self.push_all(std::slice::from_ref(result)).pop().unwrap_or(Ok(()))
+    }
+
+    /// Stores results durably with one sync and wakes the sender: what [`Outbox::push`] does
+    /// for each, in order, answering each.
+    pub fn push_all(&self, results: &[HandleCallbackParam]) -> Vec<Result<(), OutboxError>> {
+        let error = |result: &HandleCallbackParam, path: &Path, source| OutboxError {
             log_id: result.log_id,
             path: path.to_owned(),
             source,
         };
-        let appended = {
-            let Ok(mut state) = self.inner.state.lock() else {
-                let poisoned = std::io::Error::other("outbox lock poisoned");
-                return Err(error(&self.inner.dir, poisoned));
-            };
-            let appended = state.append(&self.inner.dir, result);
-            let home = match &appended {
-                Ok((seq, _)) => Home::Segment(*seq),
-                Err(_) => Home::Memory,
-            };
-            let replaced = state.insert(result.clone(), home);
-            if let Some(home) = replaced {
-                state.release(&self.inner.dir, result.log_id, home);
+        let appended: Vec<_> = match self.inner.state.lock() {
+            Ok(mut state) => results
+                .iter()
+                .map(|result| {
+                    let appended = state.append(&self.inner.dir, result);
+                    let home = match &appended {
+                        Ok((seq, _)) => Home::Segment(*seq),
+                        Err(_) => Home::Memory,
+                    };
+                    if let Some(replaced) = state.insert(result.clone(), home) {
+                        state.release(&self.inner.dir, result.log_id, replaced);
+                    }
+                    appended
+                })
+                .collect(),
+            Err(_) => {
+                let poisoned = || std::io::Error::other("outbox lock poisoned");
+                return results
+                    .iter()
+                    .map(|result| Err(error(result, &self.inner.dir, poisoned())))
+                    .collect();
             }
-            appended
         };
-        let stored = match appended {
-            Ok((_, line)) => self.sync(line).map_err(|(path, source)| error(&path, source)),
-            Err((path, source)) => Err(error(&path, source)),
-        };
-        if stored.is_err()
+        let last = appended.iter().filter_map(|appended| appended.as_ref().ok()).map(|a| a.1).max();
+        let synced = last.map_or(Ok(()), |line| self.sync(line));
+        let stored: Vec<_> = results
+            .iter()
+            .zip(appended)
+            .map(|(result, appended)| match (appended, &synced) {
+                (Ok(_), Ok(())) => Ok(()),
+                (Ok(_), Err((path, source))) => {
+                    let source = std::io::Error::new(source.kind(), source.to_string());
+                    Err(error(result, path, source))
+                }
+                (Err((path, source)), _) => Err(error(result, &path, source)),
+            })
+            .collect();
+        if stored.iter().any(Result::is_err)
             && let Ok(mut state) = self.inner.state.lock()
-            && let Some(entry) = state.entries.get_mut(&result.log_id)
-            && let Home::Segment(seq) = std::mem::replace(&mut entry.home, Home::Memory)
         {
-            state.unlive(&self.inner.dir, seq);
+            for (result, _) in results.iter().zip(&stored).filter(|(_, stored)| stored.is_err()) {
+                if let Some(entry) = state.entries.get_mut(&result.log_id)
+                    && let Home::Segment(seq) = std::mem::replace(&mut entry.home, Home::Memory)
+                {
+                    state.unlive(&self.inner.dir, seq);
+                }
+            }
         }
         self.inner.notify.notify_one();
         stored

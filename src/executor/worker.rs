@@ -27,6 +27,11 @@
 //! that run is and never queued again, also after a restart within the journal's window. A
 //! trigger refused (bad module reference, `DISCARD_LATER`, a full queue, a stopping executor) is
 //! not journaled. A worker runs a trigger only once its acceptance is durable.
+//!
+//! A run's file work (its start's journal line; its result in the outbox, synced, then its
+//! end's journal line) goes through [`Batched`] queues: the runs starting or ending together
+//! share one blocking call and one sync. A run's reported start (`startedAt`) is taken once its
+//! start is journaled, just before its module is looked up and its guest instantiated.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -37,6 +42,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::batched::Batched;
 use super::journal::{self, Admission, Journal, RunState, Ticket};
 use super::logs::LogStore;
 use super::modules::Modules;
@@ -81,6 +87,42 @@ pub struct Workers {
     closed: Arc<AtomicBool>,
     /// Accepted runs held until their `notBefore`.
     held: Arc<Mutex<Held>>,
+    io: Arc<RunIo>,
+}
+
+/// The blocking file work of starting and ending runs, done in batches (`batched.rs`): a
+/// start's journal line (after its acceptance is durable), an end's result in the outbox and
+/// its journal line.
+struct RunIo {
+    starts: Batched<(Ticket, i64), Result<(), String>>,
+    ends: Batched<(HandleCallbackParam, usize), ()>,
+}
+
+impl RunIo {
+    fn start(ctx: &Arc<RunContext>) -> RunIo {
+        let journal = ctx.journal.clone();
+        let starts = Batched::start("run starts", move |starts: Vec<(Ticket, i64)>| {
+            let now = journal::now_ms();
+            starts
+                .into_iter()
+                .map(|(ticket, log_id)| {
+                    journal.sync(ticket).map_err(|error| error.to_string())?;
+                    if let Err(error) = journal.started(log_id, now) {
+                        // The run goes on: without this line a restart counts it lost, which
+                        // it would be.
+                        tracing::error!(run.id = log_id, %error, "cannot journal the start of run {log_id}");
+                    }
+                    Ok(())
+                })
+                .collect()
+        });
+        let ctx = ctx.clone();
+        let ends = Batched::start("run ends", move |ends: Vec<(HandleCallbackParam, usize)>| {
+            store_results(&ctx, &ends);
+            vec![(); ends.len()]
+        });
+        RunIo { starts, ends }
+    }
 }
 
 /// Runs held until their instant: a run leaves `runs` once, queued at its instant or taken by a
@@ -110,11 +152,14 @@ struct Queued {
 }
 
 impl Workers {
-    /// No workers yet.
+    /// No workers yet. Starts the tasks that batch the runs' file work: call it on the async
+    /// runtime.
     pub fn new(ctx: RunContext) -> Workers {
+        let ctx = Arc::new(ctx);
         Workers {
             map: Arc::default(),
-            ctx: Arc::new(ctx),
+            io: Arc::new(RunIo::start(&ctx)),
+            ctx,
             closed: Arc::default(),
             held: Arc::default(),
         }
@@ -471,7 +516,7 @@ impl Workers {
             });
             if let Some((queued, cancel)) = next {
                 let span = tracing::info_span!("run", run.id = queued.param.log_id);
-                execute(self.ctx.clone(), queued, cancel).instrument(span).await;
+                self.execute(queued, cancel).instrument(span).await;
                 if let Ok(mut queue) = worker.queue.lock() {
                     queue.running = None;
                 }
@@ -505,110 +550,106 @@ impl Workers {
     }
 }
 
-/// Runs one trigger to its end and reports the result.
-async fn execute(ctx: Arc<RunContext>, queued: Queued, cancel: CancellationToken) {
-    let Queued { param, ticket, bytes } = queued;
-    // A run starts only once its acceptance is durable, so a restart never forgets a run that
-    // began. This is normally already true (the `/run` answer waited for it).
-    let journal = ctx.journal.clone();
-    let log_id = param.log_id;
-    let started_at = journal::now_ms();
-    let recorded = tokio::task::spawn_blocking(move || {
-        journal.sync(ticket)?;
-        if let Err(error) = journal.started(log_id, started_at) {
-            // The run goes on: without this line a restart counts it lost, which it would be.
-            tracing::error!(%error, "cannot journal the start of run {log_id}");
-        }
-        Ok::<(), journal::JournalError>(())
-    })
-    .await;
-    let not_recorded = match recorded {
-        Ok(Ok(())) => None,
-        Ok(Err(error)) => Some(error.to_string()),
-        Err(error) => Some(error.to_string()),
-    };
-    if let Some(error) = not_recorded {
-        tracing::error!(%error, "run {log_id} not started: its acceptance is not durable");
-        let reason = format!("host error: the run could not be recorded durably: {error}");
-        finish_blocking(&ctx, &param, bytes, code::FAILURE, reason, None, None).await;
-        return;
-    }
-    ctx.logs.running(param.log_id);
-    let mut log = match ctx.logs.open(param.log_id, param.log_date_time) {
-        Ok(log) => log,
-        Err(error) => {
-            tracing::error!(%error, "cannot open the log of run {}", param.log_id);
-            let reason = format!("host error: cannot open the run log: {error}");
-            finish_blocking(&ctx, &param, bytes, code::FAILURE, reason, None, Some(started_at))
-                .await;
+impl Workers {
+    /// Runs one trigger to its end and reports the result.
+    async fn execute(&self, queued: Queued, cancel: CancellationToken) {
+        let ctx = &self.ctx;
+        let Queued { param, ticket, bytes } = queued;
+        // A run starts only once its acceptance is durable, so a restart never forgets a run
+        // that began. This is normally already true (the `/run` answer waited for it).
+        let recorded = self.io.starts.call((ticket, param.log_id)).await;
+        let not_recorded = match recorded {
+            Some(Ok(())) => None,
+            Some(Err(error)) => Some(error),
+            None => Some("the journal's writer failed".to_owned()),
+        };
+        if let Some(error) = not_recorded {
+            tracing::error!(%error, "run {} not started: its acceptance is not durable", param.log_id);
+            let reason = format!("host error: the run could not be recorded durably: {error}");
+            self.end(&param, bytes, code::FAILURE, reason, None, None).await;
             return;
         }
-    };
-    let source =
-        if param.glue_type == "BEAN" { &param.executor_handler } else { &param.glue_source };
-    log.line(
-        Level::Info,
-        &format!(
-            "run {} of job {} started: {} {source}, param `{}`",
-            param.log_id, param.job_id, param.glue_type, param.executor_params
-        ),
-    );
-    let started = std::time::Instant::now();
-    // A kill must not wait for a slow admin or a long compilation: the run ends as killed at
-    // once, and a compilation already under way finishes on its blocking thread for the cache.
-    let resolve =
-        ctx.modules.resolve(&param.glue_type, &param.glue_source, &param.executor_handler);
-    let resolved = tokio::select! {
-        resolved = resolve => Some(resolved),
-        () = cancel.cancelled() => None,
-    };
-    let outcome = match resolved {
-        Some(Ok(job)) => {
-            let limits = limits(&ctx.defaults, &param);
-            let (trigger, items) = (trigger(&param), sharding_items(&param));
-            if ctx.runtime.free_slots() == Some(0) {
-                let total = ctx.defaults.max_concurrent_runs;
-                log.line(Level::Info, &format!("waiting for a run slot: all {total} are in use"));
+        // The start: its journal line is written, and nothing but the guest is left to do.
+        let started_at = journal::now_ms();
+        ctx.logs.running(param.log_id);
+        let mut log = match ctx.logs.open(param.log_id, param.log_date_time) {
+            Ok(log) => log,
+            Err(error) => {
+                tracing::error!(%error, "cannot open the log of run {}", param.log_id);
+                let reason = format!("host error: cannot open the run log: {error}");
+                self.end(&param, bytes, code::FAILURE, reason, None, Some(started_at)).await;
+                return;
             }
-            ctx.runtime.run(&job, trigger, items, &limits, Box::new(log.clone()), &cancel).await
-        }
-        Some(Err(error)) => RunOutcome::Host(format!("module unavailable: {error:#}")),
-        None => {
-            log.line(Level::Warn, "killed while its module was being fetched or compiled");
-            RunOutcome::Killed
-        }
-    };
-    let level = if outcome.handle_code() == code::SUCCESS { Level::Info } else { Level::Error };
-    log.line(level, &format!("run ended in {} ms: {outcome}", started.elapsed().as_millis()));
-    tracing::info!(handle.code = outcome.handle_code(), "run {} ended: {outcome}", param.log_id);
-    let fuel_used = match &outcome {
-        RunOutcome::Success { fuel_used, .. } => {
-            fuel_used.and_then(|fuel| i64::try_from(fuel).ok())
-        }
-        _ => None,
-    };
-    let (handle_code, handle_msg) = (outcome.handle_code(), outcome.handle_msg());
-    finish_blocking(&ctx, &param, bytes, handle_code, handle_msg, fuel_used, Some(started_at))
-        .await;
-}
+        };
+        let source =
+            if param.glue_type == "BEAN" { &param.executor_handler } else { &param.glue_source };
+        log.line(
+            Level::Info,
+            &format!(
+                "run {} of job {} started: {} {source}, param `{}`",
+                param.log_id, param.job_id, param.glue_type, param.executor_params
+            ),
+        );
+        let started = std::time::Instant::now();
+        // A kill must not wait for a slow admin or a long compilation: the run ends as killed
+        // at once, and a compilation already under way finishes on its blocking thread for the
+        // cache.
+        let resolve =
+            ctx.modules.resolve(&param.glue_type, &param.glue_source, &param.executor_handler);
+        let resolved = tokio::select! {
+            resolved = resolve => Some(resolved),
+            () = cancel.cancelled() => None,
+        };
+        let outcome = match resolved {
+            Some(Ok(job)) => {
+                let limits = limits(&ctx.defaults, &param);
+                let (trigger, items) = (trigger(&param), sharding_items(&param));
+                if ctx.runtime.free_slots() == Some(0) {
+                    let total = ctx.defaults.max_concurrent_runs;
+                    log.line(
+                        Level::Info,
+                        &format!("waiting for a run slot: all {total} are in use"),
+                    );
+                }
+                ctx.runtime.run(&job, trigger, items, &limits, Box::new(log.clone()), &cancel).await
+            }
+            Some(Err(error)) => RunOutcome::Host(format!("module unavailable: {error:#}")),
+            None => {
+                log.line(Level::Warn, "killed while its module was being fetched or compiled");
+                RunOutcome::Killed
+            }
+        };
+        let level = if outcome.handle_code() == code::SUCCESS { Level::Info } else { Level::Error };
+        log.line(level, &format!("run ended in {} ms: {outcome}", started.elapsed().as_millis()));
+        tracing::info!(
+            handle.code = outcome.handle_code(),
+            "run {} ended: {outcome}",
+            param.log_id
+        );
+        let fuel_used = match &outcome {
+            RunOutcome::Success { fuel_used, .. } => {
+                fuel_used.and_then(|fuel| i64::try_from(fuel).ok())
+            }
+            _ => None,
+        };
+        let (handle_code, handle_msg) = (outcome.handle_code(), outcome.handle_msg());
+        self.end(&param, bytes, handle_code, handle_msg, fuel_used, Some(started_at)).await;
+    }
 
-/// [`finish`] off the async runtime (it syncs files).
-async fn finish_blocking(
-    ctx: &Arc<RunContext>,
-    param: &TriggerParam,
-    bytes: usize,
-    handle_code: i32,
-    handle_msg: String,
-    fuel_used: Option<i64>,
-    started_at: Option<i64>,
-) {
-    let (ctx, param_owned) = (ctx.clone(), param.clone());
-    let finished = tokio::task::spawn_blocking(move || {
-        finish(&ctx, &param_owned, bytes, handle_code, &handle_msg, fuel_used, started_at);
-    })
-    .await;
-    if let Err(error) = finished {
-        tracing::error!(%error, "reporting the result of run {} failed", param.log_id);
+    /// [`finish`], batched with other runs' ends off the async runtime (it syncs files).
+    async fn end(
+        &self,
+        param: &TriggerParam,
+        bytes: usize,
+        handle_code: i32,
+        handle_msg: String,
+        fuel_used: Option<i64>,
+        started_at: Option<i64>,
+    ) {
+        let result = result(param, handle_code, &handle_msg, fuel_used, started_at);
+        if self.io.ends.call((result, bytes)).await.is_none() {
+            tracing::error!("reporting the result of run {} failed", param.log_id);
+        }
     }
 }
 
@@ -623,7 +664,19 @@ fn finish(
     fuel_used: Option<i64>,
     started_at: Option<i64>,
 ) {
-    let result = HandleCallbackParam {
+    let result = result(param, handle_code, handle_msg, fuel_used, started_at);
+    store_results(ctx, &[(result, bytes)]);
+}
+
+/// The result of a run for the admin.
+fn result(
+    param: &TriggerParam,
+    handle_code: i32,
+    handle_msg: &str,
+    fuel_used: Option<i64>,
+    started_at: Option<i64>,
+) -> HandleCallbackParam {
+    HandleCallbackParam {
         log_id: param.log_id,
         log_date_tim: param.log_date_time,
         handle_code,
@@ -631,28 +684,39 @@ fn finish(
         fuel_used,
         started_at,
         execute_result: None,
-    };
-    ctx.held_bytes.fetch_sub(bytes, Ordering::SeqCst);
-    crate::failpoint::hit("executor.before_report");
+    }
+}
+
+/// [`finish`] for runs' `(result, bytes held)`, with one outbox sync for all.
+fn store_results(ctx: &RunContext, ended: &[(HandleCallbackParam, usize)]) {
+    for (_, bytes) in ended {
+        ctx.held_bytes.fetch_sub(*bytes, Ordering::SeqCst);
+        crate::failpoint::hit("executor.before_report");
+    }
+    let results: Vec<HandleCallbackParam> =
+        ended.iter().map(|(result, _)| result.clone()).collect();
+    let stored = ctx.outbox.push_all(&results);
     let now = journal::now_ms();
-    match ctx.outbox.push(&result) {
-        Ok(()) => {
-            if let Err(error) = ctx.journal.finished(param.log_id, handle_code, now) {
-                tracing::error!(%error, "cannot journal the end of run {}", param.log_id);
+    for (result, stored) in results.iter().zip(stored) {
+        let log_id = result.log_id;
+        match stored {
+            Ok(()) => {
+                if let Err(error) = ctx.journal.finished(log_id, result.handle_code, now) {
+                    tracing::error!(%error, "cannot journal the end of run {log_id}");
+                }
+            }
+            Err(error) => {
+                tracing::error!(
+                    %error,
+                    run.id = log_id,
+                    "cannot store the result of run {log_id} on disk: it is kept in memory and \
+                     sent directly, and is lost if this executor stops before an admin takes it",
+                );
+                ctx.journal.reported_in_memory(log_id, now);
             }
         }
-        Err(error) => {
-            tracing::error!(
-                %error,
-                run.id = param.log_id,
-                "cannot store the result of run {} on disk: it is kept in memory and sent \
-                 directly, and is lost if this executor stops before an admin takes it",
-                param.log_id
-            );
-            ctx.journal.reported_in_memory(param.log_id, now);
-        }
+        ctx.logs.finished(log_id);
     }
-    ctx.logs.finished(param.log_id);
 }
 
 /// The trigger's block strategy (`SERIAL_EXECUTION` when it names none we know).

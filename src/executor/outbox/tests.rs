@@ -269,6 +269,23 @@ fn concurrent_pushes_share_syncs_and_all_survive_a_restart() {
     assert_eq!(outbox.pending_ids().len(), 400);
 }
 
+#[test]
+fn a_batch_is_stored_with_its_lines_synced_across_a_segment_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox_dir = dir.path().join("outbox");
+    let outbox = Outbox::open(outbox_dir.clone()).unwrap();
+    let count = SEGMENT_LINES as i64 + 100;
+    let results: Vec<_> = (1..=count).map(result).collect();
+    let stored = outbox.push_all(&results);
+    assert_eq!(stored.len(), results.len());
+    assert!(stored.iter().all(Result::is_ok));
+    assert_eq!(*outbox.inner.synced.lock().unwrap(), count as u64);
+    drop(outbox);
+    assert_eq!(names(&outbox_dir), ["quarantine", "results-1.log", "results-2.log"]);
+    let outbox = Outbox::open(outbox_dir).unwrap();
+    assert_eq!(outbox.pending_ids(), (1..=count).collect::<Vec<_>>());
+}
+
 /// Lifts the backoff of run `log_id`'s entry.
 fn due_now(outbox: &Outbox, log_id: i64) {
     outbox.inner.state.lock().unwrap().entries.get_mut(&log_id).unwrap().retry_at = None;

@@ -154,6 +154,12 @@ impl Runtime {
         self.cache.cached(&self.engine, &self.linker, sha256)
     }
 
+    /// The compiled job for `sha256` if it is in memory; never blocks on the disk, so it may be
+    /// called on the async runtime.
+    pub fn in_memory(&self, sha256: &str) -> Option<CompiledJob> {
+        self.cache.in_memory(sha256)
+    }
+
     /// How often modules were compiled, loaded from disk, or found in memory.
     pub fn cache_stats(&self) -> CacheStats {
         self.cache.stats()

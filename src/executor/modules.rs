@@ -66,9 +66,14 @@ impl Modules {
     }
 
     async fn by_digest(&self, sha256: &str) -> anyhow::Result<CompiledJob> {
-        let runtime = self.runtime.clone();
-        let digest = sha256.to_owned();
-        let cached = tokio::task::spawn_blocking(move || runtime.cached(&digest)).await?;
+        // Compiled modules are nearly always in memory: a blocking thread only for the disk.
+        let cached = match self.runtime.in_memory(sha256) {
+            Some(job) => Some(job),
+            None => {
+                let (runtime, digest) = (self.runtime.clone(), sha256.to_owned());
+                tokio::task::spawn_blocking(move || runtime.cached(&digest)).await?
+            }
+        };
         crate::metrics::executor().module_lookup(cached.is_some());
         if let Some(job) = cached {
             return Ok(job);

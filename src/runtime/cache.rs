@@ -83,15 +83,21 @@ impl Cache {
         }
     }
 
+    /// The compiled job in memory, without touching the disk.
+    pub(super) fn in_memory(&self, sha256: &str) -> Option<CompiledJob> {
+        let job = self.memory.lock().ok()?.get(sha256).cloned()?;
+        self.memory_hits.fetch_add(1, Ordering::Relaxed);
+        Some(job)
+    }
+
     pub(super) fn cached(
         &self,
         engine: &Engine,
         linker: &Linker<RunState>,
         sha256: &str,
     ) -> Option<CompiledJob> {
-        if let Some(job) = self.memory.lock().ok()?.get(sha256) {
-            self.memory_hits.fetch_add(1, Ordering::Relaxed);
-            return Some(job.clone());
+        if let Some(job) = self.in_memory(sha256) {
+            return Some(job);
         }
         let path = self.artifact_path(sha256)?;
         if !path.exists() {

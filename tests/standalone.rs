@@ -23,7 +23,8 @@ impl Drop for Standalone {
     }
 }
 
-/// Starts `wasmjob standalone` on port 0 and returns it with its admin URL (read from its log).
+/// Starts `wasmjob standalone` on port 0 and returns it, once it is up, with its admin URL (read
+/// from its log).
 pub fn spawn_standalone(data_dir: &std::path::Path) -> (Standalone, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_wasmjob"))
         .args([
@@ -45,11 +46,19 @@ pub fn spawn_standalone(data_dir: &std::path::Path) -> (Standalone, String) {
     let stderr = child.stderr.take().unwrap();
     let (sender, receiver) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let mut sent = false;
+        // The admin listens before the standalone has made its `default` group and started
+        // its executor: the URL is handed over once the whole platform says it is up.
+        let (mut url, mut sent) = (None, false);
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
-            if !sent && let Some((_, url)) = line.split_once("admin listening on ") {
-                sender.send(url.trim().to_owned()).unwrap();
+            if let Some((_, listening)) = line.split_once("admin listening on ") {
+                url.get_or_insert_with(|| listening.trim().to_owned());
+            }
+            if !sent
+                && line.contains("wasmjob standalone is up")
+                && let Some(url) = url.take()
+            {
+                sender.send(url).unwrap();
                 sent = true;
             }
         }

@@ -193,50 +193,10 @@ impl Workers {
         self.ctx.modules.check(&param.glue_type, &param.glue_source, &param.executor_handler)?;
         let now = journal::now_ms();
         if let Some(until) = param.not_before.filter(|at| *at > now) {
-            let until = until.min(now + MAX_HOLD_MS);
-            let bytes = held_size(&param);
-            self.check_bytes(bytes, 0)?;
-            let ticket = match self.journal_accept(&param)? {
-                Pushed::Accepted(ticket) => ticket,
-                duplicate => return Ok(duplicate),
-            };
-            self.ctx.logs.started(param.log_id, param.log_date_time);
-            if let Ok(mut log) = self.ctx.logs.open(param.log_id, param.log_date_time) {
-                let ahead = until - now;
-                log.line(
-                    Level::Info,
-                    &format!(
-                        "run {} of job {} accepted {ahead} ms ahead of its instant: held until then",
-                        param.log_id, param.job_id
-                    ),
-                );
-            }
-            self.ctx.held_bytes.fetch_add(bytes, Ordering::SeqCst);
-            let log_id = param.log_id;
-            let first_of_its_instant = {
-                let mut held = self.held.lock().map_err(|_| "held runs poisoned".to_owned())?;
-                held.runs.insert(log_id, Queued { param, ticket, bytes });
-                let runs = held.instants.entry(until).or_default();
-                runs.push(log_id);
-                runs.len() == 1
-            };
+            // Under the map's lock, as every acceptance.
+            let pushed = self.hold(param, now, until.min(now + MAX_HOLD_MS));
             drop(map);
-            if first_of_its_instant {
-                let this = self.clone();
-                // Ends at the instant, at most `MAX_HOLD_MS` from now; a stop kills the runs it
-                // would queue, and it then finds none.
-                let span = tracing::info_span!("held", instant = until);
-                tokio::spawn(
-                    async move {
-                        let wait = u64::try_from(until - journal::now_ms()).unwrap_or(0);
-                        tokio::time::sleep(Duration::from_millis(wait)).await;
-                        // Off the async runtime: a refusal or a cover stores a result.
-                        let _ = tokio::task::spawn_blocking(move || this.release(until)).await;
-                    }
-                    .instrument(span),
-                );
-            }
-            return Ok(Pushed::Accepted(ticket));
+            return pushed;
         }
         let worker = map.entry(param.job_id).or_insert_with(|| self.spawn(param.job_id)).clone();
         let mut queue = worker.queue.lock().map_err(|_| "worker queue poisoned".to_owned())?;
@@ -255,6 +215,54 @@ impl Workers {
         drop(queue);
         drop(map);
         worker.notify.notify_one();
+        Ok(Pushed::Accepted(ticket))
+    }
+
+    /// Accepts `param` to be held until `until` (after `now`): journaled, kept outside its job's
+    /// queue, and queued at `until` by one timer for all the runs of that instant. Called by
+    /// `push`, under the map's lock.
+    fn hold(&self, param: TriggerParam, now: i64, until: i64) -> Result<Pushed, String> {
+        let bytes = held_size(&param);
+        self.check_bytes(bytes, 0)?;
+        let ticket = match self.journal_accept(&param)? {
+            Pushed::Accepted(ticket) => ticket,
+            duplicate => return Ok(duplicate),
+        };
+        self.ctx.logs.started(param.log_id, param.log_date_time);
+        if let Ok(mut log) = self.ctx.logs.open(param.log_id, param.log_date_time) {
+            let ahead = until - now;
+            log.line(
+                Level::Info,
+                &format!(
+                    "run {} of job {} accepted {ahead} ms ahead of its instant: held until then",
+                    param.log_id, param.job_id
+                ),
+            );
+        }
+        self.ctx.held_bytes.fetch_add(bytes, Ordering::SeqCst);
+        let log_id = param.log_id;
+        let first_of_its_instant = {
+            let mut held = self.held.lock().map_err(|_| "held runs poisoned".to_owned())?;
+            held.runs.insert(log_id, Queued { param, ticket, bytes });
+            let runs = held.instants.entry(until).or_default();
+            runs.push(log_id);
+            runs.len() == 1
+        };
+        if first_of_its_instant {
+            let this = self.clone();
+            // Ends at the instant, at most `MAX_HOLD_MS` from now; a stop kills the runs it
+            // would queue, and it then finds none.
+            let span = tracing::info_span!("held", instant = until);
+            tokio::spawn(
+                async move {
+                    let wait = u64::try_from(until - journal::now_ms()).unwrap_or(0);
+                    tokio::time::sleep(Duration::from_millis(wait)).await;
+                    // Off the async runtime: a refusal or a cover stores a result.
+                    let _ = tokio::task::spawn_blocking(move || this.release(until)).await;
+                }
+                .instrument(span),
+            );
+        }
         Ok(Pushed::Accepted(ticket))
     }
 

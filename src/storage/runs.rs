@@ -310,7 +310,8 @@ impl Db {
     }
 
     /// How many runs have not ended (pending, dispatching or running), counting at most `cap`:
-    /// the index on `(state, id)` answers it, and a read costs at most `cap` of its entries.
+    /// the partial index of unfinished runs answers it, and a read costs at most `cap` of its
+    /// entries.
     pub async fn count_unfinished_runs(&self, cap: i64) -> Result<i64> {
         let row = sqlx::query(
             "select count(*) as n from (select 1 from runs
@@ -334,8 +335,8 @@ impl Db {
     }
 
     /// Ids of the runs running on `address` that an executor accepted before
-    /// `dispatched_before_ms`, oldest first, at most `limit`. Ids only: the index on
-    /// `(state, executor_address, dispatched_at)` answers this without reading a run's row, so a
+    /// `dispatched_before_ms`, oldest first, at most `limit`. Ids only: the index of running
+    /// runs on `(executor_address, dispatched_at)` answers this without reading a run's row, so a
     /// heartbeat from an executor holding many runs stays cheap.
     pub async fn running_run_ids_on(
         &self,

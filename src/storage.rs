@@ -114,6 +114,8 @@ impl Db {
                     // corrupts the file. Writers wait for each other instead of failing.
                     sqlx::query("pragma synchronous = normal").execute(&mut *connection).await?;
                     sqlx::query("pragma busy_timeout = 5000").execute(&mut *connection).await?;
+                    // Statement journals (a multi-row write's undo) in memory, not in a
+                    // temporary file made and removed by every transaction.
                     sqlx::query("pragma temp_store = memory").execute(&mut *connection).await?;
                 }
                 Ok(())

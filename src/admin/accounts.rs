@@ -199,7 +199,20 @@ pub async fn audit(
     before: Option<String>,
     after: Option<String>,
 ) {
-    let entry = AuditEntry {
+    record(db, &entry(principal, source, action, target, before, after)).await;
+}
+
+/// The audit entry of `principal`, from `source`, doing `action` on `target`, for a write that
+/// records it in its own transaction.
+pub fn entry(
+    principal: &Principal,
+    source: &str,
+    action: &str,
+    target: String,
+    before: Option<String>,
+    after: Option<String>,
+) -> AuditEntry {
+    AuditEntry {
         actor: principal.name.clone(),
         user_id: principal.user_id,
         source: source.to_owned(),
@@ -207,8 +220,7 @@ pub async fn audit(
         target,
         before_json: before,
         after_json: after,
-    };
-    record(db, &entry).await;
+    }
 }
 
 /// The value of cookie `name` in the request's `Cookie` headers.

@@ -47,7 +47,7 @@ use crate::protocol::{
 };
 use crate::routing::{Probe, Route, RouterState, sharding};
 use crate::schedule::Schedule;
-use crate::storage::{Claim, Db, Fired, NewRun};
+use crate::storage::{AuditEntry, Claim, Db, Fired, NewRun};
 
 pub use self::peers::{Peer, PeerKind};
 use self::sender::{PostError, Senders};
@@ -348,12 +348,14 @@ impl Dispatcher {
         Ok(vec![run(picked, 0, 1)])
     }
 
-    /// Creates the runs of a manual, API or parent trigger and sends them now.
+    /// Creates the runs of a manual, API or parent trigger and sends them now; `audit`, the
+    /// operator's request, is recorded in the runs' transaction with their ids.
     pub async fn trigger(
         &self,
         job: &Job,
         trigger: PlannedTrigger,
         addresses: Option<&[String]>,
+        audit: Option<&AuditEntry>,
     ) -> Result<Vec<i64>, TriggerError> {
         let mut runs = self.plan_runs(job, trigger, addresses).await?;
         let now = now_ms();
@@ -363,7 +365,7 @@ impl Dispatcher {
             let claims = self
                 .inner
                 .db
-                .create_claimed_runs(&runs, &owner, now, lease_until_ms)
+                .create_claimed_runs(&runs, &owner, now, lease_until_ms, audit)
                 .await
                 .map_err(anyhow::Error::from)?;
             let mut ids = Vec::with_capacity(claims.len());
@@ -373,7 +375,8 @@ impl Dispatcher {
             }
             return Ok(ids);
         }
-        let created = self.inner.db.create_runs(&runs, now).await.map_err(anyhow::Error::from)?;
+        let created = self.inner.db.create_audited_runs(&runs, now, audit).await;
+        let created = created.map_err(anyhow::Error::from)?;
         let mut ids = Vec::with_capacity(runs.len());
         for (run, id) in runs.iter().zip(created) {
             if let Some(id) = id {

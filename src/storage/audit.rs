@@ -104,6 +104,18 @@ fn record_from_row(row: &AnyRow) -> Result<AuditRecord> {
 }
 
 /// Appends `entries` (each with its instant) on `conn`, in a few statements.
+/// `entry` with the ids of the runs created with it added to its after JSON (an object, or
+/// none) as `log_ids`.
+pub(super) fn with_log_ids(entry: &AuditEntry, ids: &[i64]) -> AuditEntry {
+    let mut after = entry
+        .after_json
+        .as_deref()
+        .and_then(|json| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json).ok())
+        .unwrap_or_default();
+    after.insert("log_ids".to_owned(), ids.into());
+    AuditEntry { after_json: Some(serde_json::Value::Object(after).to_string()), ..entry.clone() }
+}
+
 pub(super) async fn insert_many(
     conn: &mut AnyConnection,
     entries: &[(&AuditEntry, i64)],

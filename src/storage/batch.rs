@@ -1,5 +1,6 @@
 //! Group commit for the run lifecycle's writes: claims, lease renewals, targets, transitions
-//! and new runs from many tasks, and audit records, queue up and commit together.
+//! and new runs from many tasks, and audit records, queue up and commit together. A trigger's
+//! audit record is part of the write that creates its runs, with their ids.
 //!
 //! One task per [`Db`] takes every write waiting in the queue (up to [`MAX_BATCH`]), runs them in
 //! one transaction, commits, and only then answers each caller. A write that fails gets its own
@@ -29,12 +30,14 @@ pub(super) enum Write {
     CreateRuns {
         runs: Vec<NewRun>,
         now_ms: i64,
+        audit: Option<AuditEntry>,
     },
     CreateClaimed {
         runs: Vec<NewRun>,
         owner: String,
         now_ms: i64,
         lease_until_ms: i64,
+        audit: Option<AuditEntry>,
     },
     Claim {
         id: i64,
@@ -177,11 +180,11 @@ async fn run_grouped(
     let mut others = Vec::new();
     for (index, write) in writes.iter().enumerate() {
         match write {
-            Write::CreateRuns { runs, now_ms } => {
+            Write::CreateRuns { runs, now_ms, .. } => {
                 creators.push((index, runs.len(), false));
                 inserts.extend(runs.iter().map(|run| Insert { run, claim: None, now_ms: *now_ms }));
             }
-            Write::CreateClaimed { runs, owner, now_ms, lease_until_ms } => {
+            Write::CreateClaimed { runs, owner, now_ms, lease_until_ms, .. } => {
                 creators.push((index, runs.len(), true));
                 let claim = Some((owner.as_str(), *lease_until_ms));
                 inserts.extend(runs.iter().map(|run| Insert { run, claim, now_ms: *now_ms }));
@@ -197,14 +200,19 @@ async fn run_grouped(
         }
     }
     let mut created = runs::insert_many(conn, &inserts).await?.into_iter();
+    let mut trigger_entries = Vec::new();
     for (index, count, claimed) in creators {
-        let runs = created.by_ref().take(count);
+        let runs: Vec<Option<Claim>> = created.by_ref().take(count).collect();
+        if let Some((entry, now_ms)) = creation_audit(&writes[index]) {
+            trigger_entries.push((audit::with_log_ids(entry, &created_ids(&runs)), now_ms));
+        }
         answers[index] = Some(if claimed {
-            Written::Claims(runs.collect())
+            Written::Claims(runs)
         } else {
-            Written::Ids(runs.map(|created| created.map(|claim| claim.run.id)).collect())
+            Written::Ids(runs.into_iter().map(|created| created.map(|claim| claim.run.id)).collect())
         });
     }
+    entries.extend(trigger_entries.iter().map(|(entry, now_ms)| (entry, *now_ms)));
     audit::insert_many(conn, &entries).await?;
     for round in super::distinct_rounds(plain.iter().map(|(_, update)| update.id)) {
         let updates: Vec<Update<'_>> = round.iter().map(|&at| plain[at].1).collect();
@@ -220,6 +228,20 @@ async fn run_grouped(
         answers[index] = Some(execute(conn, &writes[index]).await?);
     }
     Ok(())
+}
+
+/// The audit entry to record with the runs a creation makes, and when.
+fn creation_audit(write: &Write) -> Option<(&AuditEntry, i64)> {
+    match write {
+        Write::CreateRuns { audit: Some(entry), now_ms, .. }
+        | Write::CreateClaimed { audit: Some(entry), now_ms, .. } => Some((entry, *now_ms)),
+        _ => None,
+    }
+}
+
+/// The ids of the runs a creation made (not those that existed already).
+fn created_ids(created: &[Option<Claim>]) -> Vec<i64> {
+    created.iter().flatten().map(|claim| claim.run.id).collect()
 }
 
 /// `write` as an update for [`runs::update_many`], if it is a transition without follow-up
@@ -266,17 +288,26 @@ async fn run_isolated(pool: &AnyPool, writes: &[Write]) -> Vec<Result<Written>> 
 
 async fn execute(conn: &mut AnyConnection, write: &Write) -> Result<Written> {
     Ok(match write {
-        Write::CreateRuns { runs, now_ms } => {
+        Write::CreateRuns { runs, now_ms, audit } => {
             let inserts: Vec<_> =
                 runs.iter().map(|run| Insert { run, claim: None, now_ms: *now_ms }).collect();
             let created = runs::insert_many(conn, &inserts).await?;
+            if let Some(entry) = audit {
+                let entry = audit::with_log_ids(entry, &created_ids(&created));
+                audit::insert_many(conn, &[(&entry, *now_ms)]).await?;
+            }
             Written::Ids(created.into_iter().map(|created| created.map(|c| c.run.id)).collect())
         }
-        Write::CreateClaimed { runs, owner, now_ms, lease_until_ms } => {
+        Write::CreateClaimed { runs, owner, now_ms, lease_until_ms, audit } => {
             let claim = Some((owner.as_str(), *lease_until_ms));
             let inserts: Vec<_> =
                 runs.iter().map(|run| Insert { run, claim, now_ms: *now_ms }).collect();
-            Written::Claims(runs::insert_many(conn, &inserts).await?)
+            let created = runs::insert_many(conn, &inserts).await?;
+            if let Some(entry) = audit {
+                let entry = audit::with_log_ids(entry, &created_ids(&created));
+                audit::insert_many(conn, &[(&entry, *now_ms)]).await?;
+            }
+            Written::Claims(created)
         }
         Write::Claim { id, owner, now_ms, lease_until_ms } => {
             Written::Claim(runs::claim(conn, *id, owner, *now_ms, *lease_until_ms).await?)

@@ -12,6 +12,7 @@
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
+use super::audit::AuditEntry;
 use super::batch::{Write, Written};
 use super::{Db, Result, parse_column};
 use crate::lifecycle::Transition;
@@ -103,7 +104,19 @@ impl Db {
     /// Creates the runs of one trigger (a broadcast's shards) together: all or none. Each id
     /// is `None` when a run with the same fire, shard and attempt exists already.
     pub async fn create_runs(&self, runs: &[NewRun], now_ms: i64) -> Result<Vec<Option<i64>>> {
-        match self.batch(Write::CreateRuns { runs: runs.to_vec(), now_ms }).await? {
+        self.create_audited_runs(runs, now_ms, None).await
+    }
+
+    /// [`Db::create_runs`], recording `audit` (the trigger that asked for them) in the same
+    /// transaction, with the created runs' ids added to its after JSON as `log_ids`.
+    pub async fn create_audited_runs(
+        &self,
+        runs: &[NewRun],
+        now_ms: i64,
+        audit: Option<&AuditEntry>,
+    ) -> Result<Vec<Option<i64>>> {
+        let write = Write::CreateRuns { runs: runs.to_vec(), now_ms, audit: audit.cloned() };
+        match self.batch(write).await? {
             Written::Ids(ids) => Ok(ids),
             other => Err(other.unexpected()),
         }
@@ -130,19 +143,21 @@ impl Db {
     /// Creates runs already claimed by `owner` until `lease_until_ms` (`dispatching`, fence 1),
     /// for a dispatcher that sends them at once: one write instead of a creation and a claim.
     /// Each claim is `None` when a run with the same fire, shard and attempt exists already.
-    /// Like [`Db::create_runs`], all or none.
+    /// Like [`Db::create_audited_runs`], all or none, with `audit` recorded in their transaction.
     pub async fn create_claimed_runs(
         &self,
         runs: &[NewRun],
         owner: &str,
         now_ms: i64,
         lease_until_ms: i64,
+        audit: Option<&AuditEntry>,
     ) -> Result<Vec<Option<Claim>>> {
         let write = Write::CreateClaimed {
             runs: runs.to_vec(),
             owner: owner.to_owned(),
             now_ms,
             lease_until_ms,
+            audit: audit.cloned(),
         };
         match self.batch(write).await? {
             Written::Claims(claims) => Ok(claims),

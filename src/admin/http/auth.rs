@@ -21,6 +21,7 @@ use crate::access::{Principal, api_need};
 use crate::admin::accounts::{self, cookie, principal, secret_hash};
 use crate::admin::{AppState, now_ms};
 use crate::protocol::constant_time_eq;
+use crate::storage::AuditEntry;
 
 /// The console's session cookie.
 pub const SESSION_COOKIE: &str = "wasmjob_session";
@@ -129,6 +130,18 @@ impl Actor {
             "{} `{}` may not change jobs of group {group_id}",
             self.principal.role, self.principal.name
         )))
+    }
+
+    /// The audit entry of the caller doing `action` on `target` (the thing `after`), for a
+    /// write that records it in its own transaction.
+    pub fn audit_entry<T: Serialize>(
+        &self,
+        action: &str,
+        target: String,
+        after: Option<&T>,
+    ) -> AuditEntry {
+        let after = after.and_then(|value| serde_json::to_string(value).ok());
+        accounts::entry(&self.principal, &self.source, action, target, None, after)
     }
 
     /// Records in the audit log that the caller did `action` on `target`.

@@ -355,12 +355,11 @@ async fn trigger_job(
     let addresses = body
         .addresses
         .map(|list| list.iter().map(|a| a.trim_end_matches('/').to_owned()).collect::<Vec<_>>());
-    match state.dispatcher.trigger(&job, trigger, addresses.as_deref()).await {
-        Ok(log_ids) => {
-            let what = serde_json::json!({"param": param, "log_ids": log_ids});
-            actor.audit(&state, "job.trigger", format!("job {id}"), None, Some(&what)).await;
-            Ok(axum::Json(TriggerResponse { log_ids }))
-        }
+    // The audit record commits with the runs, which add their ids to it as `log_ids`.
+    let what = serde_json::json!({"param": param});
+    let audit = actor.audit_entry("job.trigger", format!("job {id}"), Some(&what));
+    match state.dispatcher.trigger(&job, trigger, addresses.as_deref(), Some(&audit)).await {
+        Ok(log_ids) => Ok(axum::Json(TriggerResponse { log_ids })),
         Err(TriggerError::Internal(error)) => Err(ApiError::Internal(error)),
         Err(error @ TriggerError::NoVersion(_)) => Err(ApiError::Conflict(error.to_string())),
         Err(error) => Err(ApiError::bad_request("invalid_trigger", error.to_string())),

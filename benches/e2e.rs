@@ -15,7 +15,8 @@
 //! - (c) a burst of `--triggers` (100,000) manual triggers from `--clients` (32) concurrent
 //!   clients: `manual_runs_per_sec` (first trigger accepted to last result recorded). A
 //!   trigger refused with 503 at the admin's bound on unfinished runs is sent again 100 ms
-//!   later (`triggers_refused_overloaded` counts those answers);
+//!   later (`triggers_refused_overloaded` counts those answers); `admin_cpu_us_per_run` and
+//!   `executor_cpu_us_per_run` (each process's CPU time over the burst, per run);
 //!
 //! and for each, `admin_rss_mb` and `executor_rss_mb` (peak resident memory). `--workload`
 //! picks some of `a`, `b`, `c` (default all); `--binary` runs another build of wasmjob, so that
@@ -404,6 +405,7 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
     let body = json!({"group_id": 1, "name": "manual", "schedule_type": "NONE", "param": "bench"});
     let job_ids = Arc::new(platform.create_jobs(clients * 8, body, true).await);
     let sent = Arc::new(AtomicUsize::new(0));
+    let cpu_before = (cpu_secs(platform.admin.id()), cpu_secs(platform.executor.id()));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for client in 0..clients {
@@ -461,11 +463,16 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let elapsed = started.elapsed();
+    let cpu_after = (cpu_secs(platform.admin.id()), cpu_secs(platform.executor.id()));
     println!("c.triggers_accepted: {accepted}");
     println!("c.triggers_refused_overloaded: {refused}");
     println!("c.triggers_per_sec: {:.0}", accepted as f64 / accepting.as_secs_f64());
     println!("c.runs_finished: {finished}");
     println!("c.manual_runs_per_sec: {:.0}", finished as f64 / elapsed.as_secs_f64());
+    // CPU per run is steadier than a rate on a shared machine: it says what each run costs.
+    let per_run_us = |secs: f64| secs * 1e6 / finished.max(1) as f64;
+    println!("c.admin_cpu_us_per_run: {:.0}", per_run_us(cpu_after.0 - cpu_before.0));
+    println!("c.executor_cpu_us_per_run: {:.0}", per_run_us(cpu_after.1 - cpu_before.1));
     pool.close().await;
 }
 
@@ -490,6 +497,24 @@ fn peak_rss_mb(pid: u32) -> f64 {
         .and_then(|kib| kib.parse().ok())
         .unwrap_or(0.0);
     kib / 1024.0
+}
+
+/// The CPU time (user and system) process `pid` has used so far, in seconds.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces) end at the last parenthesis;
+    // utime and stime are the 14th and 15th fields, the 12th and 13th after it.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: f64 =
+        rest.split_whitespace().skip(11).take(2).filter_map(|t| t.parse::<f64>().ok()).sum();
+    let per_sec = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|text| text.trim().parse::<f64>().ok())
+        .unwrap_or(100.0);
+    ticks / per_sec
 }
 
 fn free_port() -> u16 {

@@ -58,6 +58,10 @@ pub enum Event {
         message: String,
         /// When the executor started the handler (ms), if it said.
         started_at_ms: Option<i64>,
+        /// The executor and instant (ms) of its acceptance of the run, when the dispatcher saw
+        /// it and had not recorded it yet: this result's record says the run was sent, and one
+        /// write holds both.
+        accepted: Option<(String, i64)>,
     },
     /// An operator asked to kill it.
     Kill,
@@ -218,7 +222,10 @@ pub fn transition(
                 ..ended(base, run, job, to, code::FAILURE, &message)
             }
         }
-        (Dispatching | Running, Event::Result { handle_code, message, started_at_ms }) => {
+        (
+            Dispatching | Running,
+            Event::Result { handle_code, message, started_at_ms, accepted },
+        ) => {
             let (to, handle_code) = match *handle_code {
                 code::SUCCESS => (RunState::Success, code::SUCCESS),
                 code::TIMEOUT => (RunState::TimedOut, code::TIMEOUT),
@@ -228,14 +235,19 @@ pub fn transition(
                 }
             };
             let sent = (run.state == Dispatching).then_some(code::SUCCESS);
-            // The result overtook the record of the send: the executor had taken the run by
-            // the time it started it, the latest instant the send can have been confirmed.
-            let dispatched = match sent {
-                Some(_) => started_at_ms.map(|at_ms| (at_ms, 0)),
-                None => None,
+            // The result overtook the record of the send. The dispatcher says when the
+            // executor took the run if it saw that; else the executor had taken it by the time
+            // it started it, the latest instant the send can have been confirmed.
+            let (dispatched, trigger_msg) = match (sent, accepted) {
+                (Some(_), Some((address, at_ms))) => {
+                    (Some((*at_ms, 0)), Some(format!("sent to {address}")))
+                }
+                (Some(_), None) => (started_at_ms.map(|at_ms| (at_ms, 0)), None),
+                (None, _) => (None, None),
             };
             Transition {
                 trigger_code: sent,
+                trigger_msg,
                 dispatched,
                 started_at: *started_at_ms,
                 ..ended(base, run, job, to, handle_code, message)

@@ -67,6 +67,9 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 const SEND_AHEAD_MS: i64 = 500;
 /// How long past a job's timeout the admin waits for a run's result before it ends the run.
 pub const RESULT_GRACE_MS: i64 = 60_000;
+/// How long the record of a send an executor accepted waits for the run's result: a run that
+/// ends within it gets one write saying both (its result, with the acceptance), not two.
+const SENT_RECORD_WAIT: Duration = Duration::from_millis(1_000);
 
 /// Why a trigger was refused before any run was created.
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +115,18 @@ struct Inner {
     jobs: Mutex<HashMap<i64, (i64, Option<Job>)>>,
     /// Groups as read on the hot path, with when they were read.
     groups: Mutex<HashMap<i64, (i64, Option<Group>)>>,
+    /// Sends that executors accepted and this admin has not recorded yet, by run.
+    unrecorded: Mutex<HashMap<i64, Unrecorded>>,
+}
+
+/// A send an executor accepted that its dispatcher has not recorded yet.
+struct Unrecorded {
+    /// The executor.
+    address: String,
+    /// When it accepted the run (ms).
+    at_ms: i64,
+    /// Wakes the dispatcher to record it now.
+    wake: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// How long a read of a group's online executors is reused. Heartbeats come every few seconds
@@ -151,6 +166,7 @@ impl Dispatcher {
             online: Mutex::default(),
             jobs: Mutex::default(),
             groups: Mutex::default(),
+            unrecorded: Mutex::default(),
         };
         Dispatcher { inner: Arc::new(inner) }
     }
@@ -507,9 +523,14 @@ impl Dispatcher {
                     }
                     Sent::Accepted { address, .. } => {
                         tracing::info!(job.id = run.job_id, executor.address = %address, "run {} sent to {address}", run.id);
+                        let at_ms = now_ms();
+                        if !self.await_result(run.id, &address, at_ms).await {
+                            // Its result came first and was recorded with the acceptance.
+                            return Ok(());
+                        }
                         Event::Sent {
                             address,
-                            at_ms: now_ms(),
+                            at_ms,
                             timeout_secs: job.spec.timeout_secs,
                             grace_ms: RESULT_GRACE_MS,
                         }
@@ -531,6 +552,48 @@ impl Dispatcher {
         let run_id = run.id;
         self.apply_to(run_id, Some(run), Some(job), event, Some(lease), None).await?;
         Ok(())
+    }
+
+    /// Holds back the record of run `run_id`'s acceptance by `address` at `at_ms` until the
+    /// run's result arrives, a kill or this admin's stop wants it recorded, or
+    /// [`SENT_RECORD_WAIT`] passes. Whether it is still to be recorded: not when the result
+    /// took it ([`Dispatcher::take_unrecorded_send`]) to record both in one write.
+    ///
+    /// Meanwhile the run stays `dispatching` under this admin's lease, as between a send and
+    /// its record; a crash then leaves it to the sweep, which sends it again to the same
+    /// executor, and the executor answers with where the run is.
+    async fn await_result(&self, run_id: i64, address: &str, at_ms: i64) -> bool {
+        let (wake, woken) = tokio::sync::oneshot::channel();
+        let unrecorded = Unrecorded { address: address.to_owned(), at_ms, wake: Some(wake) };
+        match self.inner.unrecorded.lock() {
+            Ok(mut sends) => sends.insert(run_id, unrecorded),
+            Err(_) => return true,
+        };
+        tokio::select! {
+            _ = woken => {}
+            () = tokio::time::sleep(SENT_RECORD_WAIT) => {}
+            () = self.inner.timers.cancelled() => {}
+        }
+        self.inner.unrecorded.lock().ok().and_then(|mut sends| sends.remove(&run_id)).is_some()
+    }
+
+    /// Takes the acceptance of run `run_id` that its sender holds back unrecorded: the
+    /// executor and when it accepted the run. The sender then records nothing, and the caller
+    /// records the acceptance with the run's result.
+    pub(super) fn take_unrecorded_send(&self, run_id: i64) -> Option<(String, i64)> {
+        let taken = self.inner.unrecorded.lock().ok()?.remove(&run_id)?;
+        Some((taken.address, taken.at_ms))
+    }
+
+    /// Has the sender of run `run_id` record its held-back acceptance now (a kill is delivered
+    /// with that record).
+    pub(super) fn record_send_now(&self, run_id: i64) {
+        let wake = self.inner.unrecorded.lock().ok().and_then(|mut sends| {
+            sends.get_mut(&run_id).and_then(|unrecorded| unrecorded.wake.take())
+        });
+        if let Some(wake) = wake {
+            let _ = wake.send(());
+        }
     }
 
     /// Renews the lease on run `run_id` until it cannot (the lease moved on, or the run left

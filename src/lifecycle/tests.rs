@@ -15,9 +15,31 @@ fn events() -> Vec<Event> {
             grace_ms: 100,
         },
         Event::NotSent { reason: "refused".to_owned() },
-        Event::Result { handle_code: 200, message: "ok".to_owned(), started_at_ms: Some(900) },
-        Event::Result { handle_code: 500, message: "boom".to_owned(), started_at_ms: None },
-        Event::Result { handle_code: 502, message: "slow".to_owned(), started_at_ms: None },
+        Event::Result {
+            handle_code: 200,
+            message: "ok".to_owned(),
+            started_at_ms: Some(900),
+            accepted: None,
+        },
+        // The dispatcher saw the executor take the run and had not recorded it yet.
+        Event::Result {
+            handle_code: 200,
+            message: "ok".to_owned(),
+            started_at_ms: Some(900),
+            accepted: Some(("http://e1".to_owned(), 850)),
+        },
+        Event::Result {
+            handle_code: 500,
+            message: "boom".to_owned(),
+            started_at_ms: None,
+            accepted: None,
+        },
+        Event::Result {
+            handle_code: 502,
+            message: "slow".to_owned(),
+            started_at_ms: None,
+            accepted: None,
+        },
         Event::Kill,
         Event::Skip { reason: "stopped".to_owned() },
         Event::Lost { reason: "gone".to_owned() },
@@ -31,6 +53,9 @@ fn render(run: RunFacts, job: Option<&JobFacts>) -> String {
         for event in events() {
             let facts = RunFacts { state: *state, ..run };
             let label = match &event {
+                Event::Result { handle_code, accepted: Some(_), .. } => {
+                    format!("result {handle_code} (accepted unrecorded)")
+                }
                 Event::Result { handle_code, .. } => format!("result {handle_code}"),
                 other => other.name().to_owned(),
             };
@@ -40,6 +65,9 @@ fn render(run: RunFacts, job: Option<&JobFacts>) -> String {
                     let mut fields = Vec::new();
                     if let Some(code) = t.trigger_code {
                         fields.push(format!("trigger {code}"));
+                    }
+                    if let Some(msg) = &t.trigger_msg {
+                        fields.push(format!("`{msg}`"));
                     }
                     if let Some((at, deadline)) = t.dispatched {
                         fields.push(format!("dispatched {at} deadline {deadline}"));
@@ -94,6 +122,7 @@ fn first_try_of_a_job_with_a_retry_and_children() {
         pending + sent -> illegal
         pending + not sent -> illegal
         pending + result 200 -> illegal
+        pending + result 200 (accepted unrecorded) -> illegal
         pending + result 500 -> illegal
         pending + result 502 -> illegal
         pending + kill -> killed handle 500 `killed before it was sent`
@@ -101,9 +130,10 @@ fn first_try_of_a_job_with_a_retry_and_children() {
         pending + lost -> illegal
         pending + deadline passed -> illegal
         dispatching + claim -> dispatching
-        dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
-        dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +retry
+        dispatching + sent -> running trigger 200, `sent to http://e1`, dispatched 1000 deadline 6100
+        dispatching + not sent -> failed trigger 500, `refused`, handle 500 `trigger failed: refused`, +retry
         dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +children
+        dispatching + result 200 (accepted unrecorded) -> success trigger 200, `sent to http://e1`, dispatched 850 deadline 0, handle 200 `ok`, +children
         dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +retry
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
         dispatching + kill -> dispatching +kill requested
@@ -114,6 +144,7 @@ fn first_try_of_a_job_with_a_retry_and_children() {
         running + sent -> illegal
         running + not sent -> illegal
         running + result 200 -> success handle 200 `ok`, +children
+        running + result 200 (accepted unrecorded) -> success handle 200 `ok`, +children
         running + result 500 -> failed handle 500 `boom`, +retry
         running + result 502 -> timed_out handle 502 `slow`, +retry
         running + kill -> running +kill requested, +send kill
@@ -124,6 +155,7 @@ fn first_try_of_a_job_with_a_retry_and_children() {
         success + sent -> illegal
         success + not sent -> illegal
         success + result 200 -> illegal
+        success + result 200 (accepted unrecorded) -> illegal
         success + result 500 -> illegal
         success + result 502 -> illegal
         success + kill -> illegal
@@ -134,6 +166,7 @@ fn first_try_of_a_job_with_a_retry_and_children() {
         failed + sent -> illegal
         failed + not sent -> illegal
         failed + result 200 -> illegal
+        failed + result 200 (accepted unrecorded) -> illegal
         failed + result 500 -> illegal
         failed + result 502 -> illegal
         failed + kill -> illegal
@@ -144,6 +177,7 @@ fn first_try_of_a_job_with_a_retry_and_children() {
         timed_out + sent -> illegal
         timed_out + not sent -> illegal
         timed_out + result 200 -> illegal
+        timed_out + result 200 (accepted unrecorded) -> illegal
         timed_out + result 500 -> illegal
         timed_out + result 502 -> illegal
         timed_out + kill -> illegal
@@ -154,6 +188,7 @@ fn first_try_of_a_job_with_a_retry_and_children() {
         killed + sent -> illegal
         killed + not sent -> illegal
         killed + result 200 -> illegal
+        killed + result 200 (accepted unrecorded) -> illegal
         killed + result 500 -> illegal
         killed + result 502 -> illegal
         killed + kill -> illegal
@@ -164,6 +199,7 @@ fn first_try_of_a_job_with_a_retry_and_children() {
         lost + sent -> illegal
         lost + not sent -> illegal
         lost + result 200 -> illegal
+        lost + result 200 (accepted unrecorded) -> illegal
         lost + result 500 -> illegal
         lost + result 502 -> illegal
         lost + kill -> illegal
@@ -174,6 +210,7 @@ fn first_try_of_a_job_with_a_retry_and_children() {
         skipped + sent -> illegal
         skipped + not sent -> illegal
         skipped + result 200 -> illegal
+        skipped + result 200 (accepted unrecorded) -> illegal
         skipped + result 500 -> illegal
         skipped + result 502 -> illegal
         skipped + kill -> illegal
@@ -194,6 +231,7 @@ fn a_kill_was_requested() {
         pending + sent -> illegal
         pending + not sent -> illegal
         pending + result 200 -> illegal
+        pending + result 200 (accepted unrecorded) -> illegal
         pending + result 500 -> illegal
         pending + result 502 -> illegal
         pending + kill -> killed handle 500 `killed before it was sent`
@@ -201,9 +239,10 @@ fn a_kill_was_requested() {
         pending + lost -> illegal
         pending + deadline passed -> illegal
         dispatching + claim -> dispatching
-        dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100, +send kill
-        dispatching + not sent -> killed trigger 500, handle 500 `trigger failed: refused`
+        dispatching + sent -> running trigger 200, `sent to http://e1`, dispatched 1000 deadline 6100, +send kill
+        dispatching + not sent -> killed trigger 500, `refused`, handle 500 `trigger failed: refused`
         dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +children
+        dispatching + result 200 (accepted unrecorded) -> success trigger 200, `sent to http://e1`, dispatched 850 deadline 0, handle 200 `ok`, +children
         dispatching + result 500 -> killed trigger 200, handle 500 `boom`
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
         dispatching + kill -> illegal
@@ -214,6 +253,7 @@ fn a_kill_was_requested() {
         running + sent -> illegal
         running + not sent -> illegal
         running + result 200 -> success handle 200 `ok`, +children
+        running + result 200 (accepted unrecorded) -> success handle 200 `ok`, +children
         running + result 500 -> killed handle 500 `boom`
         running + result 502 -> timed_out handle 502 `slow`, +retry
         running + kill -> running +kill requested, +send kill
@@ -224,6 +264,7 @@ fn a_kill_was_requested() {
         success + sent -> illegal
         success + not sent -> illegal
         success + result 200 -> illegal
+        success + result 200 (accepted unrecorded) -> illegal
         success + result 500 -> illegal
         success + result 502 -> illegal
         success + kill -> illegal
@@ -234,6 +275,7 @@ fn a_kill_was_requested() {
         failed + sent -> illegal
         failed + not sent -> illegal
         failed + result 200 -> illegal
+        failed + result 200 (accepted unrecorded) -> illegal
         failed + result 500 -> illegal
         failed + result 502 -> illegal
         failed + kill -> illegal
@@ -244,6 +286,7 @@ fn a_kill_was_requested() {
         timed_out + sent -> illegal
         timed_out + not sent -> illegal
         timed_out + result 200 -> illegal
+        timed_out + result 200 (accepted unrecorded) -> illegal
         timed_out + result 500 -> illegal
         timed_out + result 502 -> illegal
         timed_out + kill -> illegal
@@ -254,6 +297,7 @@ fn a_kill_was_requested() {
         killed + sent -> illegal
         killed + not sent -> illegal
         killed + result 200 -> illegal
+        killed + result 200 (accepted unrecorded) -> illegal
         killed + result 500 -> illegal
         killed + result 502 -> illegal
         killed + kill -> illegal
@@ -264,6 +308,7 @@ fn a_kill_was_requested() {
         lost + sent -> illegal
         lost + not sent -> illegal
         lost + result 200 -> illegal
+        lost + result 200 (accepted unrecorded) -> illegal
         lost + result 500 -> illegal
         lost + result 502 -> illegal
         lost + kill -> illegal
@@ -274,6 +319,7 @@ fn a_kill_was_requested() {
         skipped + sent -> illegal
         skipped + not sent -> illegal
         skipped + result 200 -> illegal
+        skipped + result 200 (accepted unrecorded) -> illegal
         skipped + result 500 -> illegal
         skipped + result 502 -> illegal
         skipped + kill -> illegal
@@ -295,6 +341,7 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         pending + sent -> illegal
         pending + not sent -> illegal
         pending + result 200 -> illegal
+        pending + result 200 (accepted unrecorded) -> illegal
         pending + result 500 -> illegal
         pending + result 502 -> illegal
         pending + kill -> killed handle 500 `killed before it was sent`
@@ -302,9 +349,10 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         pending + lost -> illegal
         pending + deadline passed -> illegal
         dispatching + claim -> dispatching
-        dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
-        dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +alarm
+        dispatching + sent -> running trigger 200, `sent to http://e1`, dispatched 1000 deadline 6100
+        dispatching + not sent -> failed trigger 500, `refused`, handle 500 `trigger failed: refused`, +alarm
         dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`
+        dispatching + result 200 (accepted unrecorded) -> success trigger 200, `sent to http://e1`, dispatched 850 deadline 0, handle 200 `ok`
         dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +alarm
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +alarm
         dispatching + kill -> dispatching +kill requested
@@ -315,6 +363,7 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         running + sent -> illegal
         running + not sent -> illegal
         running + result 200 -> success handle 200 `ok`
+        running + result 200 (accepted unrecorded) -> success handle 200 `ok`
         running + result 500 -> failed handle 500 `boom`, +alarm
         running + result 502 -> timed_out handle 502 `slow`, +alarm
         running + kill -> running +kill requested, +send kill
@@ -325,6 +374,7 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         success + sent -> illegal
         success + not sent -> illegal
         success + result 200 -> illegal
+        success + result 200 (accepted unrecorded) -> illegal
         success + result 500 -> illegal
         success + result 502 -> illegal
         success + kill -> illegal
@@ -335,6 +385,7 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         failed + sent -> illegal
         failed + not sent -> illegal
         failed + result 200 -> illegal
+        failed + result 200 (accepted unrecorded) -> illegal
         failed + result 500 -> illegal
         failed + result 502 -> illegal
         failed + kill -> illegal
@@ -345,6 +396,7 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         timed_out + sent -> illegal
         timed_out + not sent -> illegal
         timed_out + result 200 -> illegal
+        timed_out + result 200 (accepted unrecorded) -> illegal
         timed_out + result 500 -> illegal
         timed_out + result 502 -> illegal
         timed_out + kill -> illegal
@@ -355,6 +407,7 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         killed + sent -> illegal
         killed + not sent -> illegal
         killed + result 200 -> illegal
+        killed + result 200 (accepted unrecorded) -> illegal
         killed + result 500 -> illegal
         killed + result 502 -> illegal
         killed + kill -> illegal
@@ -365,6 +418,7 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         lost + sent -> illegal
         lost + not sent -> illegal
         lost + result 200 -> illegal
+        lost + result 200 (accepted unrecorded) -> illegal
         lost + result 500 -> illegal
         lost + result 502 -> illegal
         lost + kill -> illegal
@@ -375,6 +429,7 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         skipped + sent -> illegal
         skipped + not sent -> illegal
         skipped + result 200 -> illegal
+        skipped + result 200 (accepted unrecorded) -> illegal
         skipped + result 500 -> illegal
         skipped + result 502 -> illegal
         skipped + kill -> illegal
@@ -409,15 +464,17 @@ fn a_fix_delay_fire_schedules_the_next_once_no_retry_follows() {
         pending + kill -> killed handle 500 `killed before it was sent`, +next fire in 30000 ms
         pending + skip -> skipped handle 200 `stopped`, +next fire in 30000 ms
         dispatching + claim -> dispatching
-        dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
-        dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +retry
+        dispatching + sent -> running trigger 200, `sent to http://e1`, dispatched 1000 deadline 6100
+        dispatching + not sent -> failed trigger 500, `refused`, handle 500 `trigger failed: refused`, +retry
         dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +next fire in 30000 ms
+        dispatching + result 200 (accepted unrecorded) -> success trigger 200, `sent to http://e1`, dispatched 850 deadline 0, handle 200 `ok`, +next fire in 30000 ms
         dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +retry
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
         dispatching + kill -> dispatching +kill requested
         dispatching + skip -> skipped handle 200 `stopped`, +next fire in 30000 ms
         dispatching + lost -> lost handle 500 `gone`, +retry
         running + result 200 -> success handle 200 `ok`, +next fire in 30000 ms
+        running + result 200 (accepted unrecorded) -> success handle 200 `ok`, +next fire in 30000 ms
         running + result 500 -> failed handle 500 `boom`, +retry
         running + result 502 -> timed_out handle 502 `slow`, +retry
         running + kill -> running +kill requested, +send kill
@@ -437,14 +494,16 @@ fn the_last_try_of_a_fix_delay_fire_schedules_the_next_whatever_its_end() {
         pending + claim -> dispatching
         pending + kill -> killed handle 500 `killed before it was sent`, +next fire in 30000 ms
         dispatching + claim -> dispatching
-        dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
-        dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +alarm, +next fire in 30000 ms
+        dispatching + sent -> running trigger 200, `sent to http://e1`, dispatched 1000 deadline 6100
+        dispatching + not sent -> failed trigger 500, `refused`, handle 500 `trigger failed: refused`, +alarm, +next fire in 30000 ms
         dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +next fire in 30000 ms
+        dispatching + result 200 (accepted unrecorded) -> success trigger 200, `sent to http://e1`, dispatched 850 deadline 0, handle 200 `ok`, +next fire in 30000 ms
         dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +alarm, +next fire in 30000 ms
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +alarm, +next fire in 30000 ms
         dispatching + kill -> dispatching +kill requested
         dispatching + lost -> lost handle 500 `gone`, +alarm, +next fire in 30000 ms
         running + result 200 -> success handle 200 `ok`, +next fire in 30000 ms
+        running + result 200 (accepted unrecorded) -> success handle 200 `ok`, +next fire in 30000 ms
         running + result 500 -> failed handle 500 `boom`, +alarm, +next fire in 30000 ms
         running + result 502 -> timed_out handle 502 `slow`, +alarm, +next fire in 30000 ms
         running + kill -> running +kill requested, +send kill
@@ -464,14 +523,16 @@ fn a_manual_run_of_a_fix_delay_job_schedules_nothing() {
         pending + claim -> dispatching
         pending + kill -> killed handle 500 `killed before it was sent`
         dispatching + claim -> dispatching
-        dispatching + sent -> running trigger 200, dispatched 1000 deadline 6100
-        dispatching + not sent -> failed trigger 500, handle 500 `trigger failed: refused`, +retry
+        dispatching + sent -> running trigger 200, `sent to http://e1`, dispatched 1000 deadline 6100
+        dispatching + not sent -> failed trigger 500, `refused`, handle 500 `trigger failed: refused`, +retry
         dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`
+        dispatching + result 200 (accepted unrecorded) -> success trigger 200, `sent to http://e1`, dispatched 850 deadline 0, handle 200 `ok`
         dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +retry
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
         dispatching + kill -> dispatching +kill requested
         dispatching + lost -> lost handle 500 `gone`, +retry
         running + result 200 -> success handle 200 `ok`
+        running + result 200 (accepted unrecorded) -> success handle 200 `ok`
         running + result 500 -> failed handle 500 `boom`, +retry
         running + result 502 -> timed_out handle 502 `slow`, +retry
         running + kill -> running +kill requested, +send kill

@@ -300,8 +300,12 @@ fn failed(state: RunState) -> Transition {
         from_fire: false,
     };
     let job = JobFacts { retry_count: 1, has_children: false, fix_delay_ms: None };
-    let event =
-        Event::Result { handle_code: 500, message: "boom\0".to_owned(), started_at_ms: Some(350) };
+    let event = Event::Result {
+        handle_code: 500,
+        message: "boom\0".to_owned(),
+        started_at_ms: Some(350),
+        accepted: None,
+    };
     lifecycle::transition(&facts, Some(&job), &event).unwrap()
 }
 

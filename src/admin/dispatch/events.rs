@@ -231,10 +231,11 @@ impl Dispatcher {
                 let started = result.started_at.unwrap_or(run.dispatched_at_ms);
                 crate::metrics::admin().fire_started(started - run.trigger_time_ms);
             }
+            let accepted = self.take_unrecorded_send(result.log_id);
             applying.spawn(async move {
                 let (handle_code, message) = result.code_and_msg();
-                let event =
-                    Event::Result { handle_code, message, started_at_ms: result.started_at };
+                let started_at_ms = result.started_at;
+                let event = Event::Result { handle_code, message, started_at_ms, accepted };
                 let applied =
                     this.apply_to(result.log_id, run, None, event, None, result.fuel_used).await;
                 (result.log_id, applied)
@@ -273,6 +274,8 @@ impl Dispatcher {
         let Some(after) = self.apply(run.id, Event::Kill, None, None).await? else {
             return Ok(run_only("the run has ended already"));
         };
+        // A send accepted but not recorded yet is recorded now, and the kill goes with it.
+        self.record_send_now(run.id);
         Ok(match (run.state, after.state, &after.executor_address) {
             (_, RunState::Killed, _) => run_only("killed before it was sent"),
             (RunState::Dispatching, _, address) => {

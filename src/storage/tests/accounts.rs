@@ -165,7 +165,12 @@ async fn end(db: &Db, id: i64, handle_code: i32) {
             trigger_type: TriggerType::Manual,
             from_fire: false,
         };
-        let event = Event::Result { handle_code, message: "ok".to_owned(), started_at_ms: Some(3) };
+        let event = Event::Result {
+            handle_code,
+            message: "ok".to_owned(),
+            started_at_ms: Some(3),
+            accepted: None,
+        };
         lifecycle::transition(&facts, None, &event).unwrap()
     } else {
         failed(RunState::Running)

@@ -11,7 +11,12 @@ fn result(state: RunState, attempt: i64, retry_count: i64, handle_code: i32) -> 
         from_fire: false,
     };
     let job = JobFacts { retry_count, has_children: false, fix_delay_ms: None };
-    let event = Event::Result { handle_code, message: "boom".to_owned(), started_at_ms: Some(350) };
+    let event = Event::Result {
+        handle_code,
+        message: "boom".to_owned(),
+        started_at_ms: Some(350),
+        accepted: None,
+    };
     lifecycle::transition(&facts, Some(&job), &event).unwrap()
 }
 

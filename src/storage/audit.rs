@@ -110,7 +110,9 @@ pub(super) fn with_log_ids(entry: &AuditEntry, ids: &[i64]) -> AuditEntry {
     let mut after = entry
         .after_json
         .as_deref()
-        .and_then(|json| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json).ok())
+        .and_then(|json| {
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json).ok()
+        })
         .unwrap_or_default();
     after.insert("log_ids".to_owned(), ids.into());
     AuditEntry { after_json: Some(serde_json::Value::Object(after).to_string()), ..entry.clone() }

@@ -209,7 +209,9 @@ async fn run_grouped(
         answers[index] = Some(if claimed {
             Written::Claims(runs)
         } else {
-            Written::Ids(runs.into_iter().map(|created| created.map(|claim| claim.run.id)).collect())
+            Written::Ids(
+                runs.into_iter().map(|created| created.map(|claim| claim.run.id)).collect(),
+            )
         });
     }
     entries.extend(trigger_entries.iter().map(|(entry, now_ms)| (entry, *now_ms)));

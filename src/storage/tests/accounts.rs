@@ -4,7 +4,7 @@ use super::{each_backend, failed, sent};
 use crate::access::Role;
 use crate::lifecycle::{self, Event, RunFacts};
 use crate::model::{AddressType, RunState, TriggerType};
-use crate::storage::{AuditEntry, DayCounts, Db, NewRun};
+use crate::storage::{AuditEntry, DayCounts, Db, Dialect, NewRun};
 
 #[tokio::test]
 async fn users_sessions_and_tokens() {
@@ -100,6 +100,83 @@ async fn audit_is_read_newest_first_and_filtered() {
         // A prefix is literal: `job.` does not match `job_x`.
         let jobs = db.list_audit(None, Some("job."), 10, 0).await.unwrap();
         assert_eq!(jobs.total, 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_triggers_audit_record_commits_with_its_runs_and_names_them() {
+    each_backend("trigger_audit", |db| async move {
+        let entry = |n: i64| AuditEntry {
+            actor: "ops".to_owned(),
+            user_id: None,
+            source: "127.0.0.1".to_owned(),
+            action: "job.trigger".to_owned(),
+            target: format!("job {n}"),
+            before_json: None,
+            after_json: Some(format!("{{\"param\":\"p{n}\"}}")),
+        };
+        let run = |n: i64| NewRun {
+            job_id: n,
+            trigger_type: TriggerType::Manual,
+            trigger_time_ms: 1_000,
+            fire_time_ms: None,
+            param: format!("p{n}"),
+            executor_address: Some("http://127.0.0.1:9".to_owned()),
+            shard_index: 0,
+            shard_total: 1,
+            sharding_items: Vec::new(),
+            attempt: 0,
+            version: None,
+            parent_run_id: None,
+        };
+        // Twenty triggers at once share group commits, claimed or pending; on PostgreSQL the
+        // one whose param holds a NUL byte fails, and its audit record goes with it.
+        let mut triggers = tokio::task::JoinSet::new();
+        for n in 1..=20_i64 {
+            let db = db.clone();
+            triggers.spawn(async move {
+                let mut runs = vec![run(n), run(n)];
+                if n == 7 {
+                    runs[1].param = "bad\0".to_owned();
+                }
+                let audit = entry(n);
+                let ids = if n % 2 == 0 {
+                    db.create_claimed_runs(&runs, "admin-a", 1_000, 16_000, Some(&audit))
+                        .await
+                        .map(|claims| claims.into_iter().map(|c| c.map(|c| c.run.id)).collect())
+                } else {
+                    db.create_audited_runs(&runs, 1_000, Some(&audit)).await
+                };
+                (n, ids)
+            });
+        }
+        let mut created = std::collections::BTreeMap::new();
+        while let Some(joined) = triggers.join_next().await {
+            let (n, ids) = joined.unwrap();
+            match (n, db.dialect(), ids) {
+                (7, Dialect::Postgres, ids) => assert!(ids.is_err(), "{ids:?}"),
+                (_, _, ids) => {
+                    created.insert(n, ids.unwrap().into_iter().flatten().collect::<Vec<_>>());
+                }
+            }
+        }
+        let audit = db.list_audit(None, Some("job.trigger"), 100, 0).await.unwrap();
+        assert_eq!(audit.total, created.len() as i64);
+        for record in &audit.items {
+            let n: i64 = record.entry.target.trim_start_matches("job ").parse().unwrap();
+            let after: serde_json::Value =
+                serde_json::from_str(record.entry.after_json.as_deref().unwrap()).unwrap();
+            let log_ids: Vec<i64> = serde_json::from_value(after["log_ids"].clone()).unwrap();
+            assert_eq!(
+                (after["param"].as_str(), &log_ids),
+                (Some(&*format!("p{n}")), &created[&n])
+            );
+            assert_eq!(log_ids.len(), 2);
+            for id in log_ids {
+                assert_eq!(db.get_run(id).await.unwrap().unwrap().job_id, n);
+            }
+        }
     })
     .await;
 }

@@ -119,14 +119,16 @@ struct Inner {
     unrecorded: Mutex<HashMap<i64, Unrecorded>>,
 }
 
-/// A send an executor accepted that its dispatcher has not recorded yet.
+/// A send posted to an executor, or accepted by it, that its dispatcher has not recorded yet.
 struct Unrecorded {
     /// The executor.
     address: String,
-    /// When it accepted the run (ms).
-    at_ms: i64,
+    /// When it accepted the run (ms); `None` while the post waits for its answer.
+    at_ms: Option<i64>,
     /// Wakes the dispatcher to record it now.
     wake: Option<tokio::sync::oneshot::Sender<()>>,
+    /// A kill asked for it to be recorded without waiting.
+    record_now: bool,
 }
 
 /// How long a read of a group's online executors is reused. Heartbeats come every few seconds
@@ -510,9 +512,14 @@ impl Dispatcher {
                     sent = self.send_to_executor(job, &run, lease) => sent,
                     () = self.keep_lease(run.id, lease) => {
                         tracing::warn!(job.id = run.job_id, "run {}: lease lost while sending", run.id);
+                        self.forget_send(run.id);
                         return Ok(());
                     }
                 };
+                if !matches!(&sent, Sent::Accepted { reply, .. } if reply.as_deref() != Some(run_reply::LOST))
+                {
+                    self.forget_send(run.id);
+                }
                 match sent {
                     Sent::Accepted { address, reply }
                         if reply.as_deref() == Some(run_reply::LOST) =>
@@ -524,7 +531,7 @@ impl Dispatcher {
                     Sent::Accepted { address, .. } => {
                         tracing::info!(job.id = run.job_id, executor.address = %address, "run {} sent to {address}", run.id);
                         let at_ms = now_ms();
-                        if !self.await_result(run.id, &address, at_ms).await {
+                        if !self.await_result(run.id, at_ms).await {
                             // Its result came first and was recorded with the acceptance.
                             return Ok(());
                         }
@@ -554,21 +561,44 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Holds back the record of run `run_id`'s acceptance by `address` at `at_ms` until the
-    /// run's result arrives, a kill or this admin's stop wants it recorded, or
-    /// [`SENT_RECORD_WAIT`] passes. Whether it is still to be recorded: not when the result
-    /// took it ([`Dispatcher::take_unrecorded_send`]) to record both in one write.
+    /// Notes that run `run_id` is being posted to `address`, so that a result that arrives
+    /// before the executor's answer is read records the send with itself.
+    fn hold_send(&self, run_id: i64, address: &str) {
+        let posting =
+            Unrecorded { address: address.to_owned(), at_ms: None, wake: None, record_now: false };
+        if let Ok(mut sends) = self.inner.unrecorded.lock() {
+            sends.insert(run_id, posting);
+        }
+    }
+
+    /// Forgets the send of run `run_id` (not accepted: its outcome is recorded as it is).
+    fn forget_send(&self, run_id: i64) {
+        if let Ok(mut sends) = self.inner.unrecorded.lock() {
+            sends.remove(&run_id);
+        }
+    }
+
+    /// Holds back the record of run `run_id`'s acceptance at `at_ms` until the run's result
+    /// arrives, a kill or this admin's stop wants it recorded, or [`SENT_RECORD_WAIT`] passes.
+    /// Whether it is still to be recorded: not when the result took it
+    /// ([`Dispatcher::take_unrecorded_send`]) to record both in one write, before or after the
+    /// executor's answer.
     ///
     /// Meanwhile the run stays `dispatching` under this admin's lease, as between a send and
     /// its record; a crash then leaves it to the sweep, which sends it again to the same
     /// executor, and the executor answers with where the run is.
-    async fn await_result(&self, run_id: i64, address: &str, at_ms: i64) -> bool {
+    async fn await_result(&self, run_id: i64, at_ms: i64) -> bool {
         let (wake, woken) = tokio::sync::oneshot::channel();
-        let unrecorded = Unrecorded { address: address.to_owned(), at_ms, wake: Some(wake) };
-        match self.inner.unrecorded.lock() {
-            Ok(mut sends) => sends.insert(run_id, unrecorded),
-            Err(_) => return true,
-        };
+        {
+            let Ok(mut sends) = self.inner.unrecorded.lock() else { return true };
+            let Some(send) = sends.get_mut(&run_id) else { return false };
+            if send.record_now {
+                sends.remove(&run_id);
+                return true;
+            }
+            send.at_ms = Some(at_ms);
+            send.wake = Some(wake);
+        }
         tokio::select! {
             _ = woken => {}
             () = tokio::time::sleep(SENT_RECORD_WAIT) => {}
@@ -577,19 +607,26 @@ impl Dispatcher {
         self.inner.unrecorded.lock().ok().and_then(|mut sends| sends.remove(&run_id)).is_some()
     }
 
-    /// Takes the acceptance of run `run_id` that its sender holds back unrecorded: the
-    /// executor and when it accepted the run. The sender then records nothing, and the caller
-    /// records the acceptance with the run's result.
-    pub(super) fn take_unrecorded_send(&self, run_id: i64) -> Option<(String, i64)> {
+    /// Takes the send of run `run_id` that its sender has not recorded: the executor and when
+    /// it accepted the run (when the result came before the executor's answer was read, the
+    /// run's start `started_at_ms`, by which it had taken it, else now). The sender then records
+    /// nothing, and the caller records the acceptance with the run's result.
+    pub(super) fn take_unrecorded_send(
+        &self,
+        run_id: i64,
+        started_at_ms: Option<i64>,
+    ) -> Option<(String, i64)> {
         let taken = self.inner.unrecorded.lock().ok()?.remove(&run_id)?;
-        Some((taken.address, taken.at_ms))
+        Some((taken.address, taken.at_ms.or(started_at_ms).unwrap_or_else(now_ms)))
     }
 
-    /// Has the sender of run `run_id` record its held-back acceptance now (a kill is delivered
-    /// with that record).
+    /// Has the sender of run `run_id` record its acceptance without waiting (a kill is
+    /// delivered with that record).
     pub(super) fn record_send_now(&self, run_id: i64) {
         let wake = self.inner.unrecorded.lock().ok().and_then(|mut sends| {
-            sends.get_mut(&run_id).and_then(|unrecorded| unrecorded.wake.take())
+            let send = sends.get_mut(&run_id)?;
+            send.record_now = true;
+            send.wake.take()
         });
         if let Some(wake) = wake {
             let _ = wake.send(());
@@ -634,6 +671,7 @@ impl Dispatcher {
         // The sender speaks to the executor as its stored registration says (`peers.rs`).
         self.peer(&address).await;
         failpoint::hit("dispatch.before_send");
+        self.hold_send(run.id, &address);
         match self.inner.senders.post(&address, param).await {
             Ok(reply) => {
                 failpoint::hit("dispatch.after_send");
@@ -822,4 +860,65 @@ fn trigger_param(job: &Job, run: &RunRecord) -> anyhow::Result<TriggerParam> {
         // Sent ahead of its instant (`send_created_at`): it must not start before it.
         not_before: (run.trigger_time_ms > now_ms()).then_some(run.trigger_time_ms),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dispatcher over a fresh SQLite database (kept while the directory lives).
+    async fn dispatcher() -> (Dispatcher, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("dispatch.db").display());
+        let db = Db::connect(&url).await.unwrap();
+        let client = protocol::Client::new("dispatch-test-token-5c1e9a", Duration::from_secs(1));
+        (Dispatcher::new(db, client.unwrap(), 90_000, None), dir)
+    }
+
+    /// Posts `run_id` and, once its executor accepted it at 500, holds back the record; returns
+    /// once it is held.
+    async fn held(dispatcher: &Dispatcher, run_id: i64) -> tokio::task::JoinHandle<bool> {
+        dispatcher.hold_send(run_id, "http://e:1");
+        let sender = dispatcher.clone();
+        let waiting = tokio::spawn(async move { sender.await_result(run_id, 500).await });
+        let accepted = |sends: &HashMap<i64, Unrecorded>| sends[&run_id].at_ms.is_some();
+        while !accepted(&dispatcher.inner.unrecorded.lock().unwrap()) {
+            tokio::task::yield_now().await;
+        }
+        waiting
+    }
+
+    #[tokio::test]
+    async fn an_accepted_send_is_recorded_unless_its_result_takes_it() {
+        let (dispatcher, _dir) = dispatcher().await;
+        // The result comes first: it takes the acceptance, and the sender records nothing.
+        let waiting = held(&dispatcher, 1).await;
+        let taken = dispatcher.take_unrecorded_send(1, Some(700));
+        assert_eq!(taken, Some(("http://e:1".to_owned(), 500)));
+        assert!(!waiting.await.unwrap());
+        // The result comes before the executor's answer is read: it records the send, as of
+        // the run's start, and the sender, once it reads the answer, records nothing.
+        dispatcher.hold_send(5, "http://e:1");
+        let taken = dispatcher.take_unrecorded_send(5, Some(700));
+        assert_eq!(taken, Some(("http://e:1".to_owned(), 700)));
+        assert!(!dispatcher.await_result(5, 800).await);
+        // A kill during the post has the acceptance recorded as soon as it is read.
+        dispatcher.hold_send(6, "http://e:1");
+        dispatcher.record_send_now(6);
+        assert!(dispatcher.await_result(6, 800).await);
+        // A kill has it recorded now; a result after that finds nothing to take.
+        let waiting = held(&dispatcher, 2).await;
+        dispatcher.record_send_now(2);
+        assert!(waiting.await.unwrap());
+        assert_eq!(dispatcher.take_unrecorded_send(2, None), None);
+        // No result within the wait: the sender records it.
+        let waiting = held(&dispatcher, 3).await;
+        assert!(waiting.await.unwrap());
+        assert_eq!(dispatcher.take_unrecorded_send(3, None), None);
+        // A stopping admin records what it holds.
+        let waiting = held(&dispatcher, 4).await;
+        dispatcher.stop();
+        assert!(waiting.await.unwrap());
+        assert!(dispatcher.inner.unrecorded.lock().unwrap().is_empty());
+    }
 }

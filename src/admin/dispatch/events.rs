@@ -231,7 +231,7 @@ impl Dispatcher {
                 let started = result.started_at.unwrap_or(run.dispatched_at_ms);
                 crate::metrics::admin().fire_started(started - run.trigger_time_ms);
             }
-            let accepted = self.take_unrecorded_send(result.log_id);
+            let accepted = self.take_unrecorded_send(result.log_id, result.started_at);
             applying.spawn(async move {
                 let (handle_code, message) = result.code_and_msg();
                 let started_at_ms = result.started_at;

@@ -115,7 +115,8 @@ struct Inner {
     jobs: Mutex<HashMap<i64, (i64, Option<Job>)>>,
     /// Groups as read on the hot path, with when they were read.
     groups: Mutex<HashMap<i64, (i64, Option<Group>)>>,
-    /// Sends that executors accepted and this admin has not recorded yet, by run.
+    /// Sends being posted, or accepted by their executors, that this admin has not recorded
+    /// yet, by run.
     unrecorded: Mutex<HashMap<i64, Unrecorded>>,
 }
 

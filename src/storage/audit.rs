@@ -103,7 +103,6 @@ fn record_from_row(row: &AnyRow) -> Result<AuditRecord> {
     })
 }
 
-/// Appends `entries` (each with its instant) on `conn`, in a few statements.
 /// `entry` with the ids of the runs created with it added to its after JSON (an object, or
 /// none) as `log_ids`.
 pub(super) fn with_log_ids(entry: &AuditEntry, ids: &[i64]) -> AuditEntry {
@@ -118,6 +117,7 @@ pub(super) fn with_log_ids(entry: &AuditEntry, ids: &[i64]) -> AuditEntry {
     AuditEntry { after_json: Some(serde_json::Value::Object(after).to_string()), ..entry.clone() }
 }
 
+/// Appends `entries` (each with its instant) on `conn`, in a few statements.
 pub(super) async fn insert_many(
     conn: &mut AnyConnection,
     entries: &[(&AuditEntry, i64)],

@@ -241,6 +241,19 @@ fn creation_audit(write: &Write) -> Option<(&AuditEntry, i64)> {
     }
 }
 
+/// Records the audit entry of creation `write`, if it has one, naming the runs it `created`.
+async fn record_creation_audit(
+    conn: &mut AnyConnection,
+    write: &Write,
+    created: &[Option<Claim>],
+) -> Result<()> {
+    if let Some((entry, now_ms)) = creation_audit(write) {
+        let entry = audit::with_log_ids(entry, &created_ids(created));
+        audit::insert_many(conn, &[(&entry, now_ms)]).await?;
+    }
+    Ok(())
+}
+
 /// The ids of the runs a creation made (not those that existed already).
 fn created_ids(created: &[Option<Claim>]) -> Vec<i64> {
     created.iter().flatten().map(|claim| claim.run.id).collect()
@@ -290,25 +303,19 @@ async fn run_isolated(pool: &AnyPool, writes: &[Write]) -> Vec<Result<Written>> 
 
 async fn execute(conn: &mut AnyConnection, write: &Write) -> Result<Written> {
     Ok(match write {
-        Write::CreateRuns { runs, now_ms, audit } => {
+        Write::CreateRuns { runs, now_ms, .. } => {
             let inserts: Vec<_> =
                 runs.iter().map(|run| Insert { run, claim: None, now_ms: *now_ms }).collect();
             let created = runs::insert_many(conn, &inserts).await?;
-            if let Some(entry) = audit {
-                let entry = audit::with_log_ids(entry, &created_ids(&created));
-                audit::insert_many(conn, &[(&entry, *now_ms)]).await?;
-            }
+            record_creation_audit(conn, write, &created).await?;
             Written::Ids(created.into_iter().map(|created| created.map(|c| c.run.id)).collect())
         }
-        Write::CreateClaimed { runs, owner, now_ms, lease_until_ms, audit } => {
+        Write::CreateClaimed { runs, owner, now_ms, lease_until_ms, .. } => {
             let claim = Some((owner.as_str(), *lease_until_ms));
             let inserts: Vec<_> =
                 runs.iter().map(|run| Insert { run, claim, now_ms: *now_ms }).collect();
             let created = runs::insert_many(conn, &inserts).await?;
-            if let Some(entry) = audit {
-                let entry = audit::with_log_ids(entry, &created_ids(&created));
-                audit::insert_many(conn, &[(&entry, *now_ms)]).await?;
-            }
+            record_creation_audit(conn, write, &created).await?;
             Written::Claims(created)
         }
         Write::Claim { id, owner, now_ms, lease_until_ms } => {

@@ -16,7 +16,9 @@
 //!   clients: `manual_runs_per_sec` (first trigger accepted to last result recorded). A
 //!   trigger refused with 503 at the admin's bound on unfinished runs is sent again 100 ms
 //!   later (`triggers_refused_overloaded` counts those answers); `admin_cpu_us_per_run` and
-//!   `executor_cpu_us_per_run` (each process's CPU time over the burst, per run);
+//!   `executor_cpu_us_per_run` (each process's CPU time over the burst, per run),
+//!   `results_per_callback` and `group_commits_per_1000_runs` (how well the hot path batched,
+//!   from the admin's metrics);
 //!
 //! and for each, `admin_rss_mb` and `executor_rss_mb` (peak resident memory). `--workload`
 //! picks some of `a`, `b`, `c` (default all); `--binary` runs another build of wasmjob, so that
@@ -292,6 +294,17 @@ impl Platform {
         sqlx::AnyPool::connect(&url).await.unwrap()
     }
 
+    /// The admin's metrics: each sample's name with its labels, and its value.
+    async fn metrics(&self) -> std::collections::HashMap<String, f64> {
+        let reply = self.http.get(format!("{}/metrics", self.api)).bearer_auth(ADMIN_TOKEN).send();
+        let text = reply.await.unwrap().text().await.unwrap();
+        text.lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| line.rsplit_once(' '))
+            .filter_map(|(name, value)| Some((name.to_owned(), value.parse().ok()?)))
+            .collect()
+    }
+
     fn report_memory(&self, workload: &str) {
         println!("{workload}.admin_rss_mb: {:.1}", peak_rss_mb(self.admin.id()));
         println!("{workload}.executor_rss_mb: {:.1}", peak_rss_mb(self.executor.id()));
@@ -473,6 +486,17 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
     let per_run_us = |secs: f64| secs * 1e6 / finished.max(1) as f64;
     println!("c.admin_cpu_us_per_run: {:.0}", per_run_us(cpu_after.0 - cpu_before.0));
     println!("c.executor_cpu_us_per_run: {:.0}", per_run_us(cpu_after.1 - cpu_before.1));
+    // How well the hot path batched: results per callback, runs per group commit.
+    let metrics = platform.metrics().await;
+    let ratio = |sum: &str, count: &str| match (metrics.get(sum), metrics.get(count)) {
+        (Some(sum), Some(count)) if *count > 0.0 => sum / count,
+        _ => 0.0,
+    };
+    let callbacks = ("wasmjob_callback_batch_size_sum", "wasmjob_callback_batch_size_count");
+    println!("c.results_per_callback: {:.1}", ratio(callbacks.0, callbacks.1));
+    let commits = metrics.get(r#"wasmjob_db_transaction_seconds_count{kind="batch"}"#);
+    let per_thousand = commits.unwrap_or(&0.0) * 1000.0 / finished.max(1) as f64;
+    println!("c.group_commits_per_1000_runs: {per_thousand:.0}");
     pool.close().await;
 }
 

@@ -860,6 +860,34 @@ async fn a_trigger_sent_ahead_is_held_until_its_instant() {
     admin.result_of(busy.log_id).await;
     assert_eq!(admin.result_of(taken.log_id).await, (200, "hello, later".to_owned()));
 
+    // The runs of one instant whose jobs are idle start at it together, their starts journaled
+    // in one write; one queued behind its job's running run starts once that run has ended.
+    let sleeping = bean(964, 10_000_006, "sleeper", "3600000");
+    expect_run_reply(&url, &sleeping, run_reply::ACCEPTED).await;
+    wait_for_log(&url, &sleeping, "sleeping").await;
+    let at = trigger_time_ms() + 1_000;
+    let together = |job_id, log_id| TriggerParam {
+        log_date_time: at,
+        not_before: Some(at),
+        ..bean(job_id, log_id, "hello", "together")
+    };
+    let (first, second, behind) =
+        (together(965, 10_000_007), together(966, 10_000_008), together(964, 10_000_009));
+    for param in [&first, &second, &behind] {
+        expect_run_reply(&url, param, run_reply::ACCEPTED).await;
+    }
+    admin.result_of(first.log_id).await;
+    admin.result_of(second.log_id).await;
+    let start_of = |log_id| admin.starts.lock().unwrap().iter().find(|s| s.0 == log_id).unwrap().1;
+    let together_at = start_of(first.log_id);
+    assert!(together_at >= at, "started {together_at}, due {at}");
+    assert_eq!(start_of(second.log_id), together_at);
+    assert_eq!(journal_count(dir.path(), "started", behind.log_id), 0);
+    let killed_at = trigger_time_ms();
+    kill_run(&url, &sleeping).await;
+    assert_eq!(admin.result_of(behind.log_id).await, (200, "hello, together".to_owned()));
+    assert!(start_of(behind.log_id) >= killed_at);
+
     // A kill before the instant: ended, never started.
     let killed = ahead(bean(962, 10_000_005, "hello", "never"), 60_000);
     expect_run_reply(&url, &killed, run_reply::ACCEPTED).await;

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! accepted <logId> <jobId> <unix_ms>      written and synced before `/run` answers success
-//! started <logId> <unix_ms>               the worker took the run and is about to run it
+//! started <logId> <unix_ms>               the run is next for its worker, about to run
 //! finished <logId> <handleCode> <unix_ms> the run's result is stored in the outbox
 //! ```
 //!
@@ -96,7 +96,7 @@ pub enum Admission {
 }
 
 /// The position of an appended line, to wait for its durability.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Ticket(u64);
 
 /// A run accepted before a restart that never finished.
@@ -262,19 +262,30 @@ impl Journal {
         Ok(())
     }
 
-    /// Records that run `log_id` is about to run.
-    pub fn started(&self, log_id: i64, now_ms: i64) -> Result<(), JournalError> {
+    /// Records that the runs `log_ids` are about to run, with one write.
+    pub fn started_all(&self, log_ids: &[i64], now_ms: i64) -> Result<(), JournalError> {
         let mut state = self.state.lock().map_err(|_| JournalError::Poisoned)?;
-        state.set(log_id, RunState::Running);
-        state.append(&self.dir, Event::Started { log_id, at_ms: now_ms }).map(drop)
+        for &log_id in log_ids {
+            state.set(log_id, RunState::Running);
+        }
+        let events = log_ids.iter().map(|&log_id| Event::Started { log_id, at_ms: now_ms });
+        state.append_all(&self.dir, now_ms, events).map(drop)
     }
 
-    /// Records that the result of run `log_id` is stored in the outbox.
-    pub fn finished(&self, log_id: i64, handle_code: i32, now_ms: i64) -> Result<(), JournalError> {
+    /// Records that the results of the runs `ended` (ids and handle codes) are stored in the
+    /// outbox, with one write.
+    pub fn finished_all(&self, ended: &[(i64, i32)], now_ms: i64) -> Result<(), JournalError> {
         let mut state = self.state.lock().map_err(|_| JournalError::Poisoned)?;
-        state.set(log_id, RunState::Reported);
-        state.forget_ended(log_id, now_ms);
-        state.append(&self.dir, Event::Finished { log_id, handle_code, at_ms: now_ms }).map(drop)
+        for &(log_id, _) in ended {
+            state.set(log_id, RunState::Reported);
+            state.forget_ended(log_id, now_ms);
+        }
+        let events = ended.iter().map(|&(log_id, handle_code)| Event::Finished {
+            log_id,
+            handle_code,
+            at_ms: now_ms,
+        });
+        state.append_all(&self.dir, now_ms, events).map(drop)
     }
 
     /// Records that run `log_id` ended with a result that only memory holds (the outbox could
@@ -307,15 +318,34 @@ impl State {
 
     /// Appends one line to the current hour's segment, rotating first if the hour changed.
     fn append(&mut self, dir: &Path, event: Event) -> Result<Ticket, JournalError> {
-        let hour = event_time(event).div_euclid(HOUR_MS);
+        self.append_all(dir, event_time(event), [event])
+    }
+
+    /// Appends the lines of `events`, all of `at_ms`'s hour, with one write to the current
+    /// hour's segment, rotating first if the hour changed; the ticket of the last line.
+    fn append_all(
+        &mut self,
+        dir: &Path,
+        at_ms: i64,
+        events: impl IntoIterator<Item = Event>,
+    ) -> Result<Ticket, JournalError> {
+        let hour = at_ms.div_euclid(HOUR_MS);
         if hour > self.segment.hour {
             self.rotate(dir, hour)?;
         }
-        let line = format_line(event);
+        let mut lines = String::new();
+        let mut count = 0;
+        for event in events {
+            lines.push_str(&format_line(event));
+            count += 1;
+        }
+        if count == 0 {
+            return Ok(Ticket(self.written));
+        }
         let mut file: &File = &self.segment.file;
-        file.write_all(line.as_bytes())
+        file.write_all(lines.as_bytes())
             .map_err(|source| io(&segment_path(dir, self.segment.hour), source))?;
-        self.written += 1;
+        self.written += count;
         Ok(Ticket(self.written))
     }
 

@@ -102,19 +102,10 @@ impl RunIo {
     fn start(ctx: &Arc<RunContext>) -> RunIo {
         let journal = ctx.journal.clone();
         let starts = Batched::start("run starts", move |starts: Vec<(Ticket, i64)>| {
-            let now = journal::now_ms();
-            starts
-                .into_iter()
-                .map(|(ticket, log_id)| {
-                    journal.sync(ticket).map_err(|error| error.to_string())?;
-                    if let Err(error) = journal.started(log_id, now) {
-                        // The run goes on: without this line a restart counts it lost, which
-                        // it would be.
-                        tracing::error!(run.id = log_id, %error, "cannot journal the start of run {log_id}");
-                    }
-                    Ok(())
-                })
-                .collect()
+            let log_ids: Vec<i64> = starts.iter().map(|(_, log_id)| *log_id).collect();
+            let tickets = starts.into_iter().map(|(ticket, _)| ticket);
+            let answer = journal_starts(&journal, tickets, &log_ids, journal::now_ms());
+            vec![answer; log_ids.len()]
         });
         let ctx = ctx.clone();
         let ends = Batched::start("run ends", move |ends: Vec<(HandleCallbackParam, usize)>| {
@@ -149,6 +140,9 @@ struct Queued {
     ticket: Ticket,
     /// What this run counts in `held_bytes` until it ends.
     bytes: usize,
+    /// When its start was journaled, if it was before its worker took it: a held run released
+    /// into an idle queue, whose worker takes it next (see [`Workers::release`]).
+    started_at: Option<i64>,
 }
 
 impl Workers {
@@ -211,7 +205,7 @@ impl Workers {
         };
         self.ctx.logs.started(param.log_id, param.log_date_time);
         self.ctx.held_bytes.fetch_add(bytes, Ordering::SeqCst);
-        self.enqueue(&mut queue, Queued { param, ticket, bytes }, covering);
+        self.enqueue(&mut queue, Queued { param, ticket, bytes, started_at: None }, covering);
         drop(queue);
         drop(map);
         worker.notify.notify_one();
@@ -243,7 +237,7 @@ impl Workers {
         let log_id = param.log_id;
         let first_of_its_instant = {
             let mut held = self.held.lock().map_err(|_| "held runs poisoned".to_owned())?;
-            held.runs.insert(log_id, Queued { param, ticket, bytes });
+            held.runs.insert(log_id, Queued { param, ticket, bytes, started_at: None });
             let runs = held.instants.entry(until).or_default();
             runs.push(log_id);
             runs.len() == 1
@@ -268,7 +262,11 @@ impl Workers {
 
     /// Queues the runs held until `instant`, in the order they arrived, as `push` would have
     /// then; a refusal by its block strategy or a full queue ends a run failed. A run a kill
-    /// took first is not there. Blocks on file writes (a refusal's result).
+    /// took first is not there. Blocks on file writes (a refusal's result, the starts).
+    ///
+    /// A run whose job's queue is idle is taken by its worker next, so its start is journaled
+    /// here, with the other such runs of the instant in one write: the runs of one instant all
+    /// start at it, instead of each start waiting for the guests that started before it.
     fn release(&self, instant: i64) {
         let Ok(mut map) = self.map.lock() else { return };
         let Ok(mut held) = self.held.lock() else { return };
@@ -276,18 +274,36 @@ impl Workers {
         let runs: Vec<Queued> = ids.iter().filter_map(|id| held.runs.remove(id)).collect();
         drop(held);
         let mut refused = Vec::new();
+        let mut admitted = Vec::with_capacity(runs.len());
         for queued in runs {
             let job_id = queued.param.job_id;
             let worker = map.entry(job_id).or_insert_with(|| self.spawn(job_id)).clone();
-            let Ok(mut queue) = worker.queue.lock() else { continue };
+            let Ok(queue) = worker.queue.lock() else { continue };
             match self.admit(&queue, &queued.param, block_strategy(&queued.param)) {
+                // Only `push` and this enqueue, both under the map's lock, which is held until
+                // every run here is queued: an idle queue stays idle until then.
                 Ok(covering) => {
-                    self.enqueue(&mut queue, queued, covering);
+                    let idle = queue.running.is_none() && queue.pending.is_empty();
                     drop(queue);
-                    worker.notify.notify_one();
+                    admitted.push((worker, queued, covering, idle));
                 }
                 Err(reason) => refused.push((queued, reason)),
             }
+        }
+        let starting = admitted.iter().filter(|(_, _, _, idle)| *idle);
+        let log_ids: Vec<i64> =
+            starting.clone().map(|(_, queued, ..)| queued.param.log_id).collect();
+        let tickets = starting.map(|(_, queued, ..)| queued.ticket);
+        let started_at = journal::now_ms();
+        let journaled = journal_starts(&self.ctx.journal, tickets, &log_ids, started_at).is_ok();
+        for (worker, mut queued, covering, idle) in admitted {
+            if idle && journaled {
+                queued.started_at = Some(started_at);
+            }
+            let Ok(mut queue) = worker.queue.lock() else { continue };
+            self.enqueue(&mut queue, queued, covering);
+            drop(queue);
+            worker.notify.notify_one();
         }
         drop(map);
         for (queued, reason) in &refused {
@@ -562,10 +578,14 @@ impl Workers {
     /// Runs one trigger to its end and reports the result.
     async fn execute(&self, queued: Queued, cancel: CancellationToken) {
         let ctx = &self.ctx;
-        let Queued { param, ticket, bytes } = queued;
+        let Queued { param, ticket, bytes, started_at } = queued;
         // A run starts only once its acceptance is durable, so a restart never forgets a run
-        // that began. This is normally already true (the `/run` answer waited for it).
-        let recorded = self.io.starts.call((ticket, param.log_id)).await;
+        // that began. This is normally already true (the `/run` answer waited for it). A run
+        // released at its instant may have been journaled as started then.
+        let recorded = match started_at {
+            Some(_) => Some(Ok(())),
+            None => self.io.starts.call((ticket, param.log_id)).await,
+        };
         let not_recorded = match recorded {
             Some(Ok(())) => None,
             Some(Err(error)) => Some(error),
@@ -578,7 +598,7 @@ impl Workers {
             return;
         }
         // The start: its journal line is written, and nothing but the guest is left to do.
-        let started_at = journal::now_ms();
+        let started_at = started_at.unwrap_or_else(journal::now_ms);
         ctx.logs.running(param.log_id);
         let mut log = match ctx.logs.open(param.log_id, param.log_date_time) {
             Ok(log) => log,
@@ -705,14 +725,20 @@ fn store_results(ctx: &RunContext, ended: &[(HandleCallbackParam, usize)]) {
         ended.iter().map(|(result, _)| result.clone()).collect();
     let stored = ctx.outbox.push_all(&results);
     let now = journal::now_ms();
+    let in_outbox: Vec<(i64, i32)> = results
+        .iter()
+        .zip(&stored)
+        .filter(|(_, stored)| stored.is_ok())
+        .map(|(result, _)| (result.log_id, result.handle_code))
+        .collect();
+    if let Err(error) = ctx.journal.finished_all(&in_outbox, now) {
+        let count = in_outbox.len();
+        tracing::error!(%error, "cannot journal the end of {count} runs");
+    }
     for (result, stored) in results.iter().zip(stored) {
         let log_id = result.log_id;
         match stored {
-            Ok(()) => {
-                if let Err(error) = ctx.journal.finished(log_id, result.handle_code, now) {
-                    tracing::error!(%error, "cannot journal the end of run {log_id}");
-                }
-            }
+            Ok(()) => {}
             Err(error) => {
                 tracing::error!(
                     %error,
@@ -725,6 +751,26 @@ fn store_results(ctx: &RunContext, ended: &[(HandleCallbackParam, usize)]) {
         }
         ctx.logs.finished(log_id);
     }
+}
+
+/// Journals the start of the runs `log_ids` once their acceptances (`tickets`) are durable,
+/// with one sync and one write. Blocks on the files.
+fn journal_starts(
+    journal: &Journal,
+    tickets: impl IntoIterator<Item = Ticket>,
+    log_ids: &[i64],
+    now_ms: i64,
+) -> Result<(), String> {
+    // A sync makes every line written before it durable: the last ticket stands for all.
+    if let Some(last) = tickets.into_iter().max() {
+        journal.sync(last).map_err(|error| error.to_string())?;
+    }
+    if let Err(error) = journal.started_all(log_ids, now_ms) {
+        // The runs go on: without these lines a restart counts them lost, which they would be.
+        let count = log_ids.len();
+        tracing::error!(%error, "cannot journal the start of {count} runs");
+    }
+    Ok(())
 }
 
 /// The trigger's block strategy (`SERIAL_EXECUTION` when it names none we know).

@@ -146,29 +146,35 @@ fn accepts_once_and_follows_the_run() {
     assert!(lost.is_empty());
     let Admission::New(first) = journal.accept(1, 10, BASE).unwrap() else { panic!() };
     let Admission::New(second) = journal.accept(2, 10, BASE + 1).unwrap() else { panic!() };
+    journal.accept(3, 11, BASE + 1).unwrap();
     assert_eq!(journal.accept(1, 10, BASE + 2).unwrap(), Admission::Duplicate(RunState::Queued));
     // One sync covers every line before it.
     journal.sync(second).unwrap();
     journal.sync(first).unwrap();
-    journal.started(1, BASE + 3).unwrap();
+    // Runs starting or ending together are one write of one line each.
+    journal.started_all(&[1, 3], BASE + 3).unwrap();
     assert_eq!(journal.accept(1, 10, BASE + 4).unwrap(), Admission::Duplicate(RunState::Running));
-    journal.finished(1, 200, BASE + 5).unwrap();
+    assert_eq!(journal.live(), [1, 2, 3]);
+    journal.finished_all(&[(1, 200), (3, 500)], BASE + 5).unwrap();
+    journal.finished_all(&[], BASE + 5).unwrap();
     journal.reported_in_memory(2, BASE + 6);
     assert_eq!(journal.state(1), Some(RunState::Reported));
     expect![[r#"
-        file +0h: "accepted 1 10 1764000000000\naccepted 2 10 1764000000001\nstarted 1 1764000000003\nfinished 1 200 1764000000005\n"
+        file +0h: "accepted 1 10 1764000000000\naccepted 2 10 1764000000001\naccepted 3 11 1764000000001\nstarted 1 1764000000003\nstarted 3 1764000000003\nfinished 1 200 1764000000005\nfinished 3 500 1764000000005\n"
         run 1: Some(Reported)
         run 2: Some(Reported)
+        run 3: Some(Reported)
         live: []
     "#]]
-    .assert_eq(&render(dir.path(), &journal, &[1, 2]));
+    .assert_eq(&render(dir.path(), &journal, &[1, 2, 3]));
 
-    // After a restart, run 2 (its result never stored) is lost; run 1 is still reported.
+    // After a restart, run 2 (its result never stored) is lost; runs 1 and 3 are still reported.
     drop(journal);
     let (journal, lost) = Journal::open(dir.path().to_owned(), BASE + 7, |_| None).unwrap();
     assert_eq!(lost.iter().map(|run| (run.log_id, run.job_id)).collect::<Vec<_>>(), [(2, 10)]);
     assert_eq!(journal.accept(1, 10, BASE + 8).unwrap(), Admission::Duplicate(RunState::Reported));
     assert_eq!(journal.accept(2, 10, BASE + 8).unwrap(), Admission::Duplicate(RunState::Lost));
+    assert_eq!(journal.accept(3, 11, BASE + 8).unwrap(), Admission::Duplicate(RunState::Reported));
 }
 
 #[test]
@@ -176,7 +182,7 @@ fn rotates_hourly_and_forgets_after_the_window() {
     let dir = tempfile::tempdir().unwrap();
     let (journal, _) = Journal::open(dir.path().to_owned(), BASE, |_| None).unwrap();
     journal.accept(1, 10, BASE).unwrap();
-    journal.finished(1, 200, BASE + 1).unwrap();
+    journal.finished_all(&[(1, 200)], BASE + 1).unwrap();
     journal.accept(2, 10, BASE + 2).unwrap(); // Still running two hours later.
     journal.accept(3, 10, BASE + H + 100).unwrap();
     assert_eq!(journal.live(), [2, 3]);
@@ -193,8 +199,8 @@ fn rotates_hourly_and_forgets_after_the_window() {
     "#]]
     .assert_eq(&render(dir.path(), &journal, &[1, 2, 3, 4]));
     // A run that ends after the window passed over it is forgotten as it ends.
-    journal.finished(2, 200, BASE + 2 * H + 30).unwrap();
-    journal.finished(3, 200, BASE + 2 * H + 40).unwrap();
+    journal.finished_all(&[(2, 200)], BASE + 2 * H + 30).unwrap();
+    journal.finished_all(&[(3, 200)], BASE + 2 * H + 40).unwrap();
     assert_eq!((journal.state(2), journal.state(3)), (None, Some(RunState::Reported)));
     assert_eq!(journal.live(), [4]);
 }

@@ -105,7 +105,10 @@ impl Db {
             Dialect::Sqlite => 4,
             Dialect::Postgres => 10,
         };
-        let options = AnyPoolOptions::new().after_connect(move |connection, _| {
+        // A SQLite connection is a file handle in this process, which cannot drop as a server's
+        // socket can: checking it at each acquire (a round trip to its thread) buys nothing.
+        let options = AnyPoolOptions::new().test_before_acquire(dialect == Dialect::Postgres);
+        let options = options.after_connect(move |connection, _| {
             Box::pin(async move {
                 if dialect == Dialect::Sqlite {
                     // In WAL mode, NORMAL syncs at checkpoints instead of at every commit: a

@@ -677,7 +677,7 @@ async fn insert_rows(
             sharding_items, state, lease_owner, lease_until, fence, claimed_at)
          values {values}
          on conflict (job_id, fire_time, shard_index, attempt) do nothing
-         returning {COLUMNS}, fence"
+         returning id, {IDENTITY}"
     );
     let mut query = sqlx::query(&sql);
     for Insert { run, claim, now_ms } in inserts {
@@ -712,19 +712,21 @@ async fn insert_rows(
             .bind(claimed_at);
     }
     // The rows come back in no promised order: each goes to the first unanswered insert it
-    // matches. Inserts that match the same rows are alike in everything stored for them.
+    // matches. Inserts that match the same rows are alike in everything stored for them. A
+    // new row holds what was inserted and the columns' defaults, so only its id and what tells
+    // it from the others come back.
     let mut created: Vec<Option<Claim>> = vec![None; inserts.len()];
     for row in query.fetch_all(&mut *conn).await? {
-        let run = run_from_row(&row)?;
-        let fence = row.try_get("fence")?;
+        let id: i64 = row.try_get("id")?;
+        let identity = identity_from_row(&row)?;
         let slot = inserts
             .iter()
             .zip(&created)
-            .position(|(insert, created)| created.is_none() && inserted_as(insert.run, &run));
+            .position(|(insert, created)| created.is_none() && identity.is(insert.run));
         match slot {
-            Some(slot) => created[slot] = Some(Claim { run, fence }),
+            Some(slot) => created[slot] = Some(inserted(&inserts[slot], id)),
             None => {
-                let message = format!("inserted run {} matches no insert", run.id);
+                let message = format!("inserted run {id} matches no insert");
                 return Err(super::StorageError::Corrupt(message));
             }
         }
@@ -734,17 +736,90 @@ async fn insert_rows(
     Ok(created)
 }
 
-/// Whether `run` is the row stored for `new`.
-fn inserted_as(new: &NewRun, run: &RunRecord) -> bool {
-    new.job_id == run.job_id
-        && new.fire_time_ms == run.fire_time_ms
-        && new.shard_index == run.shard_index
-        && new.attempt == run.attempt
-        && new.trigger_time_ms == run.trigger_time_ms
-        && new.trigger_type == run.trigger_type
-        && new.parent_run_id == run.parent_run_id
-        && new.executor_address == run.executor_address
-        && new.param == run.param
+/// The columns that tell apart the rows of one insert (see [`RowIdentity`]).
+const IDENTITY: &str =
+    "job_id, fire_time, shard_index, attempt, trigger_time, trigger_type, parent_run_id,
+    executor_address, param";
+
+/// What tells a new run's row from the others of its insert: the unique key and what else two
+/// runs of one job inserted together may differ in.
+struct RowIdentity {
+    job_id: i64,
+    fire_time_ms: Option<i64>,
+    shard_index: i64,
+    attempt: i64,
+    trigger_time_ms: i64,
+    trigger_type: TriggerType,
+    parent_run_id: Option<i64>,
+    executor_address: Option<String>,
+    param: String,
+}
+
+impl RowIdentity {
+    /// Whether this is the row stored for `new`.
+    fn is(&self, new: &NewRun) -> bool {
+        new.job_id == self.job_id
+            && new.fire_time_ms == self.fire_time_ms
+            && new.shard_index == self.shard_index
+            && new.attempt == self.attempt
+            && new.trigger_time_ms == self.trigger_time_ms
+            && new.trigger_type == self.trigger_type
+            && new.parent_run_id == self.parent_run_id
+            && new.executor_address == self.executor_address
+            && new.param == self.param
+    }
+}
+
+fn identity_from_row(row: &AnyRow) -> Result<RowIdentity> {
+    Ok(RowIdentity {
+        job_id: row.try_get("job_id")?,
+        fire_time_ms: row.try_get("fire_time")?,
+        shard_index: row.try_get("shard_index")?,
+        attempt: row.try_get("attempt")?,
+        trigger_time_ms: row.try_get("trigger_time")?,
+        trigger_type: parse_column(row, "trigger_type")?,
+        parent_run_id: row.try_get("parent_run_id")?,
+        executor_address: row.try_get("executor_address")?,
+        param: row.try_get("param")?,
+    })
+}
+
+/// The run `insert` created as row `id`: what was inserted, and the columns' defaults.
+fn inserted(insert: &Insert<'_>, id: i64) -> Claim {
+    let Insert { run, claim, now_ms } = insert;
+    let (state, fence, first_claimed_at_ms) = match claim {
+        Some(_) => (RunState::Dispatching, 1, *now_ms),
+        None => (RunState::Pending, 0, 0),
+    };
+    let (version, sha256) = run.version.clone().unzip();
+    let run = RunRecord {
+        id,
+        job_id: run.job_id,
+        executor_address: run.executor_address.clone(),
+        trigger_type: run.trigger_type,
+        trigger_time_ms: run.trigger_time_ms,
+        fire_time_ms: run.fire_time_ms,
+        param: run.param.clone(),
+        trigger_code: 0,
+        trigger_msg: String::new(),
+        handle_time_ms: 0,
+        handle_code: 0,
+        handle_msg: String::new(),
+        shard_index: run.shard_index,
+        shard_total: run.shard_total,
+        sharding_items: run.sharding_items.clone(),
+        attempt: run.attempt,
+        version,
+        sha256,
+        fuel_used: None,
+        state,
+        parent_run_id: run.parent_run_id,
+        kill_requested: false,
+        dispatched_at_ms: 0,
+        started_at_ms: 0,
+        first_claimed_at_ms,
+    };
+    Claim { run, fence }
 }
 
 fn run_from_row(row: &AnyRow) -> Result<RunRecord> {

@@ -607,6 +607,39 @@ async fn a_claimed_fire_creates_its_runs_held_by_the_dispatcher() {
     .await;
 }
 
+/// A created run is answered from what was inserted, not read back: it must be the row stored,
+/// also for runs of one insert that differ only in their parameter.
+#[tokio::test]
+async fn created_runs_are_answered_as_stored() {
+    each_backend("created_as_stored", |db| async move {
+        let group = db.ensure_group("default", "Default", 0).await.unwrap();
+        let job = db.create_job(&new_job(group.id), 10).await.unwrap();
+        let manual = |param: &str| NewRun {
+            trigger_type: TriggerType::Manual,
+            fire_time_ms: None,
+            param: param.to_owned(),
+            executor_address: Some("http://127.0.0.1:9".to_owned()),
+            shard_index: 1,
+            shard_total: 3,
+            sharding_items: vec![ShardingItem { item: 2, parameter: "Guangzhou".to_owned() }],
+            version: Some((4, "ab".repeat(32))),
+            parent_run_id: Some(77),
+            ..fire(job.id, 1_000, 0)
+        };
+        let runs = [manual("first"), manual("second"), fire(job.id, 2_000, 0)];
+        let created = db.create_claimed_runs(&runs, "admin-a", 12, 16_000, None).await.unwrap();
+        assert_eq!(created.len(), 3);
+        for (run, claim) in runs.iter().zip(created) {
+            let claim = claim.expect("each run is new");
+            assert_eq!(claim.run.param, run.param);
+            assert_eq!(claim.fence, 1);
+            let stored = db.get_run(claim.run.id).await.unwrap().unwrap();
+            assert_eq!(claim.run, stored);
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_batch_records_plain_transitions_in_one_statement_with_each_compare_its_own() {
     each_backend("merged_updates", |db| async move {

@@ -16,7 +16,8 @@
 //!   clients: `manual_runs_per_sec` (first trigger accepted to last result recorded). A
 //!   trigger refused with 503 at the admin's bound on unfinished runs is sent again 100 ms
 //!   later (`triggers_refused_overloaded` counts those answers); `admin_cpu_us_per_run` and
-//!   `executor_cpu_us_per_run` (each process's CPU time over the burst, per run),
+//!   `executor_cpu_us_per_run` (each process's CPU time over the burst, per run), and the
+//!   bench's own (`clients_cpu_us_per_run`: the clients and the result polling),
 //!   `results_per_callback` and `group_commits_per_1000_runs` (how well the hot path batched,
 //!   from the admin's metrics);
 //!
@@ -419,6 +420,7 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
     let job_ids = Arc::new(platform.create_jobs(clients * 8, body, true).await);
     let sent = Arc::new(AtomicUsize::new(0));
     let cpu_before = (cpu_secs(platform.admin.id()), cpu_secs(platform.executor.id()));
+    let client_before = cpu_secs(std::process::id());
     let started = Instant::now();
     let mut tasks = Vec::new();
     for client in 0..clients {
@@ -477,6 +479,7 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
     }
     let elapsed = started.elapsed();
     let cpu_after = (cpu_secs(platform.admin.id()), cpu_secs(platform.executor.id()));
+    let client_after = cpu_secs(std::process::id());
     println!("c.triggers_accepted: {accepted}");
     println!("c.triggers_refused_overloaded: {refused}");
     println!("c.triggers_per_sec: {:.0}", accepted as f64 / accepting.as_secs_f64());
@@ -486,6 +489,8 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
     let per_run_us = |secs: f64| secs * 1e6 / finished.max(1) as f64;
     println!("c.admin_cpu_us_per_run: {:.0}", per_run_us(cpu_after.0 - cpu_before.0));
     println!("c.executor_cpu_us_per_run: {:.0}", per_run_us(cpu_after.1 - cpu_before.1));
+    // The clients share the machine: what they cost is not left to the platform.
+    println!("c.clients_cpu_us_per_run: {:.0}", per_run_us(client_after - client_before));
     // How well the hot path batched: results per callback, runs per group commit.
     let metrics = platform.metrics().await;
     let ratio = |sum: &str, count: &str| match (metrics.get(sum), metrics.get(count)) {

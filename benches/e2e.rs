@@ -427,12 +427,13 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
         let (sent, job_ids, http, api) =
             (sent.clone(), job_ids.clone(), platform.http.clone(), platform.api.clone());
         tasks.push(tokio::spawn(async move {
-            let (mut accepted, mut refused) = (0, 0);
+            let (mut accepted, mut refused, mut latencies) = (0, 0, Vec::new());
             let mut n = client;
             while sent.fetch_add(1, Ordering::Relaxed) < triggers {
                 let job = job_ids[n % job_ids.len()];
                 n += clients;
                 loop {
+                    let sent_at = Instant::now();
                     let reply = http
                         .post(format!("{api}/api/v1/jobs/{job}/trigger"))
                         .bearer_auth(ADMIN_TOKEN)
@@ -447,20 +448,22 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
                         }
                         Ok(status) if status.is_success() => {
                             accepted += 1;
+                            latencies.push(sent_at.elapsed().as_millis() as i64);
                             break;
                         }
                         _ => break,
                     }
                 }
             }
-            (accepted, refused)
+            (accepted, refused, latencies)
         }));
     }
-    let (mut accepted, mut refused) = (0, 0);
+    let (mut accepted, mut refused, mut latencies) = (0, 0, Vec::new());
     for task in tasks {
-        let (client_accepted, client_refused) = task.await.unwrap();
+        let (client_accepted, client_refused, client_latencies) = task.await.unwrap();
         accepted += client_accepted;
         refused += client_refused;
+        latencies.extend(client_latencies);
     }
     let accepting = started.elapsed();
     let pool = platform.db().await;
@@ -483,6 +486,8 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
     println!("c.triggers_accepted: {accepted}");
     println!("c.triggers_refused_overloaded: {refused}");
     println!("c.triggers_per_sec: {:.0}", accepted as f64 / accepting.as_secs_f64());
+    // Each client waits for its trigger's answer (the runs committed) before the next.
+    print_percentiles("c.trigger_latency", Some(latencies));
     println!("c.runs_finished: {finished}");
     println!("c.manual_runs_per_sec: {:.0}", finished as f64 / elapsed.as_secs_f64());
     // CPU per run is steadier than a rate on a shared machine: it says what each run costs.
@@ -502,6 +507,11 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
     let commits = metrics.get(r#"wasmjob_db_transaction_seconds_count{kind="batch"}"#);
     let per_thousand = commits.unwrap_or(&0.0) * 1000.0 / finished.max(1) as f64;
     println!("c.group_commits_per_1000_runs: {per_thousand:.0}");
+    let commit_secs = ratio(
+        r#"wasmjob_db_transaction_seconds_sum{kind="batch"}"#,
+        r#"wasmjob_db_transaction_seconds_count{kind="batch"}"#,
+    );
+    println!("c.group_commit_mean_ms: {:.2}", commit_secs * 1000.0);
     pool.close().await;
 }
 

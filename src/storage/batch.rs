@@ -16,6 +16,7 @@ use sqlx::{AnyConnection, AnyPool};
 use tokio::sync::{mpsc, oneshot};
 
 use super::audit::{self, AuditEntry};
+use super::reports::Deltas;
 use super::runs::{self, Claim, Insert, NewRun, Update};
 use super::{Db, Result, StorageError};
 use crate::lifecycle::Transition;
@@ -222,7 +223,9 @@ async fn run_grouped(
             },
         }
     }
-    let mut created = runs::insert_many(conn, &inserts).await?.into_iter();
+    // The report's changes of the inserts and the updates are one statement, after both.
+    let mut deltas = Deltas::default();
+    let mut created = runs::insert_many_with(conn, &inserts, &mut deltas).await?.into_iter();
     let mut trigger_entries = Vec::new();
     for (index, count, claimed) in creators {
         let runs: Vec<Option<Claim>> = created.by_ref().take(count).collect();
@@ -241,14 +244,16 @@ async fn run_grouped(
     audit::insert_many(conn, &entries).await?;
     for round in super::distinct_rounds(plain.iter().map(|(_, update)| update.id)) {
         let updates: Vec<Update<'_>> = round.iter().map(|&at| plain[at].1).collect();
+        let updated = runs::update_many_with(conn, &updates, &mut deltas).await?;
         let mut updated: HashMap<i64, RunRecord> =
-            runs::update_many(conn, &updates).await?.into_iter().map(|run| (run.id, run)).collect();
+            updated.into_iter().map(|run| (run.id, run)).collect();
         for at in round {
             let (index, update) = plain[at];
             let run = updated.remove(&update.id);
             answers[index] = Some(Written::Applied(run.map(|run| (run, Vec::new()))));
         }
     }
+    deltas.write(conn).await?;
     for index in others {
         answers[index] = Some(execute(conn, &writes[index]).await?);
     }

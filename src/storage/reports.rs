@@ -2,10 +2,11 @@
 //!
 //! `run_report` holds the runs created per UTC day, by state, the unfinished ones under
 //! `running`. The run lifecycle keeps it exact in its own transactions, so no one recounts the
-//! run table (a day holds millions of runs at load): the statement that creates runs adds one
-//! to their day's `running` and the statement that ends runs moves each from `running` to its
-//! state, both as rows of `run_report_delta` ([`add_created`], [`add_ended`]; appending takes
-//! no lock another transaction waits for). The admin's report task folds those rows into
+//! run table (a day holds millions of runs at load): the transaction that creates runs adds one
+//! to their day's `running` and the transaction that ends runs moves each from `running` to its
+//! state, both as rows of `run_report_delta` ([`Deltas`], written with one insert per
+//! transaction, or per statement outside a group commit; appending takes no lock another
+//! transaction waits for). The admin's report task folds those rows into
 //! `run_report` ([`Db::fold_report`]), and a read sums both tables, so a report is exact at
 //! every commit whether folded or not. Deleting runs (retention) leaves the counts alone.
 
@@ -136,37 +137,41 @@ impl Db {
     }
 }
 
-/// Adds runs created at `created_at_ms` (each of them unfinished) to the report, on `conn`,
-/// which must be the transaction that creates them.
-pub(super) async fn add_created(
-    conn: &mut AnyConnection,
-    created_at_ms: impl IntoIterator<Item = i64>,
-) -> Result<()> {
-    let mut deltas: BTreeMap<(i64, &str), i64> = BTreeMap::new();
-    for created_at in created_at_ms {
-        *deltas.entry((created_at.div_euclid(DAY_MS), RunState::Running.as_str())).or_default() +=
-            1;
+/// Changes to the report that a transaction makes, gathered so that its statements that create
+/// and end runs add them with one insert ([`Deltas::write`]), in that transaction.
+#[derive(Debug, Default)]
+pub(super) struct Deltas(BTreeMap<(i64, &'static str), i64>);
+
+impl Deltas {
+    /// Adds runs created at `created_at_ms` (each of them unfinished).
+    pub(super) fn created(&mut self, created_at_ms: impl IntoIterator<Item = i64>) {
+        for created_at in created_at_ms {
+            let key = (created_at.div_euclid(DAY_MS), RunState::Running.as_str());
+            *self.0.entry(key).or_default() += 1;
+        }
     }
-    insert_deltas(conn, deltas).await
+
+    /// Moves runs that just ended, as `(created_at, state now)`, from `running` to their state.
+    /// Runs not ended are passed over.
+    pub(super) fn ended(&mut self, runs: impl IntoIterator<Item = (i64, RunState)>) {
+        for (created_at, state) in runs.into_iter().filter(|(_, state)| state.is_terminal()) {
+            let day = created_at.div_euclid(DAY_MS);
+            *self.0.entry((day, state.as_str())).or_default() += 1;
+            *self.0.entry((day, RunState::Running.as_str())).or_default() -= 1;
+        }
+    }
+
+    /// Records the changes on `conn`, which must be the transaction that made them, and forgets
+    /// them.
+    pub(super) async fn write(&mut self, conn: &mut AnyConnection) -> Result<()> {
+        insert_deltas(conn, std::mem::take(&mut self.0)).await
+    }
 }
 
-/// Moves runs that just ended, as `(created_at, state now)`, from `running` to their state in
-/// the report, on `conn`, which must be the transaction that ends them. Runs not ended are
-/// passed over.
-pub(super) async fn add_ended(
+async fn insert_deltas(
     conn: &mut AnyConnection,
-    runs: impl IntoIterator<Item = (i64, RunState)>,
+    deltas: BTreeMap<(i64, &'static str), i64>,
 ) -> Result<()> {
-    let mut deltas: BTreeMap<(i64, &str), i64> = BTreeMap::new();
-    for (created_at, state) in runs.into_iter().filter(|(_, state)| state.is_terminal()) {
-        let day = created_at.div_euclid(DAY_MS);
-        *deltas.entry((day, state.as_str())).or_default() += 1;
-        *deltas.entry((day, RunState::Running.as_str())).or_default() -= 1;
-    }
-    insert_deltas(conn, deltas).await
-}
-
-async fn insert_deltas(conn: &mut AnyConnection, deltas: BTreeMap<(i64, &str), i64>) -> Result<()> {
     if deltas.is_empty() {
         return Ok(());
     }

@@ -14,6 +14,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::audit::AuditEntry;
 use super::batch::{Write, Written};
+use super::reports::Deltas;
 use super::{Db, Result, parse_column};
 use crate::lifecycle::Transition;
 use crate::model::{RunRecord, RunState, ShardingItem, TriggerType};
@@ -503,16 +504,33 @@ pub(super) async fn update_many(
     conn: &mut AnyConnection,
     updates: &[Update<'_>],
 ) -> Result<Vec<RunRecord>> {
+    let mut deltas = Deltas::default();
+    let updated = update_many_with(conn, updates, &mut deltas).await?;
+    deltas.write(conn).await?;
+    Ok(updated)
+}
+
+/// [`update_many`], adding the runs it ends to `deltas` instead of to the report: the caller
+/// writes them in the same transaction.
+pub(super) async fn update_many_with(
+    conn: &mut AnyConnection,
+    updates: &[Update<'_>],
+    deltas: &mut Deltas,
+) -> Result<Vec<RunRecord>> {
     let mut updated = Vec::with_capacity(updates.len());
     let mut rest = updates;
     for rows in super::statement_sizes(updates.len(), MAX_UPDATE_ROWS) {
-        updated.extend(update_rows(conn, &rest[..rows]).await?);
+        updated.extend(update_rows(conn, &rest[..rows], deltas).await?);
         rest = &rest[rows..];
     }
     Ok(updated)
 }
 
-async fn update_rows(conn: &mut AnyConnection, updates: &[Update<'_>]) -> Result<Vec<RunRecord>> {
+async fn update_rows(
+    conn: &mut AnyConnection,
+    updates: &[Update<'_>],
+    deltas: &mut Deltas,
+) -> Result<Vec<RunRecord>> {
     const TYPES: [&str; UPDATE_PARAMS] = [
         "bigint", "text", "bigint", "text", "text", "bigint", "bigint", "bigint", "text", "bigint",
         "bigint", "bigint", "text", "text", "bigint", "bigint", "bigint",
@@ -583,7 +601,7 @@ async fn update_rows(conn: &mut AnyConnection, updates: &[Update<'_>]) -> Result
     // A transition never leaves an ended state: each ended run here ended in this statement.
     let created_at = rows.iter().map(|row| row.try_get::<i64, _>("created_at"));
     let ended = created_at.zip(&runs).map(|(at, run)| Ok((at?, run.state)));
-    super::reports::add_ended(conn, ended.collect::<Result<Vec<_>>>()?).await?;
+    deltas.ended(ended.collect::<Result<Vec<_>>>()?);
     Ok(runs)
 }
 
@@ -650,10 +668,23 @@ pub(super) async fn insert_many(
     conn: &mut AnyConnection,
     inserts: &[Insert<'_>],
 ) -> Result<Vec<Option<Claim>>> {
+    let mut deltas = Deltas::default();
+    let created = insert_many_with(conn, inserts, &mut deltas).await?;
+    deltas.write(conn).await?;
+    Ok(created)
+}
+
+/// [`insert_many`], adding the runs it creates to `deltas` instead of to the report: the caller
+/// writes them in the same transaction.
+pub(super) async fn insert_many_with(
+    conn: &mut AnyConnection,
+    inserts: &[Insert<'_>],
+    deltas: &mut Deltas,
+) -> Result<Vec<Option<Claim>>> {
     let mut created = Vec::with_capacity(inserts.len());
     let mut rest = inserts;
     for rows in super::statement_sizes(inserts.len(), MAX_INSERT_ROWS) {
-        created.extend(insert_rows(conn, &rest[..rows]).await?);
+        created.extend(insert_rows(conn, &rest[..rows], deltas).await?);
         rest = &rest[rows..];
     }
     Ok(created)
@@ -662,6 +693,7 @@ pub(super) async fn insert_many(
 async fn insert_rows(
     conn: &mut AnyConnection,
     inserts: &[Insert<'_>],
+    deltas: &mut Deltas,
 ) -> Result<Vec<Option<Claim>>> {
     let p = super::placeholder(conn);
     let values = (0..inserts.len())
@@ -732,7 +764,7 @@ async fn insert_rows(
         }
     }
     let created_at = inserts.iter().zip(&created).filter(|(_, created)| created.is_some());
-    super::reports::add_created(conn, created_at.map(|(insert, _)| insert.now_ms)).await?;
+    deltas.created(created_at.map(|(insert, _)| insert.now_ms));
     Ok(created)
 }
 

@@ -129,20 +129,27 @@ async fn commit_loop(pool: AnyPool, mut receiver: mpsc::UnboundedReceiver<Reques
 
 /// A batch at least this large says writes are arriving faster than they commit.
 const LINGER_FROM: usize = 4;
-/// How long such a batch waits for more writes before it commits.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
+/// How many times such a batch lets the tasks ready to run add their writes before it commits.
+const LINGER_ROUNDS: usize = 8;
 
-/// Adds to `batch` the writes that arrive within [`LINGER`], up to [`MAX_BATCH`]. Under load a
-/// commit costs about the same for one write as for many (on SQLite the pages the writes share
-/// go to the log once per commit, on PostgreSQL the log is synced once per commit), so a short
-/// wait makes each write cheaper; a lone write does not wait.
+/// Adds to `batch` the writes of the tasks that were ready to run when it was taken: yields to
+/// them, takes what they queued, and again while each round brings more (at most
+/// [`LINGER_ROUNDS`], up to [`MAX_BATCH`]). Under load a commit costs about the same for one
+/// write as for many (on SQLite the pages the writes share go to the log once per commit, on
+/// PostgreSQL the log is synced once per commit), so the writes about to arrive are better in
+/// this commit than in the next; no timer is waited for, and a lone write does not wait at all.
 async fn linger(receiver: &mut mpsc::UnboundedReceiver<Request>, batch: &mut Vec<Request>) {
-    let until = tokio::time::Instant::now() + LINGER;
-    while batch.len() < MAX_BATCH {
-        let more = receiver.recv_many(batch, MAX_BATCH - batch.len());
-        match tokio::time::timeout_at(until, more).await {
-            Ok(received) if received > 0 => {}
-            _ => break,
+    for _ in 0..LINGER_ROUNDS {
+        tokio::task::yield_now().await;
+        let before = batch.len();
+        while batch.len() < MAX_BATCH {
+            match receiver.try_recv() {
+                Ok(request) => batch.push(request),
+                Err(_) => break,
+            }
+        }
+        if batch.len() == before || batch.len() >= MAX_BATCH {
+            break;
         }
     }
 }

@@ -31,7 +31,9 @@
 //! A run's file work (its start's journal line; its result in the outbox, synced, then its
 //! end's journal line) goes through [`Batched`] queues: the runs starting or ending together
 //! share one blocking call and one sync. A run's reported start (`startedAt`) is taken once its
-//! start is journaled, just before its module is looked up and its guest instantiated.
+//! start is journaled, just before its module is looked up and its guest instantiated; the held
+//! runs of an instant that find their jobs idle are journaled as started together when they are
+//! released, and their guests then follow one another on the cores.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

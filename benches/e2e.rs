@@ -21,10 +21,12 @@
 //!   `results_per_callback` and `group_commits_per_1000_runs` (how well the hot path batched,
 //!   from the admin's metrics);
 //!
-//! and for each, `admin_rss_mb` and `executor_rss_mb` (peak resident memory). `--workload`
-//! picks some of `a`, `b`, `c` (default all); `--binary` runs another build of wasmjob, so that
-//! two versions can be measured side by side (its database schema must have `handle_time`,
-//! `trigger_time` and `fire_time`; figures the older schema lacks print as `n/a`).
+//! and for each, `admin_rss_mb` and `executor_rss_mb` (peak resident memory). `--standalone`
+//! runs one `wasmjob standalone` process instead, as the README's first command does (SQLite
+//! only): its figures are then `standalone_cpu_us_per_run` and `standalone_rss_mb`.
+//! `--workload` picks some of `a`, `b`, `c` (default all); `--binary` runs another build of
+//! wasmjob, so that two versions can be measured side by side (its database schema must have
+//! `handle_time`, `trigger_time` and `fire_time`; figures the older schema lacks print as `n/a`).
 
 #![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly")]
@@ -56,6 +58,7 @@ struct Args {
     triggers: usize,
     clients: usize,
     postgres: bool,
+    standalone: bool,
     binary: PathBuf,
 }
 
@@ -70,6 +73,7 @@ fn args() -> Args {
         triggers: 100_000,
         clients: 32,
         postgres: false,
+        standalone: false,
         binary: PathBuf::from(env!("CARGO_BIN_EXE_wasmjob")),
     };
     let mut words = std::env::args().skip(1);
@@ -86,6 +90,7 @@ fn args() -> Args {
             "--clients" => args.clients = value().parse().unwrap(),
             "--binary" => args.binary = PathBuf::from(value()),
             "--postgres" => args.postgres = true,
+            "--standalone" => args.standalone = true,
             // cargo bench passes `--bench`.
             _ => {}
         }
@@ -111,10 +116,12 @@ fn main() {
     });
 }
 
-/// An admin and an executor process, and what the bench needs to talk to them.
+/// An admin and an executor process (or one `standalone` process, which is both), and what the
+/// bench needs to talk to them.
 struct Platform {
     admin: Child,
-    executor: Child,
+    /// `None` for `standalone`, whose executor is in the admin's process.
+    executor: Option<Child>,
     api: String,
     http: reqwest::Client,
     db_url: String,
@@ -137,15 +144,31 @@ impl Platform {
             .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("bench.db").display()));
         let (admin_port, executor_port) = (free_port(), free_port());
         let api = format!("http://127.0.0.1:{admin_port}");
-        let admin = Command::new(&args.binary)
-            .args(["admin", "--listen", &format!("127.0.0.1:{admin_port}")])
-            .args(["--database-url", &db_url, "--admin-token", ADMIN_TOKEN])
-            .args(["--access-token", ACCESS_TOKEN])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting the admin");
+        let admin = if args.standalone {
+            assert!(!args.postgres, "`standalone` runs on SQLite only");
+            Command::new(&args.binary)
+                .args(["standalone", "--admin-listen", &format!("127.0.0.1:{admin_port}")])
+                .args(["--executor-listen", &format!("127.0.0.1:{executor_port}")])
+                .arg("--data-dir")
+                .arg(dir.path())
+                .args(["--admin-token", ADMIN_TOKEN, "--access-token", ACCESS_TOKEN])
+                .args(["--max-concurrent-runs", "512"])
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("starting standalone")
+        } else {
+            Command::new(&args.binary)
+                .args(["admin", "--listen", &format!("127.0.0.1:{admin_port}")])
+                .args(["--database-url", &db_url, "--admin-token", ADMIN_TOKEN])
+                .args(["--access-token", ACCESS_TOKEN])
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("starting the admin")
+        };
         let http = reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap();
         let platform_api = api.clone();
         wait_for("the admin to answer", || {
@@ -155,17 +178,24 @@ impl Platform {
         })
         .await;
         // Executors register by application name, so the group may come after the executor.
-        let executor = Command::new(&args.binary)
-            .args(["executor", "--listen", &format!("127.0.0.1:{executor_port}")])
-            .args(["--admin-url", &api, "--app-name", "default"])
-            .arg("--data-dir")
-            .arg(dir.path().join("executor"))
-            .args(["--access-token", ACCESS_TOKEN, "--max-concurrent-runs", "512"])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting the executor");
+        let executor = (!args.standalone).then(|| {
+            Command::new(&args.binary)
+                .args(["executor", "--listen", &format!("127.0.0.1:{executor_port}")])
+                .args(["--admin-url", &api, "--app-name", "default"])
+                .arg("--data-dir")
+                .arg(dir.path().join("executor"))
+                .args(["--access-token", ACCESS_TOKEN, "--max-concurrent-runs", "512"])
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("starting the executor")
+        });
+        let db_url = if args.standalone {
+            format!("sqlite:{}", dir.path().join("wasmjob.db").display())
+        } else {
+            db_url
+        };
         let platform = Platform {
             admin,
             executor,
@@ -307,15 +337,28 @@ impl Platform {
     }
 
     fn report_memory(&self, workload: &str) {
-        println!("{workload}.admin_rss_mb: {:.1}", peak_rss_mb(self.admin.id()));
-        println!("{workload}.executor_rss_mb: {:.1}", peak_rss_mb(self.executor.id()));
+        match &self.executor {
+            Some(executor) => {
+                println!("{workload}.admin_rss_mb: {:.1}", peak_rss_mb(self.admin.id()));
+                println!("{workload}.executor_rss_mb: {:.1}", peak_rss_mb(executor.id()));
+            }
+            None => println!("{workload}.standalone_rss_mb: {:.1}", peak_rss_mb(self.admin.id())),
+        }
+    }
+
+    /// The CPU time the admin and the executor used so far (the executor's is 0 in
+    /// `standalone`, where the admin's process has both).
+    fn cpu_secs(&self) -> (f64, f64) {
+        (cpu_secs(self.admin.id()), self.executor.as_ref().map_or(0.0, |e| cpu_secs(e.id())))
     }
 
     async fn stop(mut self) {
-        for child in [&mut self.executor, &mut self.admin] {
+        let children: Vec<&mut Child> =
+            self.executor.iter_mut().chain(std::iter::once(&mut self.admin)).collect();
+        for child in &children {
             let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
         }
-        for child in [&mut self.executor, &mut self.admin] {
+        for child in children {
             let deadline = Instant::now() + Duration::from_secs(20);
             while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -419,7 +462,7 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
     let body = json!({"group_id": 1, "name": "manual", "schedule_type": "NONE", "param": "bench"});
     let job_ids = Arc::new(platform.create_jobs(clients * 8, body, true).await);
     let sent = Arc::new(AtomicUsize::new(0));
-    let cpu_before = (cpu_secs(platform.admin.id()), cpu_secs(platform.executor.id()));
+    let cpu_before = platform.cpu_secs();
     let client_before = cpu_secs(std::process::id());
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -481,7 +524,7 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let elapsed = started.elapsed();
-    let cpu_after = (cpu_secs(platform.admin.id()), cpu_secs(platform.executor.id()));
+    let cpu_after = platform.cpu_secs();
     let client_after = cpu_secs(std::process::id());
     println!("c.triggers_accepted: {accepted}");
     println!("c.triggers_refused_overloaded: {refused}");
@@ -492,8 +535,12 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
     println!("c.manual_runs_per_sec: {:.0}", finished as f64 / elapsed.as_secs_f64());
     // CPU per run is steadier than a rate on a shared machine: it says what each run costs.
     let per_run_us = |secs: f64| secs * 1e6 / finished.max(1) as f64;
-    println!("c.admin_cpu_us_per_run: {:.0}", per_run_us(cpu_after.0 - cpu_before.0));
-    println!("c.executor_cpu_us_per_run: {:.0}", per_run_us(cpu_after.1 - cpu_before.1));
+    if platform.executor.is_some() {
+        println!("c.admin_cpu_us_per_run: {:.0}", per_run_us(cpu_after.0 - cpu_before.0));
+        println!("c.executor_cpu_us_per_run: {:.0}", per_run_us(cpu_after.1 - cpu_before.1));
+    } else {
+        println!("c.standalone_cpu_us_per_run: {:.0}", per_run_us(cpu_after.0 - cpu_before.0));
+    }
     // The clients share the machine: what they cost is not left to the platform.
     println!("c.clients_cpu_us_per_run: {:.0}", per_run_us(client_after - client_before));
     // How well the hot path batched: results per callback, runs per group commit.

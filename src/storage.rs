@@ -2,7 +2,8 @@
 //!
 //! Queries are written once in the SQL both dialects accept (`$1` placeholders, `returning`,
 //! `on conflict`) and run through sqlx's `Any` driver; where the dialects differ, the function
-//! branches on [`Dialect`]. Migrations are per dialect under `migrations/`, applied at connect.
+//! branches on [`Dialect`]. On SQLite the group commit's batches run on a connection of their
+//! own (`sqlite_writer.rs`), the same statements in one call to its thread. Migrations are per dialect under `migrations/`, applied at connect.
 //! Times are milliseconds since the Unix epoch, passed in by the caller: nothing here reads a clock.
 //!
 //! This module does not decide anything (when to fire, where to route): it stores and returns
@@ -17,13 +18,15 @@ mod modules;
 mod registry;
 mod reports;
 mod runs;
+mod sqlite_writer;
+mod statement;
 mod users;
 
 use std::str::FromStr;
 
 use anyhow::Context;
-use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Row};
+use sqlx::AnyPool;
+use sqlx::any::AnyPoolOptions;
 
 pub use self::alarms::{
     AlarmDelivery, AlarmEvent, AlarmWebhook, DeliveryOutcome, EXECUTOR_LOST, NewAlarmWebhook,
@@ -52,6 +55,9 @@ pub enum StorageError {
     /// The database failed or refused the statement.
     #[error(transparent)]
     Sqlx(#[from] sqlx::Error),
+    /// SQLite failed or refused a statement on the group commit's own connection.
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
     /// A row holds a value the code cannot read (a strategy name it does not know).
     #[error("corrupt row: {0}")]
     Corrupt(String),
@@ -66,6 +72,9 @@ impl StorageError {
         match self {
             StorageError::Sqlx(sqlx::Error::Database(error)) => {
                 error.is_unique_violation() || error.is_foreign_key_violation()
+            }
+            StorageError::Sqlite(error) => {
+                error.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation)
             }
             _ => false,
         }
@@ -86,6 +95,10 @@ pub struct Db {
     pool: AnyPool,
     writer: AnyPool,
     batcher: batch::Batcher,
+    /// On SQLite, the group commit's own connection (`sqlite_writer.rs`), which the batcher
+    /// holds too.
+    #[cfg_attr(not(test), expect(dead_code, reason = "the tests commit batches on it directly"))]
+    sqlite_writer: Option<std::sync::Arc<sqlite_writer::SqliteWriter>>,
     dialect: Dialect,
 }
 
@@ -94,10 +107,11 @@ impl Db {
     /// directory if needed, and applies the migrations.
     pub async fn connect(url: &str) -> anyhow::Result<Db> {
         sqlx::any::install_default_drivers();
-        let (dialect, url) = if let Some(path) = url.strip_prefix("sqlite:") {
-            (Dialect::Sqlite, sqlite_url(path)?)
+        let (dialect, url, file) = if let Some(path) = url.strip_prefix("sqlite:") {
+            let (url, file) = sqlite_url(path)?;
+            (Dialect::Sqlite, url, Some(file))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            (Dialect::Postgres, url.to_owned())
+            (Dialect::Postgres, url.to_owned(), None)
         } else {
             anyhow::bail!("unsupported database URL `{url}`: use sqlite:PATH or postgres://…");
         };
@@ -147,8 +161,15 @@ impl Db {
                 .with_context(|| format!("connecting to {}", redact(&url)))?,
             Dialect::Postgres => pool.clone(),
         };
-        let batcher = batch::Batcher::start(writer.clone());
-        Ok(Db { pool, writer, batcher, dialect })
+        let sqlite_writer = match file {
+            Some(file) => Some(std::sync::Arc::new(
+                sqlite_writer::SqliteWriter::open(&file)
+                    .with_context(|| format!("opening {} for the group commit", file.display()))?,
+            )),
+            None => None,
+        };
+        let batcher = batch::Batcher::start(writer.clone(), sqlite_writer.clone());
+        Ok(Db { pool, writer, batcher, sqlite_writer, dialect })
     }
 
     /// The pool writes go through.
@@ -168,7 +189,8 @@ impl Db {
     }
 }
 
-fn sqlite_url(path: &str) -> anyhow::Result<String> {
+/// The sqlx URL of the SQLite database at `path` (`PATH[?query]`), and its file.
+fn sqlite_url(path: &str) -> anyhow::Result<(String, std::path::PathBuf)> {
     let path = path.trim_start_matches("//");
     let (file, query) = path.split_once('?').unwrap_or((path, ""));
     if file.is_empty() || file == ":memory:" {
@@ -183,7 +205,7 @@ fn sqlite_url(path: &str) -> anyhow::Result<String> {
             .with_context(|| format!("creating database directory {}", parent.display()))?;
     }
     let query = if query.is_empty() { "mode=rwc".to_owned() } else { query.to_owned() };
-    Ok(format!("sqlite://{file}?{query}"))
+    Ok((format!("sqlite://{file}?{query}"), std::path::PathBuf::from(file)))
 }
 
 /// Hides a password in a database URL before it is logged.
@@ -199,11 +221,11 @@ fn redact(url: &str) -> String {
 }
 
 /// Reads a column holding one of the `model` strategy enums.
-fn parse_column<T: FromStr>(row: &AnyRow, column: &str) -> Result<T>
+fn parse_column<T: FromStr>(row: &impl statement::Cells, column: &str) -> Result<T>
 where
     T::Err: std::fmt::Display,
 {
-    let text: String = row.try_get(column)?;
+    let text = row.required_text(column)?;
     text.parse().map_err(|error: T::Err| StorageError::Corrupt(format!("{column}: {error}")))
 }
 

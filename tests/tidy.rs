@@ -54,8 +54,16 @@ fn layering_holds() {
         "src/routing.rs",
         "src/routing/",
     ];
-    let io_crates =
-        ["tokio", "sqlx", "axum", "wasmtime", "reqwest", "crate::storage", "crate::runtime"];
+    let io_crates = [
+        "tokio",
+        "sqlx",
+        "rusqlite",
+        "axum",
+        "wasmtime",
+        "reqwest",
+        "crate::storage",
+        "crate::runtime",
+    ];
     for (path, text) in source("src") {
         let imports = |name: &str| {
             text.lines().any(|line| {
@@ -77,6 +85,7 @@ fn layering_holds() {
         }
         if !path.starts_with("src/storage") {
             assert!(!text.contains("sqlx::query"), "{path}: only storage holds SQL");
+            assert!(!text.contains("rusqlite"), "{path}: only storage holds SQL");
         }
         if !path.starts_with("src/runtime/bindings.rs") {
             assert!(!text.contains("bindgen!"), "{path}: bindgen! belongs in runtime/bindings.rs");

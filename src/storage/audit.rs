@@ -1,9 +1,10 @@
 //! The audit log: one row per state change, appended and read newest first, never changed.
 
+use sqlx::Row;
 use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, Row};
 
 use super::batch::{Write, Written};
+use super::statement::{Exec, Statement};
 use super::{Db, Result};
 
 /// A state change to record.
@@ -118,13 +119,10 @@ pub(super) fn with_log_ids(entry: &AuditEntry, ids: &[i64]) -> AuditEntry {
 }
 
 /// Appends `entries` (each with its instant) on `conn`, in a few statements.
-pub(super) async fn insert_many(
-    conn: &mut AnyConnection,
-    entries: &[(&AuditEntry, i64)],
-) -> Result<()> {
+pub(super) async fn insert_many(exec: &mut Exec<'_>, entries: &[(&AuditEntry, i64)]) -> Result<()> {
     let mut rest = entries;
     for rows in super::statement_sizes(entries.len(), 256) {
-        let p = super::placeholder(conn);
+        let p = exec.placeholder();
         let values = (0..rows)
             .map(|row| {
                 let cells = (1..=8).map(|n| p(row * 8 + n));
@@ -132,23 +130,22 @@ pub(super) async fn insert_many(
             })
             .collect::<Vec<_>>()
             .join(", ");
-        let sql = format!(
+        let mut statement = Statement::new(format!(
             "insert into audit (at, actor, user_id, source, action, target, before_json, after_json)
              values {values}"
-        );
-        let mut query = sqlx::query(&sql);
+        ));
         for (entry, now_ms) in &rest[..rows] {
-            query = query
+            statement
                 .bind(*now_ms)
-                .bind(&entry.actor)
+                .bind(entry.actor.as_str())
                 .bind(entry.user_id)
-                .bind(&entry.source)
-                .bind(&entry.action)
-                .bind(&entry.target)
+                .bind(entry.source.as_str())
+                .bind(entry.action.as_str())
+                .bind(entry.target.as_str())
                 .bind(entry.before_json.as_deref())
                 .bind(entry.after_json.as_deref());
         }
-        query.execute(&mut *conn).await?;
+        exec.fetch_all(&statement).await?;
         rest = &rest[rows..];
     }
     Ok(())

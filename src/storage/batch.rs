@@ -11,6 +11,7 @@
 //! is still all or nothing.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use sqlx::{AnyConnection, AnyPool};
 use tokio::sync::{mpsc, oneshot};
@@ -18,6 +19,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::audit::{self, AuditEntry};
 use super::reports::Deltas;
 use super::runs::{self, Claim, Insert, NewRun, Update};
+use super::sqlite_writer::{self, SqliteWriter};
+use super::statement::Exec;
 use super::{Db, Result, StorageError};
 use crate::lifecycle::Transition;
 use crate::model::RunRecord;
@@ -98,10 +101,11 @@ pub(super) struct Batcher {
 }
 
 impl Batcher {
-    /// Starts the committing task on `pool`.
-    pub(super) fn start(pool: AnyPool) -> Batcher {
+    /// Starts the committing task on `pool`, the database's writer pool, and, on SQLite, on its
+    /// group commit connection `sqlite`.
+    pub(super) fn start(pool: AnyPool, sqlite: Option<Arc<SqliteWriter>>) -> Batcher {
         let (queue, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(commit_loop(pool, receiver));
+        tokio::spawn(commit_loop(pool, sqlite, receiver));
         Batcher { queue }
     }
 }
@@ -117,13 +121,17 @@ impl Db {
     }
 }
 
-async fn commit_loop(pool: AnyPool, mut receiver: mpsc::UnboundedReceiver<Request>) {
+async fn commit_loop(
+    pool: AnyPool,
+    sqlite: Option<Arc<SqliteWriter>>,
+    mut receiver: mpsc::UnboundedReceiver<Request>,
+) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while receiver.recv_many(&mut batch, MAX_BATCH).await > 0 {
         if batch.len() >= LINGER_FROM {
             linger(&mut receiver, &mut batch).await;
         }
-        commit(&pool, std::mem::take(&mut batch)).await;
+        commit(&pool, sqlite.as_deref(), std::mem::take(&mut batch)).await;
     }
 }
 
@@ -155,14 +163,24 @@ async fn linger(receiver: &mut mpsc::UnboundedReceiver<Request>, batch: &mut Vec
 }
 
 /// Commits `batch` and answers each of its writes.
-pub(super) async fn commit(pool: &AnyPool, batch: Vec<Request>) {
+pub(super) async fn commit(pool: &AnyPool, sqlite: Option<&SqliteWriter>, batch: Vec<Request>) {
     // Writes rarely fail, so the batch first runs as plain statements in one transaction. Only
     // if one fails is the transaction rolled back and the batch run again, each write in its
     // own savepoint, so that the failure is that write's alone (on PostgreSQL a failed
     // statement aborts the whole transaction).
     let (writes, replies): (Vec<Write>, Vec<_>) = batch.into_iter().unzip();
     let started = std::time::Instant::now();
-    let answers = match run_plain(pool, &writes).await {
+    // On SQLite, a batch of writes that all group runs on the group commit's own connection,
+    // in one call to its thread.
+    let sqlite = sqlite.filter(|_| writes.iter().all(groups));
+    let (writes, plain) = match sqlite {
+        Some(writer) => run_plain_sqlite(pool, writer, writes).await,
+        None => {
+            let plain = run_plain(pool, &writes).await;
+            (writes, plain)
+        }
+    };
+    let answers = match plain {
         Ok(answers) => answers,
         Err(()) => run_isolated(pool, &writes).await,
     };
@@ -170,6 +188,68 @@ pub(super) async fn commit(pool: &AnyPool, batch: Vec<Request>) {
     for (reply, answer) in replies.into_iter().zip(answers) {
         let _ = reply.send(answer);
     }
+}
+
+/// [`run_plain`] on the SQLite writer's connection: the whole transaction in one call to its
+/// thread, while this task holds the writer pool's connection, so that nothing else writes
+/// meanwhile. Gives the writes back for [`run_isolated`] when one failed.
+async fn run_plain_sqlite(
+    pool: &AnyPool,
+    writer: &SqliteWriter,
+    writes: Vec<Write>,
+) -> (Vec<Write>, std::result::Result<Vec<Result<Written>>, ()>) {
+    let Ok(held) = pool.acquire().await else { return (writes, Err(())) };
+    let count = writes.len();
+    let ran = writer
+        .run(move |conn| {
+            let mut answers: Vec<Option<Written>> = writes.iter().map(|_| None).collect();
+            let ran = sqlite_writer::transaction(conn, |conn| {
+                ready(run_grouped(&mut Exec::Sqlite(conn), &writes, &mut answers))
+            });
+            (writes, ran.map(|()| answers))
+        })
+        .await;
+    drop(held);
+    match ran {
+        Some((writes, Ok(answers))) => (writes, Ok(answered(answers))),
+        Some((writes, Err(error))) => {
+            tracing::debug!(%error, "a group commit failed: committing each write on its own");
+            (writes, Err(()))
+        }
+        // The thread is gone with the writes: each caller hears it.
+        None => {
+            let gone = || Err(StorageError::Batch("the SQLite writer stopped".to_owned()));
+            (Vec::new(), Ok((0..count).map(|_| gone()).collect()))
+        }
+    }
+}
+
+/// The output of `future`, which must not wait: on the SQLite writer's thread every statement
+/// is done when its call returns, so [`run_grouped`] there is ready at its first poll.
+fn ready<T>(future: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    let mut future = std::pin::pin!(future);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => {
+            Err(StorageError::Batch("a statement on the SQLite writer waited".to_owned()))
+        }
+    }
+}
+
+/// Whether `write` is one [`run_grouped`] regroups (a creation, an audit record, a plain
+/// transition), rather than one it runs on its own.
+fn groups(write: &Write) -> bool {
+    matches!(write, Write::CreateRuns { .. } | Write::CreateClaimed { .. } | Write::Audit { .. })
+        || plain_update(write).is_some()
+}
+
+/// Each write's answer, or an error for a write that got none (a bug in [`run_grouped`]).
+fn answered(answers: Vec<Option<Written>>) -> Vec<Result<Written>> {
+    answers
+        .into_iter()
+        .map(|answer| answer.ok_or_else(|| StorageError::Batch("the write was skipped".into())))
+        .collect()
 }
 
 /// Runs every write in one transaction and commits: `Err` if a write failed (nothing is
@@ -187,20 +267,18 @@ async fn run_plain(
 ) -> std::result::Result<Vec<Result<Written>>, ()> {
     let Ok(mut tx) = pool.begin().await else { return Err(()) };
     let mut answers: Vec<Option<Written>> = writes.iter().map(|_| None).collect();
-    if run_grouped(&mut tx, writes, &mut answers).await.is_err() {
+    if run_grouped(&mut Exec::Sqlx(&mut tx), writes, &mut answers).await.is_err() {
         let _ = tx.rollback().await;
         return Err(());
     }
     tx.commit().await.map_err(drop)?;
-    Ok(answers
-        .into_iter()
-        .map(|answer| answer.ok_or_else(|| StorageError::Batch("the write was skipped".into())))
-        .collect())
+    Ok(answered(answers))
 }
 
-/// Runs `writes` grouped (see [`run_plain`]) on `conn`, setting each one's answer.
+/// Runs `writes` grouped (see [`run_plain`]) through `exec`, setting each one's answer. The
+/// writes that do not group need a sqlx connection.
 async fn run_grouped(
-    conn: &mut AnyConnection,
+    exec: &mut Exec<'_>,
     writes: &[Write],
     answers: &mut [Option<Written>],
 ) -> Result<()> {
@@ -232,7 +310,7 @@ async fn run_grouped(
     }
     // The report's changes of the inserts and the updates are one statement, after both.
     let mut deltas = Deltas::default();
-    let mut created = runs::insert_many_with(conn, &inserts, &mut deltas).await?.into_iter();
+    let mut created = runs::insert_many_with(exec, &inserts, &mut deltas).await?.into_iter();
     let mut trigger_entries = Vec::new();
     for (index, count, claimed) in creators {
         let runs: Vec<Option<Claim>> = created.by_ref().take(count).collect();
@@ -248,10 +326,10 @@ async fn run_grouped(
         });
     }
     entries.extend(trigger_entries.iter().map(|(entry, now_ms)| (entry, *now_ms)));
-    audit::insert_many(conn, &entries).await?;
+    audit::insert_many(exec, &entries).await?;
     for round in super::distinct_rounds(plain.iter().map(|(_, update)| update.id)) {
         let updates: Vec<Update<'_>> = round.iter().map(|&at| plain[at].1).collect();
-        let updated = runs::update_many_with(conn, &updates, &mut deltas).await?;
+        let updated = runs::update_many_with(exec, &updates, &mut deltas).await?;
         let mut updated: HashMap<i64, RunRecord> =
             updated.into_iter().map(|run| (run.id, run)).collect();
         for at in round {
@@ -260,8 +338,11 @@ async fn run_grouped(
             answers[index] = Some(Written::Applied(run.map(|run| (run, Vec::new()))));
         }
     }
-    deltas.write(conn).await?;
+    deltas.write(exec).await?;
     for index in others {
+        let Exec::Sqlx(conn) = exec else {
+            return Err(StorageError::Batch("this write needs a sqlx connection".to_owned()));
+        };
         answers[index] = Some(execute(conn, &writes[index]).await?);
     }
     Ok(())
@@ -284,7 +365,7 @@ async fn record_creation_audit(
 ) -> Result<()> {
     if let Some((entry, now_ms)) = creation_audit(write) {
         let entry = audit::with_log_ids(entry, &created_ids(created));
-        audit::insert_many(conn, &[(&entry, now_ms)]).await?;
+        audit::insert_many(&mut Exec::Sqlx(conn), &[(&entry, now_ms)]).await?;
     }
     Ok(())
 }
@@ -363,7 +444,7 @@ async fn execute(conn: &mut AnyConnection, write: &Write) -> Result<Written> {
             Written::Done(runs::target(conn, *id, owner, *fence, address).await?)
         }
         Write::Audit { entry, now_ms } => {
-            audit::insert_many(conn, &[(entry, *now_ms)]).await?;
+            audit::insert_many(&mut Exec::Sqlx(conn), &[(entry, *now_ms)]).await?;
             Written::Done(true)
         }
         Write::Apply { id, transition, lease, fuel_used, follow_ups, now_ms } => {

@@ -12,8 +12,9 @@
 
 use std::collections::BTreeMap;
 
-use sqlx::{AnyConnection, Row};
+use sqlx::Row;
 
+use super::statement::{Exec, Statement};
 use super::{Db, Result, parse_column};
 use crate::model::RunState;
 
@@ -161,30 +162,24 @@ impl Deltas {
         }
     }
 
-    /// Records the changes on `conn`, which must be the transaction that made them, and forgets
-    /// them.
-    pub(super) async fn write(&mut self, conn: &mut AnyConnection) -> Result<()> {
-        insert_deltas(conn, std::mem::take(&mut self.0)).await
+    /// Records the changes through `exec`, which must be the transaction that made them, and
+    /// forgets them.
+    pub(super) async fn write(&mut self, exec: &mut Exec<'_>) -> Result<()> {
+        let deltas = std::mem::take(&mut self.0);
+        if deltas.is_empty() {
+            return Ok(());
+        }
+        let p = exec.placeholder();
+        let values = (0..deltas.len())
+            .map(|row| format!("({}, {}, {})", p(row * 3 + 1), p(row * 3 + 2), p(row * 3 + 3)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!("insert into run_report_delta (day, state, runs) values {values}");
+        let mut statement = Statement::new(sql);
+        for ((day, state), runs) in deltas {
+            statement.bind(day).bind(state).bind(runs);
+        }
+        exec.fetch_all(&statement).await?;
+        Ok(())
     }
-}
-
-async fn insert_deltas(
-    conn: &mut AnyConnection,
-    deltas: BTreeMap<(i64, &'static str), i64>,
-) -> Result<()> {
-    if deltas.is_empty() {
-        return Ok(());
-    }
-    let p = super::placeholder(conn);
-    let values = (0..deltas.len())
-        .map(|row| format!("({}, {}, {})", p(row * 3 + 1), p(row * 3 + 2), p(row * 3 + 3)))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let sql = format!("insert into run_report_delta (day, state, runs) values {values}");
-    let mut query = sqlx::query(&sql);
-    for ((day, state), runs) in deltas {
-        query = query.bind(day).bind(state).bind(runs);
-    }
-    query.execute(&mut *conn).await?;
-    Ok(())
 }

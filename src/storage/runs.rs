@@ -9,12 +9,12 @@
 //! a `FIX_DELAY` job's next fire when the run was the last unfinished one of its fire, and
 //! inserts the alarm event of a final failure.
 
-use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
 use super::audit::AuditEntry;
 use super::batch::{Write, Written};
 use super::reports::Deltas;
+use super::statement::{Cells, Exec, Statement};
 use super::{Db, Result, parse_column};
 use crate::lifecycle::Transition;
 use crate::model::{RunRecord, RunState, ShardingItem, TriggerType};
@@ -505,29 +505,30 @@ pub(super) async fn update_many(
     updates: &[Update<'_>],
 ) -> Result<Vec<RunRecord>> {
     let mut deltas = Deltas::default();
-    let updated = update_many_with(conn, updates, &mut deltas).await?;
-    deltas.write(conn).await?;
+    let mut exec = Exec::Sqlx(conn);
+    let updated = update_many_with(&mut exec, updates, &mut deltas).await?;
+    deltas.write(&mut exec).await?;
     Ok(updated)
 }
 
 /// [`update_many`], adding the runs it ends to `deltas` instead of to the report: the caller
 /// writes them in the same transaction.
 pub(super) async fn update_many_with(
-    conn: &mut AnyConnection,
+    exec: &mut Exec<'_>,
     updates: &[Update<'_>],
     deltas: &mut Deltas,
 ) -> Result<Vec<RunRecord>> {
     let mut updated = Vec::with_capacity(updates.len());
     let mut rest = updates;
     for rows in super::statement_sizes(updates.len(), MAX_UPDATE_ROWS) {
-        updated.extend(update_rows(conn, &rest[..rows], deltas).await?);
+        updated.extend(update_rows(exec, &rest[..rows], deltas).await?);
         rest = &rest[rows..];
     }
     Ok(updated)
 }
 
 async fn update_rows(
-    conn: &mut AnyConnection,
+    exec: &mut Exec<'_>,
     updates: &[Update<'_>],
     deltas: &mut Deltas,
 ) -> Result<Vec<RunRecord>> {
@@ -535,7 +536,7 @@ async fn update_rows(
         "bigint", "text", "bigint", "text", "text", "bigint", "bigint", "bigint", "text", "bigint",
         "bigint", "bigint", "text", "text", "bigint", "bigint", "bigint",
     ];
-    let p = super::placeholder(conn);
+    let p = exec.placeholder();
     let values = (0..updates.len())
         .map(|row| {
             let cells = TYPES.iter().enumerate().map(|(column, kind)| {
@@ -548,7 +549,7 @@ async fn update_rows(
     // v.column1 id, 2 to, 3 trigger code, 4 trigger msg, 5 executor, 6 dispatched at,
     // 7 deadline, 8 handle code, 9 handle msg, 10 now, 11 fuel used, 12 request kill, 13 from,
     // 14 lease owner ('' for none), 15 fence, 16 kill requested before, 17 started at.
-    let sql = format!(
+    let mut statement = Statement::new(format!(
         "update runs set state = v.column2,
             trigger_code = coalesce(v.column3, runs.trigger_code),
             trigger_msg = coalesce(v.column4, runs.trigger_msg),
@@ -567,8 +568,7 @@ async fn update_rows(
             and runs.kill_requested = v.column16
             and (v.column14 = '' or (runs.lease_owner = v.column14 and runs.fence = v.column15))
          returning {COLUMNS}, created_at"
-    );
-    let mut query = sqlx::query(&sql);
+    ));
     for update in updates {
         let transition = update.transition;
         let (handle_code, handle_msg) = match &transition.handle {
@@ -577,7 +577,7 @@ async fn update_rows(
         };
         let (dispatched_at, deadline) = transition.dispatched.unzip();
         let (owner, fence) = update.lease.unzip();
-        query = query
+        statement
             .bind(update.id)
             .bind(transition.to.as_str())
             .bind(transition.trigger_code.map(i64::from))
@@ -596,10 +596,10 @@ async fn update_rows(
             .bind(i64::from(transition.kill_requested_before))
             .bind(transition.started_at);
     }
-    let rows = query.fetch_all(&mut *conn).await?;
+    let rows = exec.fetch_all(&statement).await?;
     let runs = rows.iter().map(run_from_row).collect::<Result<Vec<_>>>()?;
     // A transition never leaves an ended state: each ended run here ended in this statement.
-    let created_at = rows.iter().map(|row| row.try_get::<i64, _>("created_at"));
+    let created_at = rows.iter().map(|row| row.required_int("created_at"));
     let ended = created_at.zip(&runs).map(|(at, run)| Ok((at?, run.state)));
     deltas.ended(ended.collect::<Result<Vec<_>>>()?);
     Ok(runs)
@@ -669,33 +669,34 @@ pub(super) async fn insert_many(
     inserts: &[Insert<'_>],
 ) -> Result<Vec<Option<Claim>>> {
     let mut deltas = Deltas::default();
-    let created = insert_many_with(conn, inserts, &mut deltas).await?;
-    deltas.write(conn).await?;
+    let mut exec = Exec::Sqlx(conn);
+    let created = insert_many_with(&mut exec, inserts, &mut deltas).await?;
+    deltas.write(&mut exec).await?;
     Ok(created)
 }
 
 /// [`insert_many`], adding the runs it creates to `deltas` instead of to the report: the caller
 /// writes them in the same transaction.
 pub(super) async fn insert_many_with(
-    conn: &mut AnyConnection,
+    exec: &mut Exec<'_>,
     inserts: &[Insert<'_>],
     deltas: &mut Deltas,
 ) -> Result<Vec<Option<Claim>>> {
     let mut created = Vec::with_capacity(inserts.len());
     let mut rest = inserts;
     for rows in super::statement_sizes(inserts.len(), MAX_INSERT_ROWS) {
-        created.extend(insert_rows(conn, &rest[..rows], deltas).await?);
+        created.extend(insert_rows(exec, &rest[..rows], deltas).await?);
         rest = &rest[rows..];
     }
     Ok(created)
 }
 
 async fn insert_rows(
-    conn: &mut AnyConnection,
+    exec: &mut Exec<'_>,
     inserts: &[Insert<'_>],
     deltas: &mut Deltas,
 ) -> Result<Vec<Option<Claim>>> {
-    let p = super::placeholder(conn);
+    let p = exec.placeholder();
     let values = (0..inserts.len())
         .map(|row| {
             let cells = (1..=INSERT_PARAMS).map(|n| p(row * INSERT_PARAMS + n));
@@ -703,15 +704,14 @@ async fn insert_rows(
         })
         .collect::<Vec<_>>()
         .join(", ");
-    let sql = format!(
+    let mut statement = Statement::new(format!(
         "insert into runs (job_id, executor_address, trigger_type, trigger_time, fire_time, param,
             shard_index, shard_total, attempt, version, sha256, parent_run_id, created_at,
             sharding_items, state, lease_owner, lease_until, fence, claimed_at)
          values {values}
          on conflict (job_id, fire_time, shard_index, attempt) do nothing
          returning id, {IDENTITY}"
-    );
-    let mut query = sqlx::query(&sql);
+    ));
     for Insert { run, claim, now_ms } in inserts {
         let (version, sha256) = match &run.version {
             Some((version, sha256)) => (Some(*version), Some(sha256.as_str())),
@@ -722,13 +722,13 @@ async fn insert_rows(
             None => (RunState::Pending, 0, 0),
         };
         let (owner, lease_until_ms) = claim.unzip();
-        query = query
+        statement
             .bind(run.job_id)
             .bind(run.executor_address.as_deref())
             .bind(run.trigger_type.as_str())
             .bind(run.trigger_time_ms)
             .bind(run.fire_time_ms)
-            .bind(&run.param)
+            .bind(run.param.as_str())
             .bind(run.shard_index)
             .bind(run.shard_total)
             .bind(run.attempt)
@@ -748,8 +748,8 @@ async fn insert_rows(
     // new row holds what was inserted and the columns' defaults, so only its id and what tells
     // it from the others come back.
     let mut created: Vec<Option<Claim>> = vec![None; inserts.len()];
-    for row in query.fetch_all(&mut *conn).await? {
-        let id: i64 = row.try_get("id")?;
+    for row in exec.fetch_all(&statement).await? {
+        let id = row.required_int("id")?;
         let identity = identity_from_row(&row)?;
         let slot = inserts
             .iter()
@@ -802,17 +802,17 @@ impl RowIdentity {
     }
 }
 
-fn identity_from_row(row: &AnyRow) -> Result<RowIdentity> {
+fn identity_from_row(row: &impl Cells) -> Result<RowIdentity> {
     Ok(RowIdentity {
-        job_id: row.try_get("job_id")?,
-        fire_time_ms: row.try_get("fire_time")?,
-        shard_index: row.try_get("shard_index")?,
-        attempt: row.try_get("attempt")?,
-        trigger_time_ms: row.try_get("trigger_time")?,
+        job_id: row.required_int("job_id")?,
+        fire_time_ms: row.int("fire_time")?,
+        shard_index: row.required_int("shard_index")?,
+        attempt: row.required_int("attempt")?,
+        trigger_time_ms: row.required_int("trigger_time")?,
         trigger_type: parse_column(row, "trigger_type")?,
-        parent_run_id: row.try_get("parent_run_id")?,
-        executor_address: row.try_get("executor_address")?,
-        param: row.try_get("param")?,
+        parent_run_id: row.int("parent_run_id")?,
+        executor_address: row.text("executor_address")?,
+        param: row.required_text("param")?,
     })
 }
 
@@ -854,37 +854,37 @@ fn inserted(insert: &Insert<'_>, id: i64) -> Claim {
     Claim { run, fence }
 }
 
-fn run_from_row(row: &AnyRow) -> Result<RunRecord> {
+fn run_from_row(row: &impl Cells) -> Result<RunRecord> {
     let code = |column: &str| -> Result<i32> {
-        let value: i64 = row.try_get(column)?;
+        let value = row.required_int(column)?;
         i32::try_from(value).map_err(|_| super::StorageError::Corrupt(format!("{column}: {value}")))
     };
     Ok(RunRecord {
-        id: row.try_get("id")?,
-        job_id: row.try_get("job_id")?,
-        executor_address: row.try_get("executor_address")?,
+        id: row.required_int("id")?,
+        job_id: row.required_int("job_id")?,
+        executor_address: row.text("executor_address")?,
         trigger_type: parse_column(row, "trigger_type")?,
-        trigger_time_ms: row.try_get("trigger_time")?,
-        param: row.try_get("param")?,
+        trigger_time_ms: row.required_int("trigger_time")?,
+        param: row.required_text("param")?,
         trigger_code: code("trigger_code")?,
-        trigger_msg: row.try_get("trigger_msg")?,
-        handle_time_ms: row.try_get("handle_time")?,
+        trigger_msg: row.required_text("trigger_msg")?,
+        handle_time_ms: row.required_int("handle_time")?,
         handle_code: code("handle_code")?,
-        handle_msg: row.try_get("handle_msg")?,
-        shard_index: row.try_get("shard_index")?,
-        shard_total: row.try_get("shard_total")?,
-        attempt: row.try_get("attempt")?,
-        version: row.try_get("version")?,
-        sha256: row.try_get("sha256")?,
-        fuel_used: row.try_get("fuel_used")?,
+        handle_msg: row.required_text("handle_msg")?,
+        shard_index: row.required_int("shard_index")?,
+        shard_total: row.required_int("shard_total")?,
+        attempt: row.required_int("attempt")?,
+        version: row.int("version")?,
+        sha256: row.text("sha256")?,
+        fuel_used: row.int("fuel_used")?,
         state: parse_column(row, "state")?,
-        parent_run_id: row.try_get("parent_run_id")?,
-        kill_requested: row.try_get::<i64, _>("kill_requested")? != 0,
-        dispatched_at_ms: row.try_get("dispatched_at")?,
-        started_at_ms: row.try_get("started_at")?,
-        first_claimed_at_ms: row.try_get("claimed_at")?,
-        fire_time_ms: row.try_get("fire_time")?,
-        sharding_items: parse_items(&row.try_get::<String, _>("sharding_items")?)?,
+        parent_run_id: row.int("parent_run_id")?,
+        kill_requested: row.required_int("kill_requested")? != 0,
+        dispatched_at_ms: row.required_int("dispatched_at")?,
+        started_at_ms: row.required_int("started_at")?,
+        first_claimed_at_ms: row.required_int("claimed_at")?,
+        fire_time_ms: row.int("fire_time")?,
+        sharding_items: parse_items(&row.required_text("sharding_items")?)?,
     })
 }
 

@@ -675,17 +675,9 @@ async fn a_batch_records_plain_transitions_in_one_statement_with_each_compare_it
             },
             apply(ids[4], 1, vec![retry]),
         ];
-        let mut answers = Vec::new();
-        let mut requests = Vec::new();
-        for write in writes {
-            let (reply, answer) = tokio::sync::oneshot::channel();
-            requests.push((write, reply));
-            answers.push(answer);
-        }
-        batch::commit(&db.writer, requests).await;
         let mut applied = Vec::new();
-        for answer in answers {
-            applied.push(match answer.await.unwrap().unwrap() {
+        for answer in commit_batch(&db, writes).await {
+            applied.push(match answer.unwrap() {
                 batch::Written::Applied(Some((run, follow_ups))) => {
                     assert_eq!(run.state, RunState::Running);
                     Some(follow_ups.len())
@@ -700,6 +692,105 @@ async fn a_batch_records_plain_transitions_in_one_statement_with_each_compare_it
             ids.iter().map(|id| states.iter().find(|run| run.id == *id).unwrap().state).collect();
         use RunState::{Dispatching, Running};
         assert_eq!(states, [Running, Dispatching, Running, Dispatching, Running]);
+    })
+    .await;
+}
+
+/// Commits `writes` as one batch and returns each write's answer.
+async fn commit_batch(db: &Db, writes: Vec<batch::Write>) -> Vec<Result<batch::Written>> {
+    let mut answers = Vec::new();
+    let mut requests = Vec::new();
+    for write in writes {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        requests.push((write, reply));
+        answers.push(answer);
+    }
+    batch::commit(&db.writer, db.sqlite_writer.as_deref(), requests).await;
+    let mut answered = Vec::new();
+    for answer in answers {
+        answered.push(answer.await.unwrap());
+    }
+    answered
+}
+
+#[tokio::test]
+async fn a_batch_of_grouped_writes_commits_as_one_and_a_failed_write_fails_alone() {
+    // Creations, plain transitions and audit records only: on SQLite the batch goes to the
+    // group commit's own connection in one call, on PostgreSQL through sqlx.
+    each_backend("grouped_batch", |db| async move {
+        let mut ids = Vec::new();
+        for n in 0..3 {
+            let id = db.create_run(&fire(1, 1_000 + n, 0), 1).await.unwrap().unwrap();
+            db.claim_run(id, "admin-1", 10, 20_000).await.unwrap().unwrap();
+            ids.push(id);
+        }
+        let apply = |id: i64, fence: i64| batch::Write::Apply {
+            id,
+            transition: sent("http://e:9999", 50, 5),
+            lease: Some(("admin-1".to_owned(), fence)),
+            fuel_used: None,
+            follow_ups: Vec::new(),
+            now_ms: 50,
+        };
+        let entry = AuditEntry {
+            actor: "ops".to_owned(),
+            user_id: None,
+            source: "127.0.0.1".to_owned(),
+            action: "job.trigger".to_owned(),
+            target: "job 2".to_owned(),
+            before_json: None,
+            after_json: Some("{\"param\":\"x\"}".to_owned()),
+        };
+        let mut manual = fire(2, 60, 0);
+        (manual.trigger_type, manual.fire_time_ms) = (TriggerType::Manual, None);
+        manual.executor_address = Some("http://e:9999".to_owned());
+        let writes = vec![
+            batch::Write::CreateClaimed {
+                runs: vec![manual.clone(), manual.clone()],
+                owner: "admin-1".to_owned(),
+                now_ms: 60,
+                lease_until_ms: 15_060,
+                audit: Some(entry.clone()),
+            },
+            apply(ids[0], 1),
+            // A stale fence: its compare fails, the others apply.
+            apply(ids[1], 9),
+            batch::Write::Audit { entry: entry.clone(), now_ms: 61 },
+        ];
+        let mut answers = commit_batch(&db, writes).await.into_iter();
+        let created = match answers.next().unwrap().unwrap() {
+            batch::Written::Claims(claims) => claims,
+            other => panic!("unexpected answer {other:?}"),
+        };
+        assert_eq!(created.len(), 2);
+        for claim in created.iter().map(|claim| claim.as_ref().unwrap()) {
+            assert_eq!(Some(&claim.run), db.get_run(claim.run.id).await.unwrap().as_ref());
+            assert_eq!((claim.run.state, claim.fence), (RunState::Dispatching, 1));
+        }
+        let running = match answers.next().unwrap().unwrap() {
+            batch::Written::Applied(Some((run, follow_ups))) if follow_ups.is_empty() => run,
+            other => panic!("unexpected answer {other:?}"),
+        };
+        assert_eq!(Some(running), db.get_run(ids[0]).await.unwrap());
+        assert!(matches!(answers.next().unwrap(), Ok(batch::Written::Applied(None))));
+        assert!(matches!(answers.next().unwrap(), Ok(batch::Written::Done(true))));
+        let audit = db.list_audit(Some("ops"), None, 10, 0).await.unwrap();
+        assert_eq!(audit.total, 2, "the trigger's record and the plain one");
+        let states = db.get_runs(&ids).await.unwrap();
+        let state = |id: i64| states.iter().find(|run| run.id == id).unwrap().state;
+        assert_eq!([state(ids[0]), state(ids[1])], [RunState::Running, RunState::Dispatching]);
+
+        // With the audit table gone, the batch fails as a whole, and is committed again write
+        // by write: the audit record fails alone, the transition is recorded.
+        sqlx::query("drop table audit").execute(&db.writer).await.unwrap();
+        let answers = commit_batch(
+            &db,
+            vec![apply(ids[2], 1), batch::Write::Audit { entry: entry.clone(), now_ms: 62 }],
+        )
+        .await;
+        assert!(matches!(&answers[0], Ok(batch::Written::Applied(Some(_)))), "{answers:?}");
+        assert!(answers[1].is_err(), "{answers:?}");
+        assert_eq!(db.get_run(ids[2]).await.unwrap().unwrap().state, RunState::Running);
     })
     .await;
 }

@@ -1,0 +1,84 @@
+//! The SQLite group commit's own connection, on its own thread.
+//!
+//! Through sqlx, each statement of a transaction, and each row it returns, is a hop between the
+//! async task and the connection's thread; under load a hop waits for that thread to be
+//! scheduled, and a group commit of a dozen runs made twenty of them. Here the committing task
+//! hands the whole transaction to this thread in one call ([`SqliteWriter::run`]), which runs
+//! every statement and answers once. The statements are the ones the sqlx path runs
+//! ([`super::statement`]).
+//!
+//! Only the group commit writes here, and only while it holds the sqlx writer pool's one
+//! connection, so this connection and that pool never write at the same time: writers still
+//! queue instead of sleeping in SQLite's busy handler.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::oneshot;
+
+use super::Result;
+
+type Work = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// The handle of the writer thread; the thread ends, closing its connection, when the handle is
+/// dropped.
+pub(super) struct SqliteWriter {
+    work: std::sync::mpsc::Sender<Work>,
+}
+
+impl SqliteWriter {
+    /// Opens the database at `path` (created and migrated already) with the settings of the
+    /// sqlx connections, and starts the thread.
+    pub(super) fn open(path: &Path) -> anyhow::Result<SqliteWriter> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(path, flags)?;
+        // As on the sqlx connections (`Db::connect`): sqlx turns foreign keys on by default.
+        conn.pragma_update(None, "foreign_keys", "on")?;
+        conn.pragma_update(None, "synchronous", "normal")?;
+        conn.pragma_update(None, "temp_store", "memory")?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        // One prepared statement per shape: the batch sizes are powers of two.
+        conn.set_prepared_statement_cache_capacity(128);
+        let (work, queue) = std::sync::mpsc::channel::<Work>();
+        std::thread::Builder::new().name("wasmjob-sqlite-writer".to_owned()).spawn(move || {
+            for work in queue {
+                work(&mut conn);
+            }
+        })?;
+        Ok(SqliteWriter { work })
+    }
+
+    /// Runs `work` on the writer's connection and returns what it returned; `None` if the
+    /// thread is gone (it panicked).
+    pub(super) async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> T + Send + 'static,
+    ) -> Option<T> {
+        let (reply, answer) = oneshot::channel();
+        let work: Work = Box::new(move |conn| {
+            let _ = reply.send(work(conn));
+        });
+        self.work.send(work).ok()?;
+        answer.await.ok()
+    }
+}
+
+/// Runs a transaction on `conn`: `work` between `begin immediate` and `commit`, rolled back
+/// when it fails.
+pub(super) fn transaction<T>(
+    conn: &mut Connection,
+    work: impl FnOnce(&mut Connection) -> Result<T>,
+) -> Result<T> {
+    conn.execute_batch("begin immediate")?;
+    match work(conn).and_then(|done| Ok(conn.execute_batch("commit").map(|()| done)?)) {
+        Ok(done) => Ok(done),
+        Err(error) => {
+            // Nothing to roll back when the commit itself rolled back.
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("rollback");
+            }
+            Err(error)
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! A generated statement (its text and arguments) and where it runs: through sqlx on any
+//! connection, or, for the SQLite group commit, on the SQLite writer's own connection
+//! (`sqlite_writer.rs`), which runs a whole transaction in one call. The text is written once, in
+//! the SQL both dialects accept; only the binding and the reading of rows differ.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use rusqlite::types::{ToSqlOutput, Value, ValueRef};
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row as _};
+
+use super::{Result, StorageError};
+
+/// One argument of a statement.
+#[derive(Debug, Clone)]
+pub(super) enum Arg<'a> {
+    Int(Option<i64>),
+    Text(Option<Cow<'a, str>>),
+}
+
+impl From<i64> for Arg<'_> {
+    fn from(value: i64) -> Self {
+        Arg::Int(Some(value))
+    }
+}
+
+impl From<Option<i64>> for Arg<'_> {
+    fn from(value: Option<i64>) -> Self {
+        Arg::Int(value)
+    }
+}
+
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(value: &'a str) -> Self {
+        Arg::Text(Some(Cow::Borrowed(value)))
+    }
+}
+
+impl<'a> From<Option<&'a str>> for Arg<'a> {
+    fn from(value: Option<&'a str>) -> Self {
+        Arg::Text(value.map(Cow::Borrowed))
+    }
+}
+
+impl From<String> for Arg<'_> {
+    fn from(value: String) -> Self {
+        Arg::Text(Some(Cow::Owned(value)))
+    }
+}
+
+impl rusqlite::ToSql for Arg<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(match self {
+            Arg::Int(Some(value)) => ToSqlOutput::Owned(Value::Integer(*value)),
+            Arg::Text(Some(text)) => ToSqlOutput::Borrowed(ValueRef::Text(text.as_bytes())),
+            Arg::Int(None) | Arg::Text(None) => ToSqlOutput::Owned(Value::Null),
+        })
+    }
+}
+
+/// A statement's text and its arguments, in the order of its placeholders.
+#[derive(Debug)]
+pub(super) struct Statement<'a> {
+    pub sql: String,
+    pub args: Vec<Arg<'a>>,
+}
+
+impl<'a> Statement<'a> {
+    pub(super) fn new(sql: String) -> Self {
+        Statement { sql, args: Vec::new() }
+    }
+
+    /// Appends the next argument.
+    pub(super) fn bind(&mut self, arg: impl Into<Arg<'a>>) -> &mut Self {
+        self.args.push(arg.into());
+        self
+    }
+}
+
+/// Where statements run.
+pub(super) enum Exec<'c> {
+    /// Any connection, through sqlx.
+    Sqlx(&'c mut AnyConnection),
+    /// The SQLite writer's connection, on its own thread: each call is done when it returns.
+    Sqlite(&'c mut rusqlite::Connection),
+}
+
+impl Exec<'_> {
+    /// The placeholder of the `n`th argument (see [`super::placeholder`]).
+    pub(super) fn placeholder(&self) -> fn(usize) -> String {
+        match self {
+            Exec::Sqlx(conn) => super::placeholder(conn),
+            Exec::Sqlite(_) => |_| "?".to_owned(),
+        }
+    }
+
+    /// Runs `statement` and returns the rows it returns (none for a write without `returning`).
+    pub(super) async fn fetch_all(&mut self, statement: &Statement<'_>) -> Result<Vec<Row>> {
+        match self {
+            Exec::Sqlx(conn) => {
+                let mut query = sqlx::query(&statement.sql);
+                for arg in &statement.args {
+                    query = match arg {
+                        Arg::Int(value) => query.bind(*value),
+                        Arg::Text(value) => query.bind(value.as_deref()),
+                    };
+                }
+                let rows = query.fetch_all(&mut **conn).await?;
+                Ok(rows.into_iter().map(Row::Any).collect())
+            }
+            Exec::Sqlite(conn) => sqlite_fetch_all(conn, statement),
+        }
+    }
+}
+
+fn sqlite_fetch_all(conn: &rusqlite::Connection, statement: &Statement<'_>) -> Result<Vec<Row>> {
+    let mut prepared = conn.prepare_cached(&statement.sql)?;
+    let columns: Arc<[String]> =
+        prepared.column_names().into_iter().map(str::to_owned).collect::<Vec<_>>().into();
+    let mut rows = prepared.query(rusqlite::params_from_iter(&statement.args))?;
+    let mut read = Vec::new();
+    while let Some(row) = rows.next()? {
+        let values = (0..columns.len()).map(|at| row.get::<_, Value>(at));
+        let values = values.collect::<rusqlite::Result<Vec<Value>>>()?;
+        read.push(Row::Sqlite(ValueRow { columns: columns.clone(), values }));
+    }
+    Ok(read)
+}
+
+/// A row read by an [`Exec`].
+pub(super) enum Row {
+    Any(AnyRow),
+    Sqlite(ValueRow),
+}
+
+/// A row read on the SQLite writer's connection: its values, by column.
+pub(super) struct ValueRow {
+    columns: Arc<[String]>,
+    values: Vec<Value>,
+}
+
+impl ValueRow {
+    fn value(&self, column: &str) -> Result<&Value> {
+        let at = self.columns.iter().position(|name| name == column);
+        at.and_then(|at| self.values.get(at))
+            .ok_or_else(|| StorageError::Corrupt(format!("no column `{column}` in the row")))
+    }
+}
+
+/// The columns of a row, as the types the code stores.
+pub(super) trait Cells {
+    fn int(&self, column: &str) -> Result<Option<i64>>;
+    fn text(&self, column: &str) -> Result<Option<String>>;
+
+    /// A column that is never null.
+    fn required_int(&self, column: &str) -> Result<i64> {
+        self.int(column)?.ok_or_else(|| null(column))
+    }
+
+    /// A column that is never null.
+    fn required_text(&self, column: &str) -> Result<String> {
+        self.text(column)?.ok_or_else(|| null(column))
+    }
+}
+
+fn null(column: &str) -> StorageError {
+    StorageError::Corrupt(format!("{column}: null"))
+}
+
+impl Cells for AnyRow {
+    fn int(&self, column: &str) -> Result<Option<i64>> {
+        Ok(self.try_get(column)?)
+    }
+
+    fn text(&self, column: &str) -> Result<Option<String>> {
+        Ok(self.try_get(column)?)
+    }
+}
+
+impl Cells for ValueRow {
+    fn int(&self, column: &str) -> Result<Option<i64>> {
+        match self.value(column)? {
+            Value::Integer(value) => Ok(Some(*value)),
+            Value::Null => Ok(None),
+            other => Err(StorageError::Corrupt(format!("{column}: {other:?}, not an integer"))),
+        }
+    }
+
+    fn text(&self, column: &str) -> Result<Option<String>> {
+        match self.value(column)? {
+            Value::Text(value) => Ok(Some(value.clone())),
+            Value::Null => Ok(None),
+            other => Err(StorageError::Corrupt(format!("{column}: {other:?}, not text"))),
+        }
+    }
+}
+
+impl Cells for Row {
+    fn int(&self, column: &str) -> Result<Option<i64>> {
+        match self {
+            Row::Any(row) => row.int(column),
+            Row::Sqlite(row) => row.int(column),
+        }
+    }
+
+    fn text(&self, column: &str) -> Result<Option<String>> {
+        match self {
+            Row::Any(row) => row.text(column),
+            Row::Sqlite(row) => row.text(column),
+        }
+    }
+}

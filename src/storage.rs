@@ -97,7 +97,6 @@ pub struct Db {
     batcher: batch::Batcher,
     /// On SQLite, the group commit's own connection (`sqlite_writer.rs`), which the batcher
     /// holds too.
-    #[cfg_attr(not(test), expect(dead_code, reason = "the tests commit batches on it directly"))]
     sqlite_writer: Option<std::sync::Arc<sqlite_writer::SqliteWriter>>,
     dialect: Dialect,
 }

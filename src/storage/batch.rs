@@ -204,7 +204,7 @@ async fn run_plain_sqlite(
         .run(move |conn| {
             let mut answers: Vec<Option<Written>> = writes.iter().map(|_| None).collect();
             let ran = sqlite_writer::transaction(conn, |conn| {
-                ready(run_grouped(&mut Exec::Sqlite(conn), &writes, &mut answers))
+                sqlite_writer::ready(run_grouped(&mut Exec::Sqlite(conn), &writes, &mut answers))
             });
             (writes, ran.map(|()| answers))
         })
@@ -220,19 +220,6 @@ async fn run_plain_sqlite(
         None => {
             let gone = || Err(StorageError::Batch("the SQLite writer stopped".to_owned()));
             (Vec::new(), Ok((0..count).map(|_| gone()).collect()))
-        }
-    }
-}
-
-/// The output of `future`, which must not wait: on the SQLite writer's thread every statement
-/// is done when its call returns, so [`run_grouped`] there is ready at its first poll.
-fn ready<T>(future: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-    let mut future = std::pin::pin!(future);
-    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-    match future.as_mut().poll(&mut context) {
-        std::task::Poll::Ready(output) => output,
-        std::task::Poll::Pending => {
-            Err(StorageError::Batch("a statement on the SQLite writer waited".to_owned()))
         }
     }
 }

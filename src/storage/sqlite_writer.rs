@@ -9,7 +9,8 @@
 //!
 //! Only the group commit writes here, and only while it holds the sqlx writer pool's one
 //! connection, so this connection and that pool never write at the same time: writers still
-//! queue instead of sleeping in SQLite's busy handler.
+//! queue instead of sleeping in SQLite's busy handler. A hot read may come here too, between
+//! two commits ([`SqliteWriter::fetch_all`]).
 
 use std::path::Path;
 use std::time::Duration;
@@ -17,7 +18,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
-use super::Result;
+use super::statement::{Exec, Row, Statement};
+use super::{Result, StorageError};
 
 type Work = Box<dyn FnOnce(&mut Connection) + Send>;
 
@@ -61,6 +63,25 @@ impl SqliteWriter {
         });
         self.work.send(work).ok()?;
         answer.await.ok()
+    }
+
+    /// Runs `statement`, a read, on the writer's connection, between two group commits.
+    pub(super) async fn fetch_all(&self, statement: Statement<'static>) -> Result<Vec<Row>> {
+        let read = self.run(move |conn| ready(Exec::Sqlite(conn).fetch_all(&statement))).await;
+        read.unwrap_or_else(|| Err(StorageError::Batch("the SQLite writer stopped".to_owned())))
+    }
+}
+
+/// The output of `future`, which must not wait: on the writer's thread every statement is done
+/// when its call returns, so a future of statements there is ready at its first poll.
+pub(super) fn ready<T>(future: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    let mut future = std::pin::pin!(future);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => {
+            Err(StorageError::Batch("a statement on the SQLite writer waited".to_owned()))
+        }
     }
 }
 

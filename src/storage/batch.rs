@@ -216,9 +216,13 @@ async fn run_plain_sqlite(
             tracing::debug!(%error, "a group commit failed: committing each write on its own");
             (writes, Err(()))
         }
-        // The thread is gone with the writes: each caller hears it.
+        // The call panicked, and its writes are gone with it: each caller hears it.
         None => {
-            let gone = || Err(StorageError::Batch("the SQLite writer stopped".to_owned()));
+            let gone = || {
+                Err(StorageError::Batch(
+                    "the SQLite writer failed on this call (a panic)".to_owned(),
+                ))
+            };
             (Vec::new(), Ok((0..count).map(|_| gone()).collect()))
         }
     }

@@ -12,6 +12,7 @@
 //! queue instead of sleeping in SQLite's busy handler. A hot read may come here too, between
 //! two commits ([`SqliteWriter::fetch_all`]).
 
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::time::Duration;
 
@@ -45,14 +46,19 @@ impl SqliteWriter {
         let (work, queue) = std::sync::mpsc::channel::<Work>();
         std::thread::Builder::new().name("wasmjob-sqlite-writer".to_owned()).spawn(move || {
             for work in queue {
-                work(&mut conn);
+                // A panic ends that call alone (its caller hears nothing and reports an error):
+                // what it left open is rolled back, and the thread goes on with the next.
+                let ran = std::panic::catch_unwind(AssertUnwindSafe(|| work(&mut conn)));
+                if ran.is_err() && !conn.is_autocommit() {
+                    let _ = conn.execute_batch("rollback");
+                }
             }
         })?;
         Ok(SqliteWriter { work })
     }
 
-    /// Runs `work` on the writer's connection and returns what it returned; `None` if the
-    /// thread is gone (it panicked).
+    /// Runs `work` on the writer's connection and returns what it returned; `None` if it
+    /// panicked.
     pub(super) async fn run<T: Send + 'static>(
         &self,
         work: impl FnOnce(&mut Connection) -> T + Send + 'static,
@@ -68,7 +74,9 @@ impl SqliteWriter {
     /// Runs `statement`, a read, on the writer's connection, between two group commits.
     pub(super) async fn fetch_all(&self, statement: Statement<'static>) -> Result<Vec<Row>> {
         let read = self.run(move |conn| ready(Exec::Sqlite(conn).fetch_all(&statement))).await;
-        read.unwrap_or_else(|| Err(StorageError::Batch("the SQLite writer stopped".to_owned())))
+        read.unwrap_or_else(|| {
+            Err(StorageError::Batch("the SQLite writer failed on this call (a panic)".to_owned()))
+        })
     }
 }
 
@@ -101,5 +109,33 @@ pub(super) fn transaction<T>(
             }
             Err(error)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_call_that_panics_fails_alone_and_leaves_no_transaction_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("writer.db");
+        Connection::open(&path).unwrap().execute_batch("create table t (x integer)").unwrap();
+        let writer = SqliteWriter::open(&path).unwrap();
+        let panicked = writer
+            .run(|conn| {
+                conn.execute_batch("begin immediate; insert into t values (1)").unwrap();
+                std::panic::panic_any("a bug in a batch");
+            })
+            .await;
+        assert!(panicked.is_none());
+        let after = writer
+            .run(|conn| {
+                let open = !conn.is_autocommit();
+                let rows: i64 = conn.query_row("select count(*) from t", [], |row| row.get(0))?;
+                Ok::<_, rusqlite::Error>((open, rows))
+            })
+            .await;
+        assert_eq!(after.unwrap().unwrap(), (false, 0), "rolled back, and the thread goes on");
     }
 }

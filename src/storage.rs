@@ -3,7 +3,8 @@
 //! Queries are written once in the SQL both dialects accept (`$1` placeholders, `returning`,
 //! `on conflict`) and run through sqlx's `Any` driver; where the dialects differ, the function
 //! branches on [`Dialect`]. On SQLite the group commit's batches run on a connection of their
-//! own (`sqlite_writer.rs`), the same statements in one call to its thread. Migrations are per dialect under `migrations/`, applied at connect.
+//! own (`sqlite_writer.rs`), the same statements in one call to its thread. Migrations are per
+//! dialect under `migrations/`, applied at connect.
 //! Times are milliseconds since the Unix epoch, passed in by the caller: nothing here reads a clock.
 //!
 //! This module does not decide anything (when to fire, where to route): it stores and returns

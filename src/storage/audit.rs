@@ -118,7 +118,7 @@ pub(super) fn with_log_ids(entry: &AuditEntry, ids: &[i64]) -> AuditEntry {
     AuditEntry { after_json: Some(serde_json::Value::Object(after).to_string()), ..entry.clone() }
 }
 
-/// Appends `entries` (each with its instant) on `conn`, in a few statements.
+/// Appends `entries` (each with its instant) through `exec`, in a few statements.
 pub(super) async fn insert_many(exec: &mut Exec<'_>, entries: &[(&AuditEntry, i64)]) -> Result<()> {
     let mut rest = entries;
     for rows in super::statement_sizes(entries.len(), 256) {

@@ -445,39 +445,53 @@ impl LogSink for RunLog {
 /// `message` as log lines, one per line of it, each cut to [`MAX_LINE_BYTES`]:
 /// `YYYY-MM-DD HH:MM:SS.mmm [LEVEL] text`, the time in UTC.
 pub fn format_lines(level: Level, message: &str) -> String {
-    use std::fmt::Write as _;
     let level = match level {
-        Level::Trace => "TRACE",
-        Level::Debug => "DEBUG",
-        Level::Info => "INFO",
-        Level::Warn => "WARN",
-        Level::Error => "ERROR",
+        Level::Trace => " [TRACE] ",
+        Level::Debug => " [DEBUG] ",
+        Level::Info => " [INFO] ",
+        Level::Warn => " [WARN] ",
+        Level::Error => " [ERROR] ",
     };
     let time = time_prefix(Utc::now());
     let mut text = String::with_capacity(message.len() + 40);
     for part in message.split('\n') {
         let part = part.trim_end_matches('\r');
         let (part, cut) = cut_line(part);
-        let cut = if cut { " …[line cut]" } else { "" };
-        let _ = writeln!(text, "{time} [{level}] {part}{cut}");
+        text.push_str(&time);
+        text.push_str(level);
+        text.push_str(part);
+        if cut {
+            text.push_str(" …[line cut]");
+        }
+        text.push('\n');
     }
     text
 }
 
-/// `YYYY-MM-DD HH:MM:SS.mmm` of `at`, written field by field: a run logs a few lines, and a
-/// strftime pattern parsed for each of them was a measurable share of a short run.
+/// `YYYY-MM-DD HH:MM:SS.mmm` of `at`, its digits written one by one: a run logs a few lines,
+/// and formatting the fields through `format!` was a measurable share of a short run.
 fn time_prefix(at: DateTime<Utc>) -> String {
     use chrono::{Datelike, Timelike};
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}",
-        at.year(),
-        at.month(),
-        at.day(),
-        at.hour(),
-        at.minute(),
-        at.second(),
-        at.timestamp_subsec_millis().min(999)
-    )
+    let mut text = [0u8; 23];
+    let fields = [
+        (0, 4, u32::try_from(at.year()).unwrap_or(0).min(9999)),
+        (5, 2, at.month()),
+        (8, 2, at.day()),
+        (11, 2, at.hour()),
+        (14, 2, at.minute()),
+        (17, 2, at.second().min(59)),
+        (20, 3, at.timestamp_subsec_millis().min(999)),
+    ];
+    for (start, width, mut value) in fields {
+        for at in (start..start + width).rev() {
+            text[at] = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+    }
+    for (at, separator) in [(4, b'-'), (7, b'-'), (10, b' '), (13, b':'), (16, b':'), (19, b'.')] {
+        text[at] = separator;
+    }
+    text.iter().map(|&byte| char::from(byte)).collect()
 }
 
 impl RunLogInner {
@@ -688,8 +702,12 @@ mod tests {
     #[test]
     fn lines_carry_the_time_in_utc_and_the_level() {
         let at = DateTime::<Utc>::from_timestamp_millis(1_700_000_000_007).unwrap();
-        assert_eq!(time_prefix(at), at.format("%Y-%m-%d %H:%M:%S%.3f").to_string());
         assert_eq!(time_prefix(at), "2023-11-14 22:13:20.007");
+        // The epoch, a year's last millisecond, a leap day, and the far future.
+        for ms in [0, 1_704_067_199_999, 1_709_210_096_450, 253_402_300_799_999] {
+            let at = DateTime::<Utc>::from_timestamp_millis(ms).unwrap();
+            assert_eq!(time_prefix(at), at.format("%Y-%m-%d %H:%M:%S%.3f").to_string(), "{ms}");
+        }
         let lines = format_lines(Level::Warn, "one\r\ntwo");
         let lines: Vec<&str> = lines.lines().map(|line| &line[24..]).collect();
         assert_eq!(lines, ["[WARN] one", "[WARN] two"]);

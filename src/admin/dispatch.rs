@@ -27,7 +27,8 @@ mod peers;
 mod sender;
 mod sweep;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -112,7 +113,11 @@ struct Inner {
     /// What each registered executor speaks.
     peers: Arc<peers::Peers>,
     /// Jobs as read on the hot path, with when they were read.
-    jobs: Mutex<HashMap<i64, (i64, Option<Job>)>>,
+    jobs: Mutex<HashMap<i64, (i64, Option<Arc<Job>>)>>,
+    /// Jobs in use whose copy is older than [`REFRESH_AFTER_MS`], to be read again together.
+    refresh: Mutex<HashSet<i64>>,
+    /// Whether a task is about to read `refresh`.
+    refreshing: AtomicBool,
     /// Groups as read on the hot path, with when they were read.
     groups: Mutex<HashMap<i64, (i64, Option<Group>)>>,
     /// Sends being posted, or accepted by their executors, that this admin has not recorded
@@ -142,6 +147,14 @@ const MAX_CACHED_VERSIONS: usize = 100_000;
 /// reused. This admin forgets its copy the moment it changes one through its API; a change
 /// made through another admin of the same database is seen within this long.
 const CACHE_TTL_MS: i64 = 1_000;
+/// A job whose copy is this old when it is used is read again in the background, together with
+/// the other jobs in use, while its copy is still served: a job in use is read once per interval
+/// with the others, instead of each alone, and by the many callers that find its copy expired at
+/// once (a thousand jobs triggered every second were a thousand reads a second, a twentieth of
+/// the admin's time).
+const REFRESH_AFTER_MS: i64 = CACHE_TTL_MS / 2;
+/// How long the background read waits for more jobs to read with the first.
+const REFRESH_GATHER: Duration = Duration::from_millis(50);
 /// The most cached jobs or groups before a cache starts over.
 const MAX_CACHED: usize = 200_000;
 
@@ -168,6 +181,8 @@ impl Dispatcher {
             versions: Mutex::default(),
             online: Mutex::default(),
             jobs: Mutex::default(),
+            refresh: Mutex::default(),
+            refreshing: AtomicBool::new(false),
             groups: Mutex::default(),
             unrecorded: Mutex::default(),
         };
@@ -221,15 +236,62 @@ impl Dispatcher {
         }
     }
 
-    /// Job `id` as read at most [`CACHE_TTL_MS`] ago (`None`: it does not exist).
-    pub async fn job(&self, id: i64) -> anyhow::Result<Option<Job>> {
+    /// Job `id` as read at most [`CACHE_TTL_MS`] ago (`None`: it does not exist), shared with
+    /// the cache.
+    pub async fn job(&self, id: i64) -> anyhow::Result<Option<Arc<Job>>> {
         let now = now_ms();
-        if let Some(job) = cached(&self.inner.jobs, id, now) {
+        if let Some((read_at, job)) = cached_at(&self.inner.jobs, id, now) {
+            if now - read_at >= REFRESH_AFTER_MS {
+                self.refresh_job(id);
+            }
             return Ok(job);
         }
-        let job = self.inner.db.get_job(id).await?;
+        let job = self.inner.db.get_job(id).await?.map(Arc::new);
         remember(&self.inner.jobs, id, now, job.clone());
         Ok(job)
+    }
+
+    /// Has job `id` read again, with the other jobs asked for meanwhile, by a task that waits
+    /// [`REFRESH_GATHER`] for them.
+    fn refresh_job(&self, id: i64) {
+        let Ok(mut refresh) = self.inner.refresh.lock() else { return };
+        refresh.insert(id);
+        if self.inner.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(REFRESH_GATHER).await;
+            let ids = match this.inner.refresh.lock() {
+                Ok(mut refresh) => {
+                    this.inner.refreshing.store(false, Ordering::Release);
+                    refresh.drain().collect::<Vec<_>>()
+                }
+                Err(_) => return,
+            };
+            if let Err(error) = this.refresh_jobs(&ids).await {
+                tracing::warn!(error = format!("{error:#}"), "reading cached jobs again failed");
+            }
+        });
+    }
+
+    /// Reads jobs `ids` again, with one query, into the copies still cached. A copy forgotten
+    /// meanwhile (this admin changed the job) or read since the query began stays as it is.
+    async fn refresh_jobs(&self, ids: &[i64]) -> anyhow::Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let started = now_ms();
+        let read = self.inner.db.get_jobs(ids).await?;
+        let mut read: HashMap<i64, Arc<Job>> =
+            read.into_iter().map(|job| (job.id, Arc::new(job))).collect();
+        let Ok(mut jobs) = self.inner.jobs.lock() else { return Ok(()) };
+        for id in ids {
+            if let Some(entry) = jobs.get_mut(id).filter(|(read_at, _)| *read_at < started) {
+                *entry = (started, read.remove(id));
+            }
+        }
+        Ok(())
     }
 
     /// Group `id` as read at most [`CACHE_TTL_MS`] ago (`None`: it does not exist).
@@ -802,9 +864,18 @@ impl PlannedTrigger {
 
 /// The entry `id` of `cache` if it was read within [`CACHE_TTL_MS`] of `now_ms`.
 fn cached<T: Clone>(cache: &Mutex<HashMap<i64, (i64, T)>>, id: i64, now_ms: i64) -> Option<T> {
+    cached_at(cache, id, now_ms).map(|(_, value)| value)
+}
+
+/// [`cached`] with when the entry was read.
+fn cached_at<T: Clone>(
+    cache: &Mutex<HashMap<i64, (i64, T)>>,
+    id: i64,
+    now_ms: i64,
+) -> Option<(i64, T)> {
     let cache = cache.lock().ok()?;
     let (read_at, value) = cache.get(&id)?;
-    (now_ms - read_at < CACHE_TTL_MS && *read_at <= now_ms).then(|| value.clone())
+    (now_ms - read_at < CACHE_TTL_MS && *read_at <= now_ms).then(|| (*read_at, value.clone()))
 }
 
 fn remember<T>(cache: &Mutex<HashMap<i64, (i64, T)>>, id: i64, now_ms: i64, value: T) {
@@ -874,6 +945,73 @@ mod tests {
         let db = Db::connect(&url).await.unwrap();
         let client = protocol::Client::new("dispatch-test-token-5c1e9a", Duration::from_secs(1));
         (Dispatcher::new(db, client.unwrap(), 90_000, None), dir)
+    }
+
+    /// The name of job `id` in the dispatcher's cache, or `None` when it holds no copy.
+    fn cached_name(dispatcher: &Dispatcher, id: i64) -> Option<Option<String>> {
+        let jobs = dispatcher.inner.jobs.lock().unwrap();
+        jobs.get(&id).map(|(_, job)| job.as_ref().map(|job| job.spec.name.clone()))
+    }
+
+    #[tokio::test]
+    async fn jobs_in_use_are_read_again_together_before_their_copies_expire() {
+        let (dispatcher, _dir) = dispatcher().await;
+        let db = dispatcher.inner.db.clone();
+        let group = db.ensure_group("default", "Default", 0).await.unwrap();
+        use crate::model::{
+            BlockStrategy, JobSpec, MisfireStrategy, ScheduleType, ShardingStrategy,
+        };
+        let spec = JobSpec {
+            group_id: group.id,
+            name: "first".to_owned(),
+            schedule_type: ScheduleType::None,
+            schedule_conf: String::new(),
+            time_zone: None,
+            misfire_strategy: MisfireStrategy::DoNothing,
+            misfire_threshold_ms: 5_000,
+            route_strategy: RouteStrategy::First,
+            block_strategy: BlockStrategy::SerialExecution,
+            timeout_secs: 0,
+            retry_count: 0,
+            glue_type: GlueType::GlueWasm,
+            handler: None,
+            param: String::new(),
+            child_job_ids: Vec::new(),
+            alarm_email: None,
+            fuel_limit: None,
+            memory_limit_mb: None,
+            sharding_total_count: 0,
+            sharding_item_parameters: String::new(),
+            sharding_strategy: ShardingStrategy::AverageAllocation,
+            alarm_silence_secs: 0,
+        };
+        let (one, two) =
+            (db.create_job(&spec, 1).await.unwrap(), db.create_job(&spec, 1).await.unwrap());
+        for job in [&one, &two] {
+            assert_eq!(dispatcher.job(job.id).await.unwrap().unwrap().spec.name, "first");
+        }
+        // Another admin renames one and deletes the other.
+        let renamed = JobSpec { name: "renamed".to_owned(), ..spec.clone() };
+        db.update_job(one.id, &renamed, 0, 2).await.unwrap().unwrap();
+        assert!(db.delete_job(two.id).await.unwrap());
+        // Copies half as old as they may get are still served, and both are read again together.
+        let half_old = now_ms() - REFRESH_AFTER_MS;
+        for (read_at, _) in dispatcher.inner.jobs.lock().unwrap().values_mut() {
+            *read_at = half_old;
+        }
+        assert_eq!(dispatcher.job(one.id).await.unwrap().unwrap().spec.name, "first");
+        assert_eq!(dispatcher.job(two.id).await.unwrap().unwrap().spec.name, "first");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while cached_name(&dispatcher, two.id) != Some(None) {
+            assert!(std::time::Instant::now() < deadline, "the copies were not read again");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(cached_name(&dispatcher, one.id), Some(Some("renamed".to_owned())));
+        // A copy this admin forgot (it changed the job) is not brought back by a read that
+        // began before the change.
+        dispatcher.forget_job(one.id);
+        dispatcher.refresh_jobs(&[one.id]).await.unwrap();
+        assert_eq!(cached_name(&dispatcher, one.id), None);
     }
 
     /// Posts `run_id` and, once its executor accepted it at 500, holds back the record; returns

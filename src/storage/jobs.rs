@@ -87,6 +87,26 @@ impl Db {
         row.as_ref().map(job_from_row).transpose()
     }
 
+    /// The jobs of `ids` that exist, in no particular order.
+    pub async fn get_jobs(&self, ids: &[i64]) -> Result<Vec<Job>> {
+        let mut jobs = Vec::with_capacity(ids.len());
+        let mut conn = self.pool.acquire().await?;
+        let placeholder = super::placeholder(&conn);
+        for chunk in ids.chunks(500) {
+            let placeholders: Vec<String> = (1..=chunk.len()).map(placeholder).collect();
+            let sql =
+                format!("select {COLUMNS} from jobs where id in ({})", placeholders.join(", "));
+            let mut query = sqlx::query(&sql);
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            for row in query.fetch_all(&mut *conn).await? {
+                jobs.push(job_from_row(&row)?);
+            }
+        }
+        Ok(jobs)
+    }
+
     /// Jobs by id, optionally of one group.
     pub async fn list_jobs(&self, group_id: Option<i64>) -> Result<Vec<Job>> {
         let rows = sqlx::query(&format!(

@@ -205,6 +205,14 @@ async fn jobs_fire_once() {
         assert!(db.update_job(999, &changed, 0, 16).await.unwrap().is_none());
         assert_eq!(db.list_jobs(Some(group.id)).await.unwrap().len(), 1);
         assert_eq!(db.list_jobs(Some(group.id + 1)).await.unwrap().len(), 0);
+        // Many at once, past one statement's chunk; the ones that do not exist are left out.
+        let other = db.create_job(&new_job(group.id), 17).await.unwrap();
+        let mut ids: Vec<i64> = (1_000..1_600).collect();
+        ids.extend([other.id, job.id]);
+        let mut read = db.get_jobs(&ids).await.unwrap();
+        read.sort_by_key(|job| job.id);
+        assert_eq!(read, vec![updated, other.clone()]);
+        assert!(db.delete_job(other.id).await.unwrap());
         assert!(db.delete_job(job.id).await.unwrap());
         assert!(!db.delete_job(job.id).await.unwrap());
     })

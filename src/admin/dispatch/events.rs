@@ -7,6 +7,8 @@
 //! Only after that commit are the follow-ups sent and kills delivered, so a crash in between
 //! leaves pending runs for the sweep, never a transition without its consequences.
 
+use std::sync::Arc;
+
 use super::{Dispatcher, Peer, PeerKind, PlannedTrigger, now_ms};
 use crate::failpoint;
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
@@ -57,7 +59,7 @@ impl Dispatcher {
         &self,
         run_id: i64,
         mut known_run: Option<RunRecord>,
-        mut known_job: Option<Option<Job>>,
+        mut known_job: Option<Option<Arc<Job>>>,
         event: Event,
         lease: Option<(&str, i64)>,
         fuel_used: Option<i64>,
@@ -94,7 +96,7 @@ impl Dispatcher {
                     return Ok(None);
                 }
             };
-            let follow_ups = self.follow_ups(&run, job.as_ref(), &transition).await?;
+            let follow_ups = self.follow_ups(&run, job.as_deref(), &transition).await?;
             let now = now_ms();
             let applied = db
                 .apply_transition(run_id, &transition, lease, fuel_used, &follow_ups, now)

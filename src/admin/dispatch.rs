@@ -152,7 +152,7 @@ const CACHE_TTL_MS: i64 = 1_000;
 /// with the others, instead of each alone, and by the many callers that find its copy expired at
 /// once (a thousand jobs triggered every second were a thousand reads a second, a twentieth of
 /// the admin's time).
-const REFRESH_AFTER_MS: i64 = CACHE_TTL_MS / 2;
+const REFRESH_AFTER_MS: i64 = CACHE_TTL_MS * 3 / 4;
 /// How long the background read waits for more jobs to read with the first.
 const REFRESH_GATHER: Duration = Duration::from_millis(50);
 /// The most cached jobs or groups before a cache starts over.

@@ -221,20 +221,26 @@ impl Outbox {
             source,
         };
         let appended: Vec<_> = match self.inner.state.lock() {
-            Ok(mut state) => results
-                .iter()
-                .map(|result| {
-                    let appended = state.append(&self.inner.dir, result);
-                    let home = match &appended {
-                        Ok((seq, _)) => Home::Segment(*seq),
-                        Err(_) => Home::Memory,
-                    };
-                    if let Some(replaced) = state.insert(result.clone(), home) {
-                        state.release(&self.inner.dir, result.log_id, replaced);
+            Ok(mut state) => {
+                // The lines of a segment go in one write; each result is counted into its
+                // segment before the next rotation, which deletes a segment holding none.
+                let mut appended = Vec::with_capacity(results.len());
+                while appended.len() < results.len() {
+                    let rest = &results[appended.len()..];
+                    let written = state.append_some(&self.inner.dir, rest);
+                    for (result, written) in rest.iter().zip(written) {
+                        let home = match &written {
+                            Ok((seq, _)) => Home::Segment(*seq),
+                            Err(_) => Home::Memory,
+                        };
+                        if let Some(replaced) = state.insert(result.clone(), home) {
+                            state.release(&self.inner.dir, result.log_id, replaced);
+                        }
+                        appended.push(written);
                     }
-                    appended
-                })
-                .collect(),
+                }
+                appended
+            }
             Err(_) => {
                 let poisoned = || std::io::Error::other("outbox lock poisoned");
                 return results
@@ -504,30 +510,71 @@ impl State {
         self.entries.insert(log_id, entry).map(|old| old.home)
     }
 
-    /// Appends `result` to the current segment (rotating first if it is full): the segment and
-    /// the line's number, to sync.
-    fn append(
+    /// Appends the first of `results` that fit in the current segment (rotating first if it is
+    /// full; at least one), with one write: for each, the segment and the line's number, to sync,
+    /// or why it is not stored.
+    fn append_some(
         &mut self,
         dir: &Path,
-        result: &HandleCallbackParam,
-    ) -> Result<(u64, u64), (PathBuf, std::io::Error)> {
+        results: &[HandleCallbackParam],
+    ) -> Vec<Result<(u64, u64), (PathBuf, std::io::Error)>> {
         let broken = || (dir.to_owned(), std::io::Error::other("an earlier write or sync failed"));
-        let full = self.writer.as_ref().ok_or_else(broken)?.lines >= SEGMENT_LINES;
-        if full {
-            self.rotate(dir)?;
+        match &self.writer {
+            None => return vec![Err(broken())],
+            Some(writer) if writer.lines >= SEGMENT_LINES => {
+                if let Err(error) = self.rotate(dir) {
+                    return vec![Err(error)];
+                }
+            }
+            Some(_) => {}
         }
-        let mut line = serde_json::to_vec(result)
-            .map_err(|source| (dir.to_owned(), std::io::Error::other(source)))?;
-        line.push(b'\n');
-        let writer = self.writer.as_mut().ok_or_else(broken)?;
-        if let Err(source) = (&*writer.file).write_all(&line) {
+        let Some(writer) = self.writer.as_mut() else { return vec![Err(broken())] };
+        let results = &results[..results.len().min(SEGMENT_LINES - writer.lines)];
+        let mut lines = Vec::with_capacity(results.len() * 256);
+        let serialized: Vec<Result<(), std::io::Error>> = results
+            .iter()
+            .map(|result| {
+                let start = lines.len();
+                match serde_json::to_writer(&mut lines, result) {
+                    Ok(()) => {
+                        lines.push(b'\n');
+                        Ok(())
+                    }
+                    Err(source) => {
+                        lines.truncate(start);
+                        Err(std::io::Error::other(source))
+                    }
+                }
+            })
+            .collect();
+        if let Err(source) = (&*writer.file).write_all(&lines) {
             let path = segment_path(dir, writer.seq);
             self.writer = None;
-            return Err((path, source));
+            return serialized
+                .into_iter()
+                .map(|serialized| match serialized {
+                    Ok(()) => {
+                        Err((path.clone(), std::io::Error::new(source.kind(), source.to_string())))
+                    }
+                    Err(error) => Err((dir.to_owned(), error)),
+                })
+                .collect();
         }
-        writer.lines += 1;
-        self.written += 1;
-        Ok((writer.seq, self.written))
+        let seq = writer.seq;
+        let mut written = self.written;
+        let appended = serialized
+            .into_iter()
+            .map(|serialized| match serialized {
+                Ok(()) => {
+                    writer.lines += 1;
+                    written += 1;
+                    Ok((seq, written))
+                }
+                Err(error) => Err((dir.to_owned(), error)),
+            })
+            .collect();
+        self.written = written;
+        appended
     }
 
     /// Closes the current segment (synced, so lines in it stay durable) and starts the next.

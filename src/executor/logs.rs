@@ -98,18 +98,44 @@ impl LogStore {
     /// Marks run `log_id` as over and stores its log: a log still in memory becomes a record of
     /// its pack. Lines written after this are dropped.
     pub fn finished(&self, log_id: i64) {
-        let log = self.active.lock().ok().and_then(|mut active| active.remove(&log_id));
-        let Some(log) = log else { return };
-        let Ok(mut inner) = log.0.lock() else { return };
-        inner.closed = true;
-        if inner.file.is_none() && !inner.memory.is_empty() {
-            let day = inner.path.parent().map(Path::to_path_buf).unwrap_or_default();
-            if let Err(error) = self.append_to_pack(&day, log_id, &inner.memory) {
-                tracing::warn!(%error, "cannot store the log of run {log_id} in its pack");
-                inner.spill();
+        self.finished_all(&[log_id]);
+    }
+
+    /// [`LogStore::finished`] for runs `log_ids`: the records bound for one pack go in one write.
+    pub fn finished_all(&self, log_ids: &[i64]) {
+        let logs: Vec<(i64, RunLog)> = match self.active.lock() {
+            Ok(mut active) => {
+                log_ids.iter().filter_map(|id| Some((*id, active.remove(id)?))).collect()
+            }
+            Err(_) => return,
+        };
+        // Each pack's records, and the logs they hold.
+        let mut packs: HashMap<PathBuf, (Vec<u8>, Vec<&RunLog>)> = HashMap::new();
+        for (log_id, log) in &logs {
+            let Ok(mut inner) = log.0.lock() else { continue };
+            inner.closed = true;
+            if inner.file.is_none() && !inner.memory.is_empty() {
+                let day = inner.path.parent().map(Path::to_path_buf).unwrap_or_default();
+                let (records, held) = packs.entry(day.join(pack_name(*log_id))).or_default();
+                records.extend_from_slice(&pack_record(*log_id, &inner.memory));
+                held.push(log);
             }
         }
-        inner.notify.notify_waiters();
+        for (path, (records, held)) in packs {
+            if let Err(error) = self.append_to_pack(&path, &records) {
+                tracing::warn!(%error, "cannot store {} run logs in their pack", held.len());
+                for log in held {
+                    if let Ok(mut inner) = log.0.lock() {
+                        inner.spill();
+                    }
+                }
+            }
+        }
+        for (_, log) in &logs {
+            if let Ok(inner) = log.0.lock() {
+                inner.notify.notify_waiters();
+            }
+        }
     }
 
     /// Moves the logs of runs running for `age` or longer from memory to their own files, so a
@@ -224,11 +250,11 @@ impl LogStore {
                 let mut file = std::fs::OpenOptions::new().append(true).open(&file_path)?;
                 return file.write_all(lines.as_bytes());
             }
-            return self.append_to_pack(&day, log_id, lines.as_bytes());
+            return self.append_to_pack(&day.join(&pack), &pack_record(log_id, lines.as_bytes()));
         }
         let day =
             self.path(log_id, fallback_ms).parent().map(Path::to_path_buf).unwrap_or_default();
-        self.append_to_pack(&day, log_id, lines.as_bytes())
+        self.append_to_pack(&day.join(pack), &pack_record(log_id, lines.as_bytes()))
     }
 
     /// A page of run `log_id`'s log from line `from_line` (1-based).
@@ -284,23 +310,23 @@ impl LogStore {
         Ok(Some(Box::new(Cursor::new(bytes[start..].to_vec()))))
     }
 
-    /// Appends one record of run `log_id` to its pack in directory `day`.
-    fn append_to_pack(&self, day: &Path, log_id: i64, lines: &[u8]) -> std::io::Result<()> {
-        let path = day.join(pack_name(log_id));
-        let mut record = format!("{log_id} {}\n", lines.len()).into_bytes();
-        record.extend_from_slice(lines);
+    /// Appends `records` (each `<log id> <length>\n` and that many bytes of log) to the pack at
+    /// `path`.
+    fn append_to_pack(&self, path: &Path, records: &[u8]) -> std::io::Result<()> {
         let mut packs =
             self.packs.lock().map_err(|_| std::io::Error::other("pack lock poisoned"))?;
-        if !packs.contains_key(&path) {
+        if !packs.contains_key(path) {
             if packs.len() >= OPEN_PACKS {
                 packs.clear();
             }
-            std::fs::create_dir_all(day)?;
-            let file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
-            packs.insert(path.clone(), file);
+            if let Some(day) = path.parent() {
+                std::fs::create_dir_all(day)?;
+            }
+            let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+            packs.insert(path.to_owned(), file);
         }
-        match packs.get_mut(&path) {
-            Some(file) => file.write_all(&record),
+        match packs.get_mut(path) {
+            Some(file) => file.write_all(records),
             None => Err(std::io::Error::other("pack not open")),
         }
     }
@@ -440,6 +466,13 @@ impl LogSink for RunLog {
             inner.line(level, message);
         }
     }
+}
+
+/// A record of run `log_id` in its pack: `<log id> <length>\n`, then `lines`.
+fn pack_record(log_id: i64, lines: &[u8]) -> Vec<u8> {
+    let mut record = format!("{log_id} {}\n", lines.len()).into_bytes();
+    record.extend_from_slice(lines);
+    record
 }
 
 /// `message` as log lines, one per line of it, each cut to [`MAX_LINE_BYTES`]:
@@ -748,8 +781,14 @@ mod tests {
             store.running(log_id);
             let mut log = store.open(log_id, DAY).unwrap();
             log.line(Level::Info, &format!("run {log_id} says hello\nand bye"));
-            store.finished(log_id);
+            // The first ones end alone, the rest together (one write per pack), with a run
+            // this store never had.
+            if log_id < PACK_RUNS - 30 {
+                store.finished(log_id);
+            }
         }
+        let together: Vec<i64> = (PACK_RUNS - 30..PACK_RUNS + 50).chain([PACK_RUNS * 5]).collect();
+        store.finished_all(&together);
         assert_eq!(files_of_day(dir.path(), DAY), ["p0.pack", "p1.pack"]);
         for log_id in (PACK_RUNS - 50)..(PACK_RUNS + 50) {
             let page = store.read(log_id, DAY, 1).unwrap();
@@ -782,9 +821,7 @@ mod tests {
         store.spill_running(Duration::ZERO);
         long.line(Level::Info, "after");
         assert_eq!(files_of_day(dir.path(), DAY), ["1.log", "2.log"]);
-        for log_id in 1..=3 {
-            store.finished(log_id);
-        }
+        store.finished_all(&[1, 2, 3]);
         assert_eq!(files_of_day(dir.path(), DAY), ["1.log", "2.log"], "nothing left to pack");
         let two = store.read(2, DAY, 1).unwrap();
         assert_eq!((two.to_line_num, two.is_end), (2, true));

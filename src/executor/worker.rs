@@ -751,8 +751,9 @@ fn store_results(ctx: &RunContext, ended: &[(HandleCallbackParam, usize)]) {
                 ctx.journal.reported_in_memory(log_id, now);
             }
         }
-        ctx.logs.finished(log_id);
     }
+    let log_ids: Vec<i64> = results.iter().map(|result| result.log_id).collect();
+    ctx.logs.finished_all(&log_ids);
 }
 
 /// Journals the start of the runs `log_ids` once their acceptances (`tickets`) are durable,

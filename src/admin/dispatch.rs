@@ -113,7 +113,7 @@ struct Inner {
     /// What each registered executor speaks.
     peers: Arc<peers::Peers>,
     /// Jobs as read on the hot path, with when they were read.
-    jobs: Mutex<HashMap<i64, (i64, Option<Arc<Job>>)>>,
+    jobs: Mutex<HashMap<i64, Cached<Option<Arc<Job>>>>>,
     /// Jobs in use whose copy is older than [`REFRESH_AFTER_MS`], to be read again together.
     refresh: Mutex<HashSet<i64>>,
     /// Whether a task is about to read `refresh`.
@@ -124,6 +124,9 @@ struct Inner {
     /// yet, by run.
     unrecorded: Mutex<HashMap<i64, Unrecorded>>,
 }
+
+/// A cached copy and when it was read (ms).
+type Cached<T> = (i64, T);
 
 /// A send posted to an executor, or accepted by it, that its dispatcher has not recorded yet.
 struct Unrecorded {

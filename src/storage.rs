@@ -220,6 +220,41 @@ fn redact(url: &str) -> String {
     }
 }
 
+impl Db {
+    /// The rows `select` (`select … from table`) reads for `ids`, one query per 500 ids. On
+    /// SQLite the group commit's connection answers, between two commits, in one call to its
+    /// thread: the rows hot paths read by id were just written there and its cache still holds
+    /// them (a reader's starts cold after every commit), and it reads a row for a fraction of
+    /// what sqlx's `Any` row costs.
+    async fn select_by_ids(&self, select: &str, ids: &[i64]) -> Result<Vec<statement::Row>> {
+        let statement = |chunk: &[i64], placeholder: fn(usize) -> String| {
+            let placeholders: Vec<String> = (1..=chunk.len()).map(placeholder).collect();
+            let mut statement = statement::Statement::new(format!(
+                "{select} where id in ({})",
+                placeholders.join(", ")
+            ));
+            for id in chunk {
+                statement.bind(*id);
+            }
+            statement
+        };
+        let mut rows = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            match &self.sqlite_writer {
+                Some(writer) => {
+                    rows.extend(writer.fetch_all(statement(chunk, |_| "?".to_owned())).await?)
+                }
+                None => {
+                    let mut conn = self.pool.acquire().await?;
+                    let statement = statement(chunk, placeholder(&conn));
+                    rows.extend(statement::Exec::Sqlx(&mut conn).fetch_all(&statement).await?);
+                }
+            }
+        }
+        Ok(rows)
+    }
+}
+
 /// Reads a column holding one of the `model` strategy enums.
 fn parse_column<T: FromStr>(row: &impl statement::Cells, column: &str) -> Result<T>
 where

@@ -3,7 +3,7 @@
 use sqlx::{AnyConnection, Row};
 
 use super::runs::{Claim, Insert, NewRun, insert_many};
-use super::statement::{Cells, Exec, Statement};
+use super::statement::Cells;
 use super::{Db, Result, parse_column, split_list};
 use crate::model::{Job, JobSpec};
 use crate::schedule::NextFire;
@@ -88,24 +88,11 @@ impl Db {
     }
 
     /// The jobs of `ids` that exist, in no particular order. On SQLite they are read on the
-    /// group commit's connection, between two commits: a hot path reads them (the dispatcher's
-    /// cache), and rows are read there for a fraction of what sqlx's `Any` rows cost.
+    /// group commit's connection (`Db::select_by_ids`): the dispatcher's cache reads them on
+    /// its hot path.
     pub async fn get_jobs(&self, ids: &[i64]) -> Result<Vec<Job>> {
-        let mut jobs = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(500) {
-            let rows = match &self.sqlite_writer {
-                Some(writer) => writer.fetch_all(jobs_by_id(chunk, |_| "?".to_owned())).await?,
-                None => {
-                    let mut conn = self.pool.acquire().await?;
-                    let statement = jobs_by_id(chunk, super::placeholder(&conn));
-                    Exec::Sqlx(&mut conn).fetch_all(&statement).await?
-                }
-            };
-            for row in rows {
-                jobs.push(job_from_row(&row)?);
-            }
-        }
-        Ok(jobs)
+        let rows = self.select_by_ids(&format!("select {COLUMNS} from jobs"), ids).await?;
+        rows.iter().map(job_from_row).collect()
     }
 
     /// Jobs by id, optionally of one group.
@@ -321,17 +308,6 @@ fn bind_job<'q>(
         .bind(&job.sharding_item_parameters)
         .bind(job.sharding_strategy.as_str())
         .bind(job.alarm_silence_secs)
-}
-
-/// The statement that reads the jobs of `ids`.
-fn jobs_by_id(ids: &[i64], placeholder: fn(usize) -> String) -> Statement<'static> {
-    let placeholders: Vec<String> = (1..=ids.len()).map(placeholder).collect();
-    let sql = format!("select {COLUMNS} from jobs where id in ({})", placeholders.join(", "));
-    let mut statement = Statement::new(sql);
-    for id in ids {
-        statement.bind(*id);
-    }
-    statement
 }
 
 fn job_from_row(row: &impl Cells) -> Result<Job> {

@@ -123,33 +123,12 @@ impl Db {
         }
     }
 
-    /// The runs among `ids` that exist, in no particular order (one query per 500 ids).
-    ///
-    /// On SQLite the group commit's connection answers (a results batch reads the runs it is
-    /// about to end): its cache holds the pages those runs were just written to, where a
-    /// reader's cache starts cold after every commit, and the read is one call to its thread.
+    /// The runs among `ids` that exist, in no particular order (one query per 500 ids). On
+    /// SQLite a results batch reads the runs it is about to end on the group commit's
+    /// connection, which just wrote them (`Db::select_by_ids`).
     pub async fn get_runs(&self, ids: &[i64]) -> Result<Vec<RunRecord>> {
-        let mut runs = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(500) {
-            let placeholders: Vec<String> = (1..=chunk.len()).map(|n| format!("${n}")).collect();
-            let sql =
-                format!("select {COLUMNS} from runs where id in ({})", placeholders.join(", "));
-            let mut statement = Statement::new(sql);
-            for id in chunk {
-                statement.bind(*id);
-            }
-            let rows = match &self.sqlite_writer {
-                Some(writer) => writer.fetch_all(statement).await?,
-                None => {
-                    let mut conn = self.pool.acquire().await?;
-                    Exec::Sqlx(&mut conn).fetch_all(&statement).await?
-                }
-            };
-            for row in rows {
-                runs.push(run_from_row(&row)?);
-            }
-        }
-        Ok(runs)
+        let rows = self.select_by_ids(&format!("select {COLUMNS} from runs"), ids).await?;
+        rows.iter().map(run_from_row).collect()
     }
 
     /// Creates runs already claimed by `owner` until `lease_until_ms` (`dispatching`, fence 1),

@@ -648,15 +648,21 @@ async fn created_runs_are_answered_as_stored() {
     .await;
 }
 
+/// `count` fires of job 1, each created and claimed by `admin-1` (fence 1): their ids.
+async fn claimed_fires(db: &Db, count: i64) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for n in 0..count {
+        let id = db.create_run(&fire(1, 1_000 + n, 0), 1).await.unwrap().unwrap();
+        db.claim_run(id, "admin-1", 10, 20_000).await.unwrap().unwrap();
+        ids.push(id);
+    }
+    ids
+}
+
 #[tokio::test]
 async fn a_batch_records_plain_transitions_in_one_statement_with_each_compare_its_own() {
     each_backend("merged_updates", |db| async move {
-        let mut ids = Vec::new();
-        for n in 0..5 {
-            let id = db.create_run(&fire(1, 1_000 + n, 0), 1).await.unwrap().unwrap();
-            db.claim_run(id, "admin-1", 10, 20_000).await.unwrap().unwrap();
-            ids.push(id);
-        }
+        let ids = claimed_fires(&db, 5).await;
         let apply = |id: i64, fence: i64, follow_ups: Vec<NewRun>| batch::Write::Apply {
             id,
             transition: sent("http://e:9999", 50, 5),
@@ -726,12 +732,7 @@ async fn a_batch_of_grouped_writes_commits_as_one_and_a_failed_write_fails_alone
     // Creations, plain transitions and audit records only: on SQLite the batch goes to the
     // group commit's own connection in one call, on PostgreSQL through sqlx.
     each_backend("grouped_batch", |db| async move {
-        let mut ids = Vec::new();
-        for n in 0..3 {
-            let id = db.create_run(&fire(1, 1_000 + n, 0), 1).await.unwrap().unwrap();
-            db.claim_run(id, "admin-1", 10, 20_000).await.unwrap().unwrap();
-            ids.push(id);
-        }
+        let ids = claimed_fires(&db, 3).await;
         let apply = |id: i64, fence: i64| batch::Write::Apply {
             id,
             transition: sent("http://e:9999", 50, 5),

@@ -122,18 +122,22 @@ pub(super) fn with_log_ids(entry: &AuditEntry, ids: &[i64]) -> AuditEntry {
 pub(super) async fn insert_many(exec: &mut Exec<'_>, entries: &[(&AuditEntry, i64)]) -> Result<()> {
     let mut rest = entries;
     for rows in super::statement_sizes(entries.len(), 256) {
-        let p = exec.placeholder();
-        let values = (0..rows)
-            .map(|row| {
-                let cells = (1..=8).map(|n| p(row * 8 + n));
-                format!("({})", cells.collect::<Vec<_>>().join(", "))
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let mut statement = Statement::new(format!(
-            "insert into audit (at, actor, user_id, source, action, target, before_json, after_json)
-             values {values}"
-        ));
+        let sql = super::statement::shaped(exec, "insert into audit", rows, || {
+            let p = exec.placeholder();
+            let values = (0..rows)
+                .map(|row| {
+                    let cells = (1..=8).map(|n| p(row * 8 + n));
+                    format!("({})", cells.collect::<Vec<_>>().join(", "))
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!(
+                "insert into audit (at, actor, user_id, source, action, target, before_json,
+                    after_json)
+                 values {values}"
+            )
+        });
+        let mut statement = Statement::new(sql);
         for (entry, now_ms) in &rest[..rows] {
             statement
                 .bind(*now_ms)

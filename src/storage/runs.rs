@@ -526,39 +526,43 @@ async fn update_rows(
         "bigint", "text", "bigint", "text", "text", "bigint", "bigint", "bigint", "text", "bigint",
         "bigint", "bigint", "text", "text", "bigint", "bigint", "bigint",
     ];
-    let p = exec.placeholder();
-    let values = (0..updates.len())
-        .map(|row| {
-            let cells = TYPES.iter().enumerate().map(|(column, kind)| {
-                format!("cast({} as {kind})", p(row * UPDATE_PARAMS + column + 1))
-            });
-            format!("({})", cells.collect::<Vec<_>>().join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    // v.column1 id, 2 to, 3 trigger code, 4 trigger msg, 5 executor, 6 dispatched at,
-    // 7 deadline, 8 handle code, 9 handle msg, 10 now, 11 fuel used, 12 request kill, 13 from,
-    // 14 lease owner ('' for none), 15 fence, 16 kill requested before, 17 started at.
-    let mut statement = Statement::new(format!(
-        "update runs set state = v.column2,
-            trigger_code = coalesce(v.column3, runs.trigger_code),
-            trigger_msg = coalesce(v.column4, runs.trigger_msg),
-            executor_address = coalesce(v.column5, runs.executor_address),
-            dispatched_at = coalesce(v.column6, runs.dispatched_at),
-            deadline = coalesce(v.column7, runs.deadline),
-            handle_code = coalesce(v.column8, runs.handle_code),
-            handle_msg = coalesce(v.column9, runs.handle_msg),
-            handle_time = case when v.column8 is null then runs.handle_time else v.column10 end,
-            fuel_used = coalesce(v.column11, runs.fuel_used),
-            kill_requested = case when v.column12 = 1 then 1 else runs.kill_requested end,
-            lease_owner = case when v.column2 = 'dispatching' then runs.lease_owner else null end,
-            started_at = coalesce(v.column17, runs.started_at)
-         from (values {values}) as v
-         where runs.id = v.column1 and runs.state = v.column13
-            and runs.kill_requested = v.column16
-            and (v.column14 = '' or (runs.lease_owner = v.column14 and runs.fence = v.column15))
-         returning {COLUMNS}, created_at"
-    ));
+    let sql = super::statement::shaped(exec, "update runs", updates.len(), || {
+        let p = exec.placeholder();
+        let values = (0..updates.len())
+            .map(|row| {
+                let cells = TYPES.iter().enumerate().map(|(column, kind)| {
+                    format!("cast({} as {kind})", p(row * UPDATE_PARAMS + column + 1))
+                });
+                format!("({})", cells.collect::<Vec<_>>().join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        // v.column1 id, 2 to, 3 trigger code, 4 trigger msg, 5 executor, 6 dispatched at,
+        // 7 deadline, 8 handle code, 9 handle msg, 10 now, 11 fuel used, 12 request kill,
+        // 13 from, 14 lease owner ('' for none), 15 fence, 16 kill requested before, 17 started
+        // at.
+        format!(
+            "update runs set state = v.column2,
+                trigger_code = coalesce(v.column3, runs.trigger_code),
+                trigger_msg = coalesce(v.column4, runs.trigger_msg),
+                executor_address = coalesce(v.column5, runs.executor_address),
+                dispatched_at = coalesce(v.column6, runs.dispatched_at),
+                deadline = coalesce(v.column7, runs.deadline),
+                handle_code = coalesce(v.column8, runs.handle_code),
+                handle_msg = coalesce(v.column9, runs.handle_msg),
+                handle_time = case when v.column8 is null then runs.handle_time else v.column10 end,
+                fuel_used = coalesce(v.column11, runs.fuel_used),
+                kill_requested = case when v.column12 = 1 then 1 else runs.kill_requested end,
+                lease_owner = case when v.column2 = 'dispatching' then runs.lease_owner else null end,
+                started_at = coalesce(v.column17, runs.started_at)
+             from (values {values}) as v
+             where runs.id = v.column1 and runs.state = v.column13
+                and runs.kill_requested = v.column16
+                and (v.column14 = '' or (runs.lease_owner = v.column14 and runs.fence = v.column15))
+             returning {COLUMNS}, created_at"
+        )
+    });
+    let mut statement = Statement::new(sql);
     for update in updates {
         let transition = update.transition;
         let (handle_code, handle_msg) = match &transition.handle {
@@ -686,22 +690,26 @@ async fn insert_rows(
     inserts: &[Insert<'_>],
     deltas: &mut Deltas,
 ) -> Result<Vec<Option<Claim>>> {
-    let p = exec.placeholder();
-    let values = (0..inserts.len())
-        .map(|row| {
-            let cells = (1..=INSERT_PARAMS).map(|n| p(row * INSERT_PARAMS + n));
-            format!("({})", cells.collect::<Vec<_>>().join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut statement = Statement::new(format!(
-        "insert into runs (job_id, executor_address, trigger_type, trigger_time, fire_time, param,
-            shard_index, shard_total, attempt, version, sha256, parent_run_id, created_at,
-            sharding_items, state, lease_owner, lease_until, fence, claimed_at)
-         values {values}
-         on conflict (job_id, fire_time, shard_index, attempt) do nothing
-         returning id, {IDENTITY}"
-    ));
+    let sql = super::statement::shaped(exec, "insert into runs", inserts.len(), || {
+        let p = exec.placeholder();
+        let values = (0..inserts.len())
+            .map(|row| {
+                let cells = (1..=INSERT_PARAMS).map(|n| p(row * INSERT_PARAMS + n));
+                format!("({})", cells.collect::<Vec<_>>().join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "insert into runs (job_id, executor_address, trigger_type, trigger_time, fire_time,
+                param, shard_index, shard_total, attempt, version, sha256, parent_run_id,
+                created_at, sharding_items, state, lease_owner, lease_until, fence, claimed_at)
+             values {values}
+             on conflict (job_id, fire_time, shard_index, attempt) where fire_time is not null
+                do nothing
+             returning id, {IDENTITY}"
+        )
+    });
+    let mut statement = Statement::new(sql);
     for Insert { run, claim, now_ms } in inserts {
         let (version, sha256) = match &run.version {
             Some((version, sha256)) => (Some(*version), Some(sha256.as_str())),

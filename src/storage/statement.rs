@@ -4,7 +4,8 @@
 //! the SQL both dialects accept; only the binding and the reading of rows differ.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 use sqlx::any::AnyRow;
@@ -62,13 +63,13 @@ impl rusqlite::ToSql for Arg<'_> {
 /// A statement's text and its arguments, in the order of its placeholders.
 #[derive(Debug)]
 pub(super) struct Statement<'a> {
-    pub sql: String,
+    pub sql: Arc<str>,
     pub args: Vec<Arg<'a>>,
 }
 
 impl<'a> Statement<'a> {
-    pub(super) fn new(sql: String) -> Self {
-        Statement { sql, args: Vec::new() }
+    pub(super) fn new(sql: impl Into<Arc<str>>) -> Self {
+        Statement { sql: sql.into(), args: Vec::new() }
     }
 
     /// Appends the next argument.
@@ -76,6 +77,31 @@ impl<'a> Statement<'a> {
         self.args.push(arg.into());
         self
     }
+}
+
+/// The text of generated statement `name` of `rows` rows for `exec`'s dialect: `build` makes
+/// it the first time, and it is kept. The group commit runs the same few shapes again and again
+/// (row counts are powers of two, see [`super::statement_sizes`]); building the text of
+/// thousands of placeholders each time was work on the SQLite writer's thread, which every
+/// commit waits for.
+pub(super) fn shaped(
+    exec: &Exec<'_>,
+    name: &'static str,
+    rows: usize,
+    build: impl FnOnce() -> String,
+) -> Arc<str> {
+    type Shapes = HashMap<(&'static str, usize, bool), Arc<str>>;
+    static SHAPES: LazyLock<Mutex<Shapes>> = LazyLock::new(Mutex::default);
+    let key = (name, rows, exec.placeholder()(1) == "?");
+    let cached = SHAPES.lock().ok().and_then(|shapes| shapes.get(&key).cloned());
+    if let Some(text) = cached {
+        return text;
+    }
+    let text: Arc<str> = build().into();
+    if let Ok(mut shapes) = SHAPES.lock() {
+        shapes.insert(key, text.clone());
+    }
+    text
 }
 
 /// Where statements run.

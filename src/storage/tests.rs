@@ -812,3 +812,84 @@ fn batched_statements_have_few_shapes_and_rounds_never_repeat_a_run() {
     assert_eq!(distinct_rounds([5, 6, 5, 7, 5]), [vec![0, 1, 3], vec![2], vec![4]]);
     assert!(distinct_rounds([]).is_empty());
 }
+
+/// Migration 0010 (the fire key over fires only) rebuilds SQLite's run table: every run stays
+/// as it was, the id sequence goes on after the highest id ever given, so a deleted run's id is
+/// not given again, and a fire is still created once while manual runs never conflict.
+#[tokio::test]
+async fn the_fire_key_migration_keeps_every_run_and_the_id_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let created = format!("sqlite:{}?mode=rwc", path.display());
+    let url = format!("sqlite:{}", path.display());
+    check_fire_key_migration("sqlite", &created, &url, dir.path()).await;
+    let Some(url) = super::testing::postgres_database("firekey").await.unwrap() else {
+        eprintln!("fire key migration: WASMJOB_TEST_POSTGRES_URL is unset, skipping PostgreSQL");
+        return;
+    };
+    check_fire_key_migration("postgres", &url, &url, dir.path()).await;
+    super::testing::drop_postgres_database(&url).await.unwrap();
+}
+
+/// Migrates the database at `url` to the schema before 0010, writes runs there, then connects
+/// as the admin does (which applies 0010) and checks what it finds.
+async fn check_fire_key_migration(
+    dialect: &str,
+    create_url: &str,
+    url: &str,
+    scratch: &std::path::Path,
+) {
+    let old = scratch.join(format!("{dialect}-before-0010"));
+    std::fs::create_dir_all(&old).unwrap();
+    let all = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations").join(dialect);
+    for entry in std::fs::read_dir(&all).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name().to_string_lossy().as_ref() < "0010" {
+            std::fs::copy(entry.path(), old.join(entry.file_name())).unwrap();
+        }
+    }
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(create_url).await.unwrap();
+    sqlx::migrate::Migrator::new(old.as_path()).await.unwrap().run(&pool).await.unwrap();
+    sqlx::raw_sql(
+        "insert into runs (job_id, trigger_type, trigger_time, fire_time, param, created_at, state)
+         values (1, 'CRON', 1000, 1000, 'a', 1, 'success'), (1, 'MANUAL', 2000, null, 'b', 2, 'failed'),
+            (1, 'MANUAL', 3000, null, 'c', 3, 'pending'), (1, 'MANUAL', 4000, null, 'd', 4, 'pending');
+         delete from runs where id = 4",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+
+    let db = Db::connect(url).await.unwrap();
+    let mut kept = Vec::new();
+    for id in 1..=4 {
+        let run = db.get_run(id).await.unwrap();
+        kept.push(run.map(|run| (run.id, run.fire_time_ms, run.param, run.state)));
+    }
+    assert_eq!(
+        kept,
+        vec![
+            Some((1, Some(1000), "a".to_owned(), RunState::Success)),
+            Some((2, None, "b".to_owned(), RunState::Failed)),
+            Some((3, None, "c".to_owned(), RunState::Pending)),
+            None,
+        ]
+    );
+    let mut manual = fire(1, 5000, 0);
+    (manual.trigger_type, manual.fire_time_ms) = (TriggerType::Manual, None);
+    let created = db.create_runs(&[manual.clone(), manual], 5).await.unwrap();
+    assert_eq!(
+        created,
+        vec![Some(5), Some(6)],
+        "manual runs never conflict, and id 4 is not reused"
+    );
+    let again = db.create_runs(&[fire(1, 1000, 0), fire(1, 1000, 1)], 6).await.unwrap();
+    // PostgreSQL's sequence moves on for the conflicting row too.
+    assert!(
+        again[0].is_none() && again[1].is_some_and(|id| id > 6),
+        "a fire's shard is created once: {again:?}"
+    );
+    db.close().await;
+}

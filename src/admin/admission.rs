@@ -17,7 +17,7 @@
 //! database, give or take one reuse window of creations per admin.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::now_ms;
 use crate::storage::Db;
@@ -49,28 +49,44 @@ pub struct Admission {
     seen: Mutex<Option<(i64, u64)>>,
     /// Whether the last call was refused.
     refusing: AtomicBool,
+    /// Held while the count is read again: callers that find it stale at once wait for that
+    /// one read instead of each reading it (under load, every trigger of the moment would).
+    rereading: tokio::sync::Mutex<()>,
+    /// How many times the count was read.
+    reads: AtomicU64,
 }
 
 impl Admission {
     /// A bound of `limit` unfinished runs over `db` (`None` admits everything).
     pub fn new(db: Db, limit: Option<u64>) -> Admission {
-        Admission { db, limit, seen: Mutex::new(None), refusing: AtomicBool::new(false) }
+        Admission {
+            db,
+            limit,
+            seen: Mutex::new(None),
+            refusing: AtomicBool::new(false),
+            rereading: tokio::sync::Mutex::new(()),
+            reads: AtomicU64::new(0),
+        }
     }
 
     /// Admits `runs` new runs, or says why not. With no bound this reads nothing.
     pub async fn admit(&self, runs: u64) -> Result<(), AdmitError> {
         let Some(limit) = self.limit else { return Ok(()) };
-        let now = now_ms();
-        let fresh = self
-            .seen
-            .lock()
-            .ok()
-            .and_then(|seen| *seen)
-            .filter(|(read_at, _)| now - read_at < REREAD_MS && *read_at <= now);
+        let mut now = now_ms();
+        let mut fresh = self.fresh(now);
+        // The guard is held to the end, so that the count read is in `seen` before another
+        // caller looks again.
+        let mut _rereading = None;
+        if fresh.is_none() {
+            _rereading = Some(self.rereading.lock().await);
+            now = now_ms();
+            fresh = self.fresh(now);
+        }
         let unfinished = match fresh {
             Some((_, count)) => count,
             None => {
                 let cap = i64::try_from(limit).unwrap_or(i64::MAX);
+                self.reads.fetch_add(1, Ordering::Relaxed);
                 let count = self.db.count_unfinished_runs(cap).await?;
                 u64::try_from(count).unwrap_or(0)
             }
@@ -87,6 +103,12 @@ impl Admission {
             Err(AdmitError::Overloaded(Overloaded { unfinished, limit, newly: !was_refusing }))
         }
     }
+
+    /// The count read at most [`REREAD_MS`] before `now`, with when it was read.
+    fn fresh(&self, now: i64) -> Option<(i64, u64)> {
+        let seen = self.seen.lock().ok().and_then(|seen| *seen);
+        seen.filter(|(read_at, _)| now - read_at < REREAD_MS && *read_at <= now)
+    }
 }
 
 /// Why [`Admission::admit`] did not admit.
@@ -98,4 +120,27 @@ pub enum AdmitError {
     /// The count could not be read.
     #[error(transparent)]
     Internal(#[from] crate::storage::StorageError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn callers_that_find_the_count_stale_together_share_one_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("admission.db").display());
+        let admission =
+            std::sync::Arc::new(Admission::new(Db::connect(&url).await.unwrap(), Some(50)));
+        let callers = (0..40).map(|_| {
+            let admission = admission.clone();
+            tokio::spawn(async move { admission.admit(1).await.is_ok() })
+        });
+        let admitted = futures_util::future::join_all(callers).await;
+        assert!(admitted.into_iter().all(|admitted| admitted.unwrap()), "40 of a bound of 50");
+        // Each finds no count and reads it without the lock; with it, the first reads and the
+        // others use its count (one more read only if the machine stalled past `REREAD_MS`).
+        let reads = admission.reads.load(Ordering::Relaxed);
+        assert!(reads <= 2, "40 callers read the count {reads} times");
+    }
 }

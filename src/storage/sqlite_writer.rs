@@ -40,7 +40,6 @@ impl SqliteWriter {
         conn.pragma_update(None, "foreign_keys", "on")?;
         conn.pragma_update(None, "synchronous", "normal")?;
         conn.pragma_update(None, "temp_store", "memory")?;
-        conn.pragma_update(None, "cache_size", -32768)?;
         conn.busy_timeout(Duration::from_secs(5))?;
         // One prepared statement per shape: the batch sizes are powers of two.
         conn.set_prepared_statement_cache_capacity(128);

@@ -118,6 +118,7 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         client: client.clone(),
         admin_urls: config.admin_urls.clone(),
         handlers_dir: config.handlers_dir.clone(),
+        resolving: Default::default(),
     };
     let workers = worker::Workers::new(worker::RunContext {
         runtime: runtime.clone(),

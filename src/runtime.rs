@@ -327,4 +327,4 @@ fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

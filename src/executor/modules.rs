@@ -2,10 +2,12 @@
 //! when this executor has not compiled it yet, or a `BEAN` component from the handlers dir.
 //!
 //! The runtime's cache verifies the digest of fetched bytes before compiling them and keeps the
-//! compiled artifact on disk, so a module is fetched and compiled once per executor.
+//! compiled artifact on disk, so a module is fetched and compiled once per executor: the runs
+//! that need a module this executor does not hold yet wait for one fetch of it.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use sha2::{Digest, Sha256};
@@ -23,6 +25,10 @@ pub struct Modules {
     pub(super) client: protocol::Client,
     pub(super) admin_urls: Vec<String>,
     pub(super) handlers_dir: Option<PathBuf>,
+    /// One lock per digest being resolved: the runs that need it while it is fetched and
+    /// compiled wait for that one resolution, then find it in memory. Without it, the first
+    /// runs of many jobs sharing a new module each fetched it from the admin.
+    pub(super) resolving: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
 impl Modules {
@@ -66,6 +72,30 @@ impl Modules {
     }
 
     async fn by_digest(&self, sha256: &str) -> anyhow::Result<CompiledJob> {
+        if let Some(job) = self.runtime.in_memory(sha256) {
+            crate::metrics::executor().module_lookup(true);
+            return Ok(job);
+        }
+        let flight = match self.resolving.lock() {
+            Ok(mut resolving) => resolving.entry(sha256.to_owned()).or_default().clone(),
+            Err(_) => anyhow::bail!("the module resolution lock is poisoned"),
+        };
+        let resolved = {
+            let _flight = flight.lock().await;
+            self.resolve_digest(sha256).await
+        };
+        // A run arriving after this finds the module in memory, or resolves it anew on error.
+        if let Ok(mut resolving) = self.resolving.lock()
+            && resolving.get(sha256).is_some_and(|held| Arc::ptr_eq(held, &flight))
+        {
+            resolving.remove(sha256);
+        }
+        resolved
+    }
+
+    /// [`Modules::by_digest`] for the run that holds the digest's lock: from memory (a run
+    /// that held it before resolved it), the disk cache, or the admin.
+    async fn resolve_digest(&self, sha256: &str) -> anyhow::Result<CompiledJob> {
         // Compiled modules are nearly always in memory: a blocking thread only for the disk.
         let cached = match self.runtime.in_memory(sha256) {
             Some(job) => Some(job),
@@ -113,4 +143,64 @@ fn is_handler_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 128
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::runtime::RuntimeConfig;
+
+    /// The first runs of many jobs that share a module this executor does not hold yet: one
+    /// fetches it from the admin (here a stand-in for the admin's module route, counting its
+    /// requests), and the others wait and find it compiled.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn runs_that_need_a_new_module_together_fetch_it_once() {
+        let wat = crate::runtime::tests::job_wat(1, "", "");
+        let sha256 = hex::encode(Sha256::digest(wat.as_bytes()));
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let served = (fetches.clone(), wat);
+        let route = axum::routing::get(move || {
+            let (fetches, wat) = served.clone();
+            async move {
+                fetches.fetch_add(1, Ordering::Relaxed);
+                // Slow enough that every run asks while the first fetch is under way.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                wat
+            }
+        });
+        let admin = axum::Router::new().route("/api/modules/{sha256}", route);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin_url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, admin).await });
+        let dir = tempfile::tempdir().unwrap();
+        let config =
+            RuntimeConfig { cache_dir: Some(dir.path().to_owned()), ..RuntimeConfig::default() };
+        let modules = Modules {
+            runtime: Arc::new(Runtime::new(config).unwrap()),
+            client: protocol::Client::new(
+                "a-test-access-token-0123456789",
+                Duration::from_secs(10),
+            )
+            .unwrap(),
+            admin_urls: vec![admin_url],
+            handlers_dir: None,
+            resolving: Default::default(),
+        };
+        let runs = (0..16).map(|_| {
+            let (modules, sha256) = (modules.clone(), sha256.clone());
+            tokio::spawn(async move {
+                let job = modules.resolve(GLUE_WASM, &sha256, "").await.unwrap();
+                job.sha256.to_string()
+            })
+        });
+        for resolved in futures_util::future::join_all(runs).await {
+            assert_eq!(resolved.unwrap(), sha256);
+        }
+        assert_eq!(fetches.load(Ordering::Relaxed), 1);
+        assert_eq!(modules.runtime.cache_stats().compiled, 1);
+        assert!(modules.resolving.lock().unwrap().is_empty(), "no lock is left behind");
+    }
 }

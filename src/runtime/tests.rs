@@ -12,7 +12,7 @@ use super::*;
 
 /// A job-world component whose `run` executes `body`, then returns `ok("done")`.
 /// `extra` adds core functions; `pages` is the initial memory size.
-fn job_wat(pages: u32, body: &str, extra: &str) -> String {
+pub(crate) fn job_wat(pages: u32, body: &str, extra: &str) -> String {
     format!(
         r#"(component
   (type $trigger_def (record

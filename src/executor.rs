@@ -18,6 +18,7 @@
 //! It never imports `admin`: it speaks to an admin (ours or XXL-JOB's) only through `protocol`.
 
 mod batched;
+mod group_sync;
 mod heartbeat;
 mod http;
 mod journal;

@@ -16,7 +16,8 @@
 //! more than that window after its first send; that is the contract that makes forgetting safe.
 //!
 //! Syncs are shared: concurrent acceptances append under one lock and the first of them to
-//! reach [`Journal::sync`] makes all appended lines durable with one `sync_data` (group commit).
+//! reach [`Journal::sync`] makes all appended lines durable with one `sync_data` (group commit,
+//! paced by `group_sync.rs`: under load, at most one sync every few milliseconds).
 //! A failed sync breaks the journal for the life of the process: after an IO error the kernel
 //! may have dropped the dirty pages and a later sync can succeed without them, so this executor
 //! refuses new runs until it is restarted rather than promise what it cannot keep.
@@ -30,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::group_sync::GroupSync;
 use crate::protocol::run_reply;
 
 /// How long an accepted `logId` is remembered (on disk, and in memory after its run ended).
@@ -114,8 +116,8 @@ pub struct LostRun {
 pub struct Journal {
     dir: PathBuf,
     state: Mutex<State>,
-    /// The last ticket known durable; held while syncing so that waiters queue behind one sync.
-    synced: Mutex<u64>,
+    /// How far the lines are durable (tickets are line numbers).
+    synced: GroupSync,
 }
 
 struct State {
@@ -209,7 +211,7 @@ impl Journal {
             }
         }
         state.forget_before(now_ms);
-        let journal = Journal { dir, state: Mutex::new(state), synced: Mutex::new(0) };
+        let journal = Journal { dir, state: Mutex::new(state), synced: GroupSync::default() };
         Ok((journal, lost))
     }
 
@@ -240,26 +242,27 @@ impl Journal {
 
     /// Returns once the line of `ticket` (and every line before it) is on disk.
     pub fn sync(&self, ticket: Ticket) -> Result<(), JournalError> {
-        let mut synced = self.synced.lock().map_err(|_| JournalError::Poisoned)?;
-        if *synced >= ticket.0 {
-            return Ok(());
-        }
-        let (target, file) = {
-            let state = self.state.lock().map_err(|_| JournalError::Poisoned)?;
-            if state.broken {
-                return Err(JournalError::Broken);
-            }
-            (state.written, state.segment.file.clone())
-        };
-        // Lines of earlier segments were synced when their segment was closed.
-        if let Err(source) = file.sync_data() {
-            if let Ok(mut state) = self.state.lock() {
-                state.broken = true;
-            }
-            return Err(io(&self.dir, source));
-        }
-        *synced = target;
-        Ok(())
+        self.synced.sync_through(
+            ticket.0,
+            || JournalError::Poisoned,
+            || {
+                let (target, file) = {
+                    let state = self.state.lock().map_err(|_| JournalError::Poisoned)?;
+                    if state.broken {
+                        return Err(JournalError::Broken);
+                    }
+                    (state.written, state.segment.file.clone())
+                };
+                // Lines of earlier segments were synced when their segment was closed.
+                if let Err(source) = file.sync_data() {
+                    if let Ok(mut state) = self.state.lock() {
+                        state.broken = true;
+                    }
+                    return Err(io(&self.dir, source));
+                }
+                Ok(target)
+            },
+        )
     }
 
     /// Records that the runs `log_ids` are about to run, with one write.

@@ -5,7 +5,8 @@
 //! returns once its lines are synced (the workers push the results of many runs at once).
 //! Syncs are shared: concurrent pushes append under one lock
 //! and the first of them to sync makes every line appended so far durable with one
-//! `sync_data` (group commit), so a burst of results costs a few syncs, not two per result.
+//! `sync_data` (group commit, paced by `group_sync.rs`), so a burst of results costs a few
+//! syncs, not two per result.
 //! A process killed between a run's end and its delivery loses nothing: the next start delivers
 //! it (a power cut too, as far as the disk honours `sync_data`). An acknowledgement appends an `ack <logId>` line (not synced: a result
 //! delivered twice is harmless, the admin applies a result at most once). A segment rotates
@@ -36,6 +37,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::group_sync::GroupSync;
 use super::heartbeat::AdminLink;
 use crate::protocol::{self, CallbackList, Generation, HandleCallbackParam, ProtocolError};
 
@@ -65,8 +67,8 @@ pub struct Outbox {
 struct Inner {
     dir: PathBuf,
     state: Mutex<State>,
-    /// The last line known durable; held while syncing so that waiters queue behind one sync.
-    synced: Mutex<u64>,
+    /// How far the lines are durable.
+    synced: GroupSync,
     notify: Notify,
 }
 
@@ -200,8 +202,12 @@ impl Outbox {
         for (result, home) in results {
             state.insert(result, home);
         }
-        let inner =
-            Inner { dir, state: Mutex::new(state), synced: Mutex::new(0), notify: Notify::new() };
+        let inner = Inner {
+            dir,
+            state: Mutex::new(state),
+            synced: GroupSync::default(),
+            notify: Notify::new(),
+        };
         Ok(Outbox { inner: Arc::new(inner) })
     }
 
@@ -281,27 +287,24 @@ impl Outbox {
     /// Returns once line `line` (and every line before it) is on disk.
     fn sync(&self, line: u64) -> Result<(), (PathBuf, std::io::Error)> {
         let poisoned = || (self.inner.dir.clone(), std::io::Error::other("outbox lock poisoned"));
-        let mut synced = self.inner.synced.lock().map_err(|_| poisoned())?;
-        if *synced >= line {
-            return Ok(());
-        }
-        let (target, file, seq) = {
-            let state = self.inner.state.lock().map_err(|_| poisoned())?;
-            let Some(writer) = &state.writer else {
-                let broken = std::io::Error::other("an earlier write or sync failed");
-                return Err((self.inner.dir.clone(), broken));
+        self.inner.synced.sync_through(line, poisoned, || {
+            let (target, file, seq) = {
+                let state = self.inner.state.lock().map_err(|_| poisoned())?;
+                let Some(writer) = &state.writer else {
+                    let broken = std::io::Error::other("an earlier write or sync failed");
+                    return Err((self.inner.dir.clone(), broken));
+                };
+                (state.written, writer.file.clone(), writer.seq)
             };
-            (state.written, writer.file.clone(), writer.seq)
-        };
-        // Lines of earlier segments were synced when their segment was closed.
-        if let Err(source) = file.sync_data() {
-            if let Ok(mut state) = self.inner.state.lock() {
-                state.writer = None;
+            // Lines of earlier segments were synced when their segment was closed.
+            if let Err(source) = file.sync_data() {
+                if let Ok(mut state) = self.inner.state.lock() {
+                    state.writer = None;
+                }
+                return Err((segment_path(&self.inner.dir, seq), source));
             }
-            return Err((segment_path(&self.inner.dir, seq), source));
-        }
-        *synced = target;
-        Ok(())
+            Ok(target)
+        })
     }
 
     /// The handle code of the stored result of run `log_id`, if one waits here.

@@ -263,7 +263,7 @@ fn concurrent_pushes_share_syncs_and_all_survive_a_restart() {
             });
         }
     });
-    assert_eq!(*outbox.inner.synced.lock().unwrap(), 400);
+    assert_eq!(outbox.inner.synced.through(), 400);
     drop(outbox);
     let outbox = Outbox::open(outbox_dir).unwrap();
     assert_eq!(outbox.pending_ids().len(), 400);
@@ -279,7 +279,7 @@ fn a_batch_is_stored_with_its_lines_synced_across_a_segment_rotation() {
     let stored = outbox.push_all(&results);
     assert_eq!(stored.len(), results.len());
     assert!(stored.iter().all(Result::is_ok));
-    assert_eq!(*outbox.inner.synced.lock().unwrap(), count as u64);
+    assert_eq!(outbox.inner.synced.through(), count as u64);
     drop(outbox);
     assert_eq!(names(&outbox_dir), ["quarantine", "results-1.log", "results-2.log"]);
     let outbox = Outbox::open(outbox_dir).unwrap();

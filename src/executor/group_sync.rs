@@ -16,6 +16,7 @@
 //! It knows nothing of what the lines say, and it does not write them.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The least time from the start of one sync of a file to the start of the next.
@@ -26,6 +27,9 @@ pub const SYNC_PACE: Duration = Duration::from_millis(5);
 pub struct GroupSync {
     /// Held while syncing, so that callers queue behind one sync.
     progress: Mutex<Progress>,
+    /// The number of the last line known durable, readable without waiting for a sync under
+    /// way: a caller whose line is durable already returns at once.
+    durable: AtomicU64,
 }
 
 #[derive(Default)]
@@ -48,6 +52,9 @@ impl GroupSync {
         poisoned: impl FnOnce() -> E,
         sync: impl FnOnce() -> Result<u64, E>,
     ) -> Result<(), E> {
+        if self.durable.load(Ordering::Acquire) >= line {
+            return Ok(());
+        }
         let Ok(mut progress) = self.progress.lock() else { return Err(poisoned()) };
         if progress.through >= line {
             return Ok(());
@@ -59,20 +66,21 @@ impl GroupSync {
         }
         progress.started = Some(Instant::now());
         progress.through = progress.through.max(sync()?);
+        self.durable.store(progress.through, Ordering::Release);
         Ok(())
     }
 
     /// The number of the last line known durable.
     #[cfg(test)]
     pub fn through(&self) -> u64 {
-        self.progress.lock().map(|progress| progress.through).unwrap_or(0)
+        self.durable.load(Ordering::Acquire)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
 
     use super::*;
 

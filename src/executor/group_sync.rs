@@ -62,6 +62,10 @@ impl GroupSync {
         if let Some(wait) =
             progress.started.and_then(|started| SYNC_PACE.checked_sub(started.elapsed()))
         {
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "its callers sync files, so they are on blocking threads already"
+            )]
             std::thread::sleep(wait);
         }
         progress.started = Some(Instant::now());

@@ -25,19 +25,11 @@ pub const SYNC_PACE: Duration = Duration::from_millis(5);
 /// How far a file's lines are durable, and when its last sync started.
 #[derive(Default)]
 pub struct GroupSync {
-    /// Held while syncing, so that callers queue behind one sync.
-    progress: Mutex<Progress>,
+    /// When the last sync started; held while syncing, so that callers queue behind one sync.
+    started: Mutex<Option<Instant>>,
     /// The number of the last line known durable, readable without waiting for a sync under
     /// way: a caller whose line is durable already returns at once.
     durable: AtomicU64,
-}
-
-#[derive(Default)]
-struct Progress {
-    /// The number of the last line known durable.
-    through: u64,
-    /// When the last sync started.
-    started: Option<Instant>,
 }
 
 impl GroupSync {
@@ -55,22 +47,20 @@ impl GroupSync {
         if self.durable.load(Ordering::Acquire) >= line {
             return Ok(());
         }
-        let Ok(mut progress) = self.progress.lock() else { return Err(poisoned()) };
-        if progress.through >= line {
+        let Ok(mut started) = self.started.lock() else { return Err(poisoned()) };
+        // The sync this caller queued behind may have covered its line.
+        if self.durable.load(Ordering::Acquire) >= line {
             return Ok(());
         }
-        if let Some(wait) =
-            progress.started.and_then(|started| SYNC_PACE.checked_sub(started.elapsed()))
-        {
+        if let Some(wait) = started.and_then(|started| SYNC_PACE.checked_sub(started.elapsed())) {
             #[expect(
                 clippy::disallowed_methods,
                 reason = "its callers sync files, so they are on blocking threads already"
             )]
             std::thread::sleep(wait);
         }
-        progress.started = Some(Instant::now());
-        progress.through = progress.through.max(sync()?);
-        self.durable.store(progress.through, Ordering::Release);
+        *started = Some(Instant::now());
+        self.durable.fetch_max(sync()?, Ordering::AcqRel);
         Ok(())
     }
 

@@ -2,7 +2,7 @@
 //!
 //! It starts the real binary as an admin and an executor on 127.0.0.1 (SQLite in a temp dir,
 //! or a fresh PostgreSQL database with `--postgres` and `WASMJOB_TEST_POSTGRES_URL`), sets up
-//! jobs through the operator API with the sample job `hello`, drives a workload and reads the
+//! jobs through the operator API with a sample job (`hello`), drives a workload and reads the
 //! run table afterwards. It prints one `name: value` line per figure:
 //!
 //! - (a) `--jobs` jobs (2,000) firing every second for `--secs` (60): `fires_per_sec`,
@@ -27,6 +27,8 @@
 //! `--workload` picks some of `a`, `b`, `c` (default all); `--binary` runs another build of
 //! wasmjob, so that two versions can be measured side by side (its database schema must have
 //! `handle_time`, `trigger_time` and `fire_time`; figures the older schema lacks print as `n/a`).
+//! `--sample` names the sample job the jobs run (default `hello`): `legacy_hello` (the crate `legacy-hello`), built against
+//! the job world as first released, is the one a build older than the `sharding` import accepts.
 
 #![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly")]
@@ -60,6 +62,7 @@ struct Args {
     postgres: bool,
     standalone: bool,
     binary: PathBuf,
+    sample: String,
 }
 
 fn args() -> Args {
@@ -75,6 +78,7 @@ fn args() -> Args {
         postgres: false,
         standalone: false,
         binary: PathBuf::from(env!("CARGO_BIN_EXE_wasmjob")),
+        sample: "hello".to_owned(),
     };
     let mut words = std::env::args().skip(1);
     while let Some(word) = words.next() {
@@ -91,6 +95,7 @@ fn args() -> Args {
             "--binary" => args.binary = PathBuf::from(value()),
             "--postgres" => args.postgres = true,
             "--standalone" => args.standalone = true,
+            "--sample" => args.sample = value(),
             // cargo bench passes `--bench`.
             _ => {}
         }
@@ -126,7 +131,7 @@ struct Platform {
     http: reqwest::Client,
     db_url: String,
     postgres_url: Option<String>,
-    hello: Vec<u8>,
+    component: Vec<u8>,
     _dir: tempfile::TempDir,
 }
 
@@ -203,7 +208,7 @@ impl Platform {
             http,
             db_url,
             postgres_url,
-            hello: sample_jobs::sample_job("hello"),
+            component: sample_jobs::sample_job(&args.sample),
             _dir: dir,
         };
         platform
@@ -243,18 +248,18 @@ impl Platform {
         reply.json().await.unwrap_or(Value::Null)
     }
 
-    /// Creates `count` jobs with `body` (and the `hello` component when `with_version`);
+    /// Creates `count` jobs with `body` (and the sample component when `with_version`);
     /// returns their ids.
     async fn create_jobs(&self, count: usize, body: Value, with_version: bool) -> Vec<i64> {
         let next = Arc::new(AtomicUsize::new(0));
         let mut tasks = Vec::new();
         for _ in 0..16 {
-            let (next, body, http, api, hello) = (
+            let (next, body, http, api, component) = (
                 next.clone(),
                 body.clone(),
                 self.http.clone(),
                 self.api.clone(),
-                self.hello.clone(),
+                self.component.clone(),
             );
             tasks.push(tokio::spawn(async move {
                 let mut ids = Vec::new();
@@ -275,7 +280,7 @@ impl Platform {
                             .post(format!("{api}/api/v1/jobs/{id}/versions"))
                             .bearer_auth(ADMIN_TOKEN)
                             .header("content-type", "application/wasm")
-                            .body(hello.clone())
+                            .body(component.clone())
                             .send()
                             .await
                             .unwrap();

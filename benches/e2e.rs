@@ -27,8 +27,9 @@
 //! `--workload` picks some of `a`, `b`, `c` (default all); `--binary` runs another build of
 //! wasmjob, so that two versions can be measured side by side (its database schema must have
 //! `handle_time`, `trigger_time` and `fire_time`; figures the older schema lacks print as `n/a`).
-//! `--sample` names the sample job the jobs run (default `hello`): `legacy_hello` (the crate `legacy-hello`), built against
-//! the job world as first released, is the one a build older than the `sharding` import accepts.
+//! `--sample` names the sample job the jobs run (default `hello`): `legacy_hello` (the crate
+//! `legacy-hello`), built against the job world as first released, is the one a build older
+//! than the `sharding` import accepts.
 
 #![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly")]

@@ -136,6 +136,19 @@ struct Platform {
     _dir: tempfile::TempDir,
 }
 
+/// A bench that fails (a panic, a refused upload) leaves no process behind to skew the next
+/// measurement: what `stop` did not end is killed here.
+impl Drop for Platform {
+    fn drop(&mut self) {
+        for child in self.executor.iter_mut().chain(std::iter::once(&mut self.admin)) {
+            if child.try_wait().ok().flatten().is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
 impl Platform {
     async fn start(args: &Args) -> Platform {
         let dir = tempfile::tempdir().unwrap();

@@ -40,6 +40,7 @@ impl SqliteWriter {
         conn.pragma_update(None, "foreign_keys", "on")?;
         conn.pragma_update(None, "synchronous", "normal")?;
         conn.pragma_update(None, "temp_store", "memory")?;
+        conn.pragma_update(None, "wal_autocheckpoint", super::CHECKPOINT_PAGES)?;
         conn.busy_timeout(Duration::from_secs(5))?;
         // One prepared statement per shape: the batch sizes are powers of two.
         conn.set_prepared_statement_cache_capacity(128);

@@ -581,6 +581,24 @@ async fn concurrent_writers_commit_together_and_fail_alone() {
 }
 
 #[tokio::test]
+async fn every_sqlite_connection_checkpoints_at_the_same_wal_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let db =
+        Db::connect(&format!("sqlite:{}", dir.path().join("test.db").display())).await.unwrap();
+    let pages = |row: sqlx::any::AnyRow| sqlx::Row::get::<i64, _>(&row, 0);
+    let pool = sqlx::query("pragma wal_autocheckpoint").fetch_one(&db.pool).await.unwrap();
+    let writer = sqlx::query("pragma wal_autocheckpoint").fetch_one(db.writer()).await.unwrap();
+    let group_commit = db.sqlite_writer.as_ref().unwrap();
+    let group_commit = group_commit
+        .run(|conn| conn.query_row("pragma wal_autocheckpoint", [], |row| row.get::<_, i64>(0)))
+        .await
+        .unwrap()
+        .unwrap();
+    let expected = i64::from(CHECKPOINT_PAGES);
+    assert_eq!((pages(pool), pages(writer), group_commit), (expected, expected, expected));
+}
+
+#[tokio::test]
 async fn a_claimed_fire_creates_its_runs_held_by_the_dispatcher() {
     each_backend("claimed_fire", |db| async move {
         let group = db.ensure_group("default", "Default", 0).await.unwrap();

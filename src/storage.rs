@@ -23,13 +23,6 @@ mod sqlite_writer;
 mod statement;
 mod users;
 
-/// On SQLite, how many pages the WAL holds before the commit that passes it copies them back into
-/// the database file (a checkpoint, with a sync of both files). The commit's writer does it, so
-/// writes queue behind it: at SQLite's default of 1,000 pages, under load that was every few
-/// hundred runs. At 8,000 (a WAL of about 32 MiB, whose file is kept for reuse) a page written
-/// again and again between two checkpoints is copied once.
-const CHECKPOINT_PAGES: u32 = 8_000;
-
 use std::str::FromStr;
 
 use anyhow::Context;
@@ -47,6 +40,13 @@ pub use self::registry::RegisteredPeer;
 pub use self::reports::{DAY_MS, DayCounts};
 pub use self::runs::{Claim, NewRun, RunFilter, RunPage};
 pub use self::users::{ApiToken, Session, User};
+
+/// On SQLite, how many pages the WAL holds before the commit that passes it copies them back into
+/// the database file (a checkpoint, with a sync of both files). The commit's writer does it, so
+/// writes queue behind it: at SQLite's default of 1,000 pages, under load that was every few
+/// hundred runs. At 8,000 (a WAL of about 32 MiB, whose file is kept for reuse) a page written
+/// again and again between two checkpoints is copied once.
+const CHECKPOINT_PAGES: u32 = 8_000;
 
 /// Which database is behind a [`Db`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

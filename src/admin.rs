@@ -1,7 +1,8 @@
 //! The admin (scheduling centre): operator REST API, executor-facing API, scheduler, dispatch.
 //!
-//! [`start`] connects the database, binds the listener (port 0 works) and starts the scheduler
-//! and monitor loops; the returned [`Admin`] knows its bound address and stops gracefully.
+//! [`start`] binds the listener (port 0 works), connects the database (answering probes while it
+//! waits for it) and starts the scheduler and monitor loops; the returned [`Admin`] knows its
+//! bound address and stops gracefully.
 //! It never imports `executor`: executors, ours or XXL-JOB's, are reached only through `protocol`.
 
 mod accounts;
@@ -15,19 +16,23 @@ mod report;
 mod scheduler;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::Router;
+use axum::extract::Request;
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 use tracing::Instrument;
 
 use crate::config::AdminConfig;
 use crate::protocol;
+use crate::readiness::Pulse;
 use crate::runtime::{Runtime, RuntimeConfig};
-use crate::storage::Db;
+use crate::storage::{Db, Unavailable};
 
 pub use self::accounts::create_user_from_cli;
 pub use self::dispatch::{Dispatcher, RESULT_GRACE_MS};
@@ -55,6 +60,8 @@ pub struct AppState {
     pub log_feeds: http::stream::Feeds,
     /// The bound on unfinished runs that fires and triggers wait for.
     pub admission: Arc<admission::Admission>,
+    /// When the scheduler loop last completed a pass (`/readyz`).
+    pub scheduler_pulse: Arc<Pulse>,
 }
 
 impl AppState {
@@ -86,6 +93,7 @@ impl AppState {
             validated_modules: Arc::default(),
             scheduler_wake: Arc::new(Notify::new()),
             log_feeds: http::stream::Feeds::default(),
+            scheduler_pulse: Arc::default(),
         })
     }
 }
@@ -108,9 +116,15 @@ pub async fn run(config: AdminConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Connects, binds and starts the admin's tasks.
+/// Binds, connects and starts the admin's tasks.
+///
+/// The listener is bound first: until the database answers, the admin serves `/healthz`, and
+/// `/readyz` with 503 and the last connection error (`http::health::waiting`), and tries again
+/// every [`CONNECT_RETRY`], so that a service manager or an orchestrator can start admins before
+/// their database. A database that answers but cannot be used (its schema is newer than this
+/// build, a migration fails) stops the start with that error. `admin listening on` is logged
+/// once the whole API serves.
 pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
-    let db = Db::connect(&config.database_url).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding the admin API to {}", config.listen))?;
@@ -120,12 +134,19 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
         None => None,
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
-    tracing::info!("admin listening on {scheme}://{local_addr}");
-    let state = AppState::new(db, config)?;
     let shutdown = CancellationToken::new();
-    let app = http::router(state.clone()).layer(tower_http::trace::TraceLayer::new_for_http());
+    let last_error = Arc::new(std::sync::Mutex::new(String::new()));
+    let api: Arc<OnceLock<Router>> = Arc::default();
+    let app = {
+        let waiting = http::health::waiting(last_error.clone());
+        let api = api.clone();
+        Router::new().fallback_service(tower::service_fn(move |request: Request| {
+            let router = api.get().unwrap_or(&waiting).clone();
+            router.oneshot(request)
+        }))
+    };
     let server_shutdown = shutdown.clone();
-    let mut tasks = vec![tokio::spawn(
+    let server = tokio::spawn(
         async move {
             let stopped = async move { server_shutdown.cancelled().await };
             let served = crate::tls::serve(listener, tls, app, stopped).await;
@@ -134,7 +155,20 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
             }
         }
         .instrument(tracing::info_span!("admin_http")),
-    )];
+    );
+    let db = match connect(&config.database_url, &last_error, scheme, local_addr).await {
+        Ok(db) => db,
+        Err(error) => {
+            shutdown.cancel();
+            let _ = server.await;
+            return Err(error);
+        }
+    };
+    let state = AppState::new(db, config)?;
+    let router = http::router(state.clone()).layer(tower_http::trace::TraceLayer::new_for_http());
+    let _ = api.set(router);
+    tracing::info!("admin listening on {scheme}://{local_addr}");
+    let mut tasks = vec![server];
     tasks.push(tokio::spawn(
         scheduler::run(state.clone(), shutdown.clone())
             .instrument(tracing::info_span!("scheduler")),
@@ -150,6 +184,40 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
         report::run(state.db.clone(), shutdown.clone()).instrument(tracing::info_span!("report")),
     ));
     Ok(Admin { local_addr, state, shutdown, tasks })
+}
+
+/// How long the admin waits between two attempts to reach its database at start.
+pub const CONNECT_RETRY: Duration = Duration::from_secs(1);
+
+/// Connects to the database, trying again while it does not answer; each failure is logged
+/// (the first as a warning, then every tenth) and kept in `last_error` for `/readyz`.
+async fn connect(
+    url: &str,
+    last_error: &std::sync::Mutex<String>,
+    scheme: &str,
+    local_addr: SocketAddr,
+) -> anyhow::Result<Db> {
+    let mut attempt = 0u64;
+    loop {
+        match Db::connect(url).await {
+            Ok(db) => return Ok(db),
+            Err(error) if error.downcast_ref::<Unavailable>().is_some() => {
+                if attempt.is_multiple_of(10) {
+                    tracing::warn!(
+                        error = format!("{error:#}"),
+                        "waiting for the database (/healthz and /readyz answer at \
+                         {scheme}://{local_addr} meanwhile)"
+                    );
+                }
+                if let Ok(mut last) = last_error.lock() {
+                    *last = format!("{error:#}");
+                }
+                attempt += 1;
+                tokio::time::sleep(CONNECT_RETRY).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
 }
 
 impl Admin {

@@ -38,6 +38,7 @@ use tracing::Instrument;
 
 use crate::config::ExecutorConfig;
 use crate::protocol;
+use crate::readiness::Pulse;
 use crate::runtime::{CacheStats, Level, PoolConfig, Runtime, RuntimeConfig};
 
 pub use self::journal::RESEND_WINDOW;
@@ -131,10 +132,14 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         held_bytes: Default::default(),
     });
     let shutdown = CancellationToken::new();
+    let registered = Arc::new(Pulse::default());
     let state = http::ExecutorState {
         workers: workers.clone(),
         logs: logs.clone(),
         access_token: Arc::from(config.access_token.as_str()),
+        registered: registered.clone(),
+        registered_max_age_ms: 3 * i64::try_from(config.heartbeat_interval.as_millis())
+            .unwrap_or(30_000),
     };
     let app = http::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
     let server_shutdown = shutdown.clone();
@@ -167,6 +172,7 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
             heartbeat::param(&config.app_name, &address),
             heartbeat::Held { journal, outbox: outbox.clone() },
             config.heartbeat_interval,
+            registered,
             heartbeat_stop.clone(),
         )
         .instrument(tracing::info_span!("heartbeat")),

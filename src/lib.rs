@@ -13,6 +13,7 @@
 //!   Prometheus metrics.
 //! - `client_cli`: the REST API's command-line client (`wasmjob job|run|log|…`).
 //! - `tls`: serving the APIs over plain HTTP or rustls.
+//! - `readiness`: what `/readyz` answers, on the admin and the executor.
 //! - `failpoint`: named crash points for the fault tests.
 //!
 //! `admin` and `executor` never import each other; `main` wires both for `standalone`.
@@ -29,6 +30,7 @@ pub mod metrics;
 pub mod model;
 pub mod netpolicy;
 pub mod protocol;
+pub mod readiness;
 pub mod routing;
 pub mod runtime;
 pub mod schedule;

@@ -473,6 +473,11 @@ pub struct Registration {
     pub address: String,
     /// The last heartbeat (ms).
     pub updated_at_ms: i64,
+    /// What answers there, as its last registration showed (`wasmjob`, `xxl-job`,
+    /// `xxl-job-3.5`); empty when unknown.
+    pub peer_kind: String,
+    /// The version it reported at its last registration; empty when it reported none.
+    pub version: String,
 }
 
 #[cfg(test)]

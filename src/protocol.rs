@@ -287,6 +287,11 @@ pub struct RegistryParam {
     /// that instant, so an admin may send scheduled runs ahead of their instant.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub holds_triggers: Option<bool>,
+    /// wasmjob: the executor's version (`0.1.0`), shown by the admin beside the executor so
+    /// that a rolling upgrade can be followed. XXL-JOB executors do not send it; XXL-JOB admins
+    /// ignore it, as Java's JSON readers ignore every field they do not know.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// What a wasmjob executor answers in `content` to `/run` (an XXL-JOB executor sends nothing).

@@ -26,8 +26,9 @@ mod users;
 use std::str::FromStr;
 
 use anyhow::Context;
-use sqlx::AnyPool;
 use sqlx::any::AnyPoolOptions;
+use sqlx::migrate::Migrator;
+use sqlx::{AnyPool, Row};
 
 pub use self::alarms::{
     AlarmDelivery, AlarmEvent, AlarmWebhook, DeliveryOutcome, EXECUTOR_LOST, NewAlarmWebhook,
@@ -36,7 +37,7 @@ pub use self::alarms::{
 pub use self::audit::{AuditEntry, AuditPage, AuditRecord};
 pub use self::jobs::{Fire, Fired};
 pub use self::modules::NewVersion;
-pub use self::registry::RegisteredPeer;
+pub use self::registry::{Peer, RegisteredPeer};
 pub use self::reports::{DAY_MS, DayCounts};
 pub use self::runs::{Claim, NewRun, RunFilter, RunPage};
 pub use self::users::{ApiToken, Session, User};
@@ -87,6 +88,23 @@ impl StorageError {
             _ => false,
         }
     }
+}
+
+/// Why [`Db::schema_check`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    /// The database did not answer.
+    #[error("the database did not answer: {0}")]
+    Unavailable(sqlx::Error),
+    /// The applied migrations are not this build's (versions listed; equal versions with a
+    /// different checksum list alike).
+    #[error("applied migrations {applied:?} are not this build's {expected:?}")]
+    Differs {
+        /// The versions applied to the database.
+        applied: Vec<i64>,
+        /// The versions this build applies.
+        expected: Vec<i64>,
+    },
 }
 
 /// The result of a storage call.
@@ -148,21 +166,19 @@ impl Db {
                 Ok(())
             })
         });
-        let pool = options
-            .clone()
-            .max_connections(max_connections)
-            .connect(&url)
-            .await
-            .with_context(|| format!("connecting to {}", redact(&url)))?;
-        match dialect {
-            Dialect::Sqlite => {
-                // WAL lets the scheduler write while the API reads; it is a property of the
-                // file, so setting it once per connect is enough.
-                sqlx::query("pragma journal_mode = wal").execute(&pool).await?;
-                sqlx::migrate!("migrations/sqlite").run(&pool).await?;
+        let pool = match options.clone().max_connections(max_connections).connect(&url).await {
+            Ok(pool) => pool,
+            Err(error) => {
+                let error = anyhow::Error::new(Unavailable(error));
+                return Err(error.context(format!("connecting to {}", redact(&url))));
             }
-            Dialect::Postgres => sqlx::migrate!("migrations/postgres").run(&pool).await?,
+        };
+        if dialect == Dialect::Sqlite {
+            // WAL lets the scheduler write while the API reads; it is a property of the file,
+            // so setting it once per connect is enough.
+            sqlx::query("pragma journal_mode = wal").execute(&pool).await?;
         }
+        migrate(&pool, dialect).await?;
         let writer = match dialect {
             Dialect::Sqlite => options
                 .max_connections(1)
@@ -192,10 +208,91 @@ impl Db {
         self.dialect
     }
 
+    /// Whether the database answers and holds exactly the migrations this build applies
+    /// (same versions, same checksums): `Ok` if so, else what differs. A readiness check; the
+    /// schema can change under a running admin only when another admin of the database, of
+    /// another build, migrates it.
+    pub async fn schema_check(&self) -> std::result::Result<(), SchemaError> {
+        let rows = sqlx::query(
+            "select version, checksum from _sqlx_migrations where success order by version",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(SchemaError::Unavailable)?;
+        let mut applied = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let version: i64 = row.try_get("version").map_err(SchemaError::Unavailable)?;
+            let checksum: Vec<u8> = row.try_get("checksum").map_err(SchemaError::Unavailable)?;
+            applied.push((version, checksum));
+        }
+        let expected: Vec<(i64, Vec<u8>)> = migrator(self.dialect)
+            .iter()
+            .map(|migration| (migration.version, migration.checksum.to_vec()))
+            .collect();
+        if applied == expected {
+            return Ok(());
+        }
+        let versions = |list: &[(i64, Vec<u8>)]| list.iter().map(|(v, _)| *v).collect::<Vec<_>>();
+        Err(SchemaError::Differs { applied: versions(&applied), expected: versions(&expected) })
+    }
+
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
         self.writer.close().await;
         self.pool.close().await;
+    }
+}
+
+/// The migrations this build applies, per dialect: the schema it expects.
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
+
+/// The database did not answer a connection (not listening, not created yet, login refused):
+/// trying again later may work. [`Db::connect`]'s error holds it then, under its context
+/// (`error.downcast_ref::<Unavailable>()`).
+#[derive(Debug, thiserror::Error)]
+#[error("the database did not answer: {0}")]
+pub struct Unavailable(sqlx::Error);
+
+/// Applies the migrations `pool` lacks, unless the database is newer than this build.
+///
+/// sqlx's migrator takes a session-level advisory lock on PostgreSQL (`pg_advisory_lock`) for
+/// the whole run, so admins started together apply each migration once, one after the other
+/// (`tests::migrations_are_applied_once_by_admins_started_together`); SQLite's database is one
+/// admin's. Before it applies anything, the migrator compares the database's applied migrations
+/// with this build's: one this build does not know means a newer build migrated the database,
+/// and this one stops there, having changed nothing.
+async fn migrate(pool: &AnyPool, dialect: Dialect) -> anyhow::Result<()> {
+    let migrator = migrator(dialect);
+    match migrator.run(pool).await {
+        Ok(()) => Ok(()),
+        Err(sqlx::migrate::MigrateError::VersionMissing(version)) => {
+            let description =
+                sqlx::query("select description from _sqlx_migrations where version = $1")
+                    .bind(version)
+                    .fetch_optional(pool)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|row| row.try_get::<String, _>("description").ok())
+                    .unwrap_or_default();
+            let known = migrator.iter().map(|migration| migration.version).max().unwrap_or(0);
+            anyhow::bail!(
+                "the database's schema is newer than this build of wasmjob ({}): it has \
+                 migration {version:04} ({description}), and this build knows migrations up to \
+                 {known:04}. A newer wasmjob migrated it; run that version (or newer) instead. \
+                 Nothing was changed.",
+                env!("CARGO_PKG_VERSION")
+            )
+        }
+        Err(error) => Err(anyhow::Error::new(error).context("migrating the database")),
+    }
+}
+
+fn migrator(dialect: Dialect) -> &'static Migrator {
+    match dialect {
+        Dialect::Sqlite => &SQLITE_MIGRATIONS,
+        Dialect::Postgres => &POSTGRES_MIGRATIONS,
     }
 }
 
@@ -296,10 +393,22 @@ pub mod testing {
         let Ok(server_url) = std::env::var("WASMJOB_TEST_POSTGRES_URL") else {
             return Ok(None);
         };
-        sqlx::any::install_default_drivers();
-        let server = AnyPool::connect(&server_url).await?;
         let label: String = label.chars().filter(char::is_ascii_alphanumeric).take(20).collect();
         let name = format!("wasmjob_test_{label}_{:08x}", rand::random::<u32>());
+        let base = server_url.rsplit_once('/').map_or(server_url.as_str(), |(base, _)| base);
+        let url = format!("{base}/{name}");
+        create_postgres_database(&url).await?;
+        Ok(Some(url))
+    }
+
+    /// Creates the database `url` names (made by [`postgres_database`] and dropped since) on
+    /// the server of `WASMJOB_TEST_POSTGRES_URL`.
+    pub async fn create_postgres_database(url: &str) -> anyhow::Result<()> {
+        #[expect(clippy::disallowed_methods, reason = "test configuration, read only by tests")]
+        let server_url = std::env::var("WASMJOB_TEST_POSTGRES_URL")?;
+        let name = url.rsplit_once('/').map_or(url, |(_, name)| name);
+        sqlx::any::install_default_drivers();
+        let server = AnyPool::connect(&server_url).await?;
         // Concurrent CREATE DATABASE statements contend for the template database
         // ("source database is being accessed by other users"): try again a few times.
         let mut attempt = 0;
@@ -315,8 +424,7 @@ pub mod testing {
             }
         }
         server.close().await;
-        let base = server_url.rsplit_once('/').map_or(server_url.as_str(), |(base, _)| base);
-        Ok(Some(format!("{base}/{name}")))
+        Ok(())
     }
 
     /// Drops a database made by [`postgres_database`], closing whatever still uses it.

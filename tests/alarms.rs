@@ -284,9 +284,15 @@ async fn a_lost_executor_raises_an_alarm() {
     // An executor whose last heartbeat is long past the online window (3 × 30 s).
     let db = &app.admin.as_ref().unwrap().state.db;
     let beat = wasmjob::admin::now_ms() - 200_000;
-    db.upsert_registration("EXECUTOR", "default", "http://127.0.0.1:9", "wasmjob", beat)
-        .await
-        .unwrap();
+    db.upsert_registration(
+        "EXECUTOR",
+        "default",
+        "http://127.0.0.1:9",
+        &wasmjob::storage::Peer { kind: "wasmjob", version: "" },
+        beat,
+    )
+    .await
+    .unwrap();
     let request = wait_until("the lost executor's alarm arrives", || async {
         receiver.received().into_iter().find(|r| r.header("x-wasmjob-event") == "executor_lost")
     })

@@ -220,7 +220,7 @@ async fn admin_app(backend: Backend) -> AdminUnderTest {
         REGISTRY_GROUP_EXECUTOR,
         "default",
         "http://127.0.0.1:9",
-        "wasmjob",
+        &wasmjob::storage::Peer { kind: "wasmjob", version: "" },
         now,
     )
     .await

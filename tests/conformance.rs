@@ -290,6 +290,15 @@ async fn java_executor_against_our_admin(g: &'static str) {
     let reply = post(&api.url("/api/registry"), &registry, app_header).await;
     assert_parses(g, "reply", &reply);
     assert_eq!(reply["code"], 200, "{g}: {reply}");
+    // It sent no version (only wasmjob executors do): the registry shows none, and the protocol
+    // its registration showed.
+    let (_, executors) = api.get("/api/v1/executors").await;
+    let protocol = if sends_app_name { "xxl-job-3.5" } else { "xxl-job" };
+    let row = json!({"address": executor_url, "version": null, "protocol": protocol});
+    let shown = executors.as_array().unwrap().iter().map(
+        |e| json!({"address": e["address"], "version": e["version"], "protocol": e["protocol"]}),
+    );
+    assert_eq!(shown.collect::<Vec<_>>(), [row], "{g}: {executors}");
 
     // A trigger reaches the executor at its generation's route, in a body it parses.
     let job_id = api
@@ -482,6 +491,8 @@ async fn our_executor_against_java_admin(g: &'static str) {
     // Registered as Java executors register, so a Java admin's CONSISTENT_HASH places it alike.
     assert_eq!(registry.body["registryValue"], format!("{}/", executor.address), "{g}");
     assert_eq!(registry.app_name.as_deref(), Some(APP_NAME), "{g}");
+    // Our version rides along as a field the Java side does not read (Gson skips it).
+    assert_eq!(registry.body["version"], env!("CARGO_PKG_VERSION"), "{g}");
 
     // The admin's trigger, at its route; our answer is one it parses.
     let log_id = 4242;

@@ -49,3 +49,5 @@ mod standalone;
 mod streaming;
 /// Rules of the source tree: docs on every file, layering, migrations.
 mod tidy;
+/// Rolling upgrades: an earlier build's files opened, migrations with several admins, `/readyz`.
+mod upgrade;

@@ -24,7 +24,10 @@ const METHODS: &[&str] = &["get", "post", "put", "delete", "patch"];
 const NOT_OPERATOR: &[&str] = &["executor_api.rs"];
 
 /// Files of `src/admin/http/` routed at the root rather than under `/api/v1`.
-const AT_ROOT: &[&str] = &["metrics.rs"];
+const AT_ROOT: &[&str] = &["metrics.rs", "health.rs"];
+
+/// The routes that take no credentials: the probes.
+const PUBLIC: &[&str] = &["/healthz", "/readyz"];
 
 async fn send(
     app: &axum::Router,
@@ -162,8 +165,14 @@ async fn the_document_describes_every_route_the_router_serves() {
         let statuses: Vec<&str> = responses.keys().map(String::as_str).collect();
         let what = format!("{method} {path}: {statuses:?}");
 
-        // Every route is behind authentication; every change may be refused (role or CSRF);
-        // every path parameter may be malformed.
+        // Every route but the probes is behind authentication; every change may be refused
+        // (role or CSRF); every path parameter may be malformed.
+        if PUBLIC.contains(&path.as_str()) {
+            assert_eq!(operation["security"], serde_json::json!([{}]), "{what}: no credentials");
+            let (status, _) = send(&app, method, path, None).await;
+            assert_ne!(status, StatusCode::UNAUTHORIZED, "{what}: answered without credentials");
+            continue;
+        }
         assert!(statuses.contains(&"401"), "{what}");
         if method != "GET" {
             assert!(statuses.contains(&"403"), "{what}");

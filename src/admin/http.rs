@@ -1,7 +1,8 @@
 //! The admin's HTTP surface: the operator REST API under `/api/v1` (bearer token or console
 //! session, with role rules: `auth.rs`), the executor-facing XXL-JOB API under `/api` and
-//! `/xxl-job-admin/api` (access token), the web console at `/` (`admin::console`), and
-//! Prometheus metrics at `/metrics` (the operator API's callers).
+//! `/xxl-job-admin/api` (access token), the web console at `/` (`admin::console`),
+//! Prometheus metrics at `/metrics` (the operator API's callers), and the probes `/healthz` and
+//! `/readyz` (anyone: `health.rs`).
 //!
 //! Handlers stay thin: extract, call storage or the dispatcher, map to a response DTO.
 //! The DTOs here and in `protocol` are the only serde wire types of the admin.
@@ -14,6 +15,7 @@ mod executor_api;
 mod executors;
 pub(super) mod extract;
 mod groups;
+pub(super) mod health;
 mod jobs;
 pub(super) mod logs;
 mod metrics;
@@ -26,7 +28,6 @@ mod versions;
 
 use axum::Router;
 use axum::middleware;
-use axum::routing::get;
 
 use self::error::ApiError;
 use super::AppState;
@@ -54,7 +55,7 @@ pub fn router(state: AppState) -> Router {
         .merge(metrics)
         .merge(executor_api::router(&state))
         .merge(super::console::router())
-        .route("/healthz", get(|| async { "ok" }))
+        .merge(health::router())
         .fallback(|| async { ApiError::not_found("route_not_found", "route") })
         .with_state(state)
 }

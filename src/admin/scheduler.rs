@@ -13,6 +13,8 @@
 //! A `FIX_DELAY` job's fire leaves it running without a next fire time; the transaction that
 //! ends the fire's last run sets it (`lifecycle`), and the next pass, within a second, sees it.
 //!
+//! Each completed pass is recorded in `AppState::scheduler_pulse`, which `/readyz` reads.
+//!
 //! Between passes the loop sleeps until the earliest next fire (at most [`MAX_SLEEP`]), or until
 //! woken by a job change. While the bound on unfinished runs is reached (`admission`), a pass
 //! fires nothing and looks again after [`HELD_FOR_MS`].
@@ -41,9 +43,13 @@ const HELD_FOR_MS: i64 = 100;
 pub async fn run(state: AppState, shutdown: CancellationToken) {
     loop {
         let next = match pass(&state).await {
-            Ok(next) => next,
+            Ok(next) => {
+                state.scheduler_pulse.beat(now_ms());
+                next
+            }
             Err(error) => {
                 tracing::error!(error = format!("{error:#}"), "scheduler pass failed");
+                state.scheduler_pulse.clear();
                 None
             }
         };

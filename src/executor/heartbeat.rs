@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::journal::Journal;
 use super::outbox::Outbox;
 use crate::protocol::{self, Generation, REGISTRY_GROUP_EXECUTOR, RegistryParam};
+use crate::readiness::Pulse;
 
 /// The admins this executor reports to, and how they speak: every call names the application in
 /// `XXL-JOB-APPNAME` (older admins ignore it, 3.5 requires it), and the generation picks the
@@ -47,19 +48,26 @@ impl Held {
     }
 }
 
-/// Beats until `shutdown`, then says goodbye.
+/// Beats until `shutdown`, then says goodbye. Each registration that an admin accepted beats
+/// `pulse`, each that none accepted clears it (`/readyz`).
 pub async fn run(
     client: protocol::Client,
     admin: AdminLink,
     base: RegistryParam,
     held: Held,
     interval: Duration,
+    pulse: Arc<Pulse>,
     shutdown: CancellationToken,
 ) {
     let mut registered = false;
     loop {
         let param = beat_param(&base, &held);
-        match send(&client, &admin, "api/registry", &param).await {
+        let sent = send(&client, &admin, "api/registry", &param).await;
+        match &sent {
+            Ok(_) => pulse.beat(chrono::Utc::now().timestamp_millis()),
+            Err(_) => pulse.clear(),
+        }
+        match sent {
             Ok(admin) if !registered => {
                 tracing::info!(
                     "registered {} as `{}` with {admin}",
@@ -84,7 +92,8 @@ pub async fn run(
     }
 }
 
-/// The registry parameter of an executor, without held runs (as `/api/registryRemove` sends it).
+/// The registry parameter of an executor, without held runs (as `/api/registryRemove` sends it),
+/// with this build's version.
 ///
 /// The address ends in one slash, as XXL-JOB executors register theirs (`http://ip:port/`): an
 /// XXL-JOB admin hashes that string for `CONSISTENT_HASH`, and a wasmjob admin drops the slash.
@@ -95,6 +104,7 @@ pub fn param(app_name: &str, address: &str) -> RegistryParam {
         registry_value: format!("{}/", address.trim_end_matches('/')),
         held_runs: None,
         holds_triggers: None,
+        version: Some(env!("CARGO_PKG_VERSION").to_owned()),
     }
 }
 

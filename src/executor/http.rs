@@ -23,6 +23,10 @@
 //!
 //! `GET /metrics` is the executor's Prometheus metrics (`crate::metrics`), for the access token
 //! in either header or as `Authorization: Bearer`.
+//!
+//! `GET /healthz` (the process answers) and `GET /readyz` (200 when its last registration with
+//! an admin succeeded within three heartbeat intervals, else 503 saying why: `crate::readiness`)
+//! are for probes and take no token.
 
 use std::sync::Arc;
 
@@ -41,6 +45,7 @@ use crate::protocol::{
     ACCESS_TOKEN_HEADER, JobIdParam, LogParam, LogResult, ReturnT, TriggerParam, constant_time_eq,
     run_reply,
 };
+use crate::readiness::{Pulse, Readiness};
 
 /// The largest `/runs` body: the admin splits its batches well below this.
 const MAX_BATCH_BYTES: usize = 64 * 1024 * 1024;
@@ -54,6 +59,10 @@ pub struct ExecutorState {
     pub logs: LogStore,
     /// The admin⇄executor token.
     pub access_token: Arc<str>,
+    /// When a registration with an admin last succeeded (`/readyz`).
+    pub registered: Arc<Pulse>,
+    /// How old that registration may be: the admins' online window, three heartbeat intervals.
+    pub registered_max_age_ms: i64,
 }
 
 /// The executor API's router.
@@ -69,6 +78,8 @@ pub fn router(state: ExecutorState) -> Router {
         .route("/log/stream", get(log_stream))
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .with_state(state)
 }
 
@@ -88,6 +99,21 @@ pub fn token_matches(headers: &HeaderMap, expected: &str) -> bool {
     headers
         .get(ACCESS_TOKEN_HEADER)
         .is_some_and(|given| constant_time_eq(given.as_bytes(), expected.as_bytes()))
+}
+
+/// Liveness: the process answers.
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Readiness: the last registration with an admin succeeded, within the admins' online window.
+async fn readyz(State(state): State<ExecutorState>) -> Readiness {
+    let mut readiness = Readiness::default();
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let registered =
+        state.registered.check("registered with an admin", state.registered_max_age_ms, now_ms);
+    readiness.check("registered", registered);
+    readiness
 }
 
 async fn beat() -> Json<ReturnT<String>> {

@@ -18,28 +18,40 @@ pub struct RegisteredPeer {
     pub peer_kind: String,
 }
 
+/// What a registration says of the executor behind an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer<'a> {
+    /// What answers there, as the admin spells it (`wasmjob`, `xxl-job`, `xxl-job-3.5`).
+    pub kind: &'a str,
+    /// The version it reported; `""` when it reported none (XXL-JOB executors).
+    pub version: &'a str,
+}
+
 impl Db {
-    /// Records a heartbeat of `address` for `app_name` at `now_ms`, and what answers there.
+    /// Records a heartbeat of `address` for `app_name` at `now_ms`, what answers there, and the
+    /// version it reported (`""` when it reported none).
     pub async fn upsert_registration(
         &self,
         group: &str,
         app_name: &str,
         address: &str,
-        peer_kind: &str,
+        peer: &Peer<'_>,
         now_ms: i64,
     ) -> Result<()> {
         sqlx::query(
             "insert into registry
-                 (registry_group, registry_key, registry_value, updated_at, peer_kind)
-             values ($1, $2, $3, $4, $5)
+                 (registry_group, registry_key, registry_value, updated_at, peer_kind, version)
+             values ($1, $2, $3, $4, $5, $6)
              on conflict (registry_group, registry_key, registry_value)
-             do update set updated_at = excluded.updated_at, peer_kind = excluded.peer_kind",
+             do update set updated_at = excluded.updated_at, peer_kind = excluded.peer_kind,
+                           version = excluded.version",
         )
         .bind(group)
         .bind(app_name)
         .bind(address)
         .bind(now_ms)
-        .bind(peer_kind)
+        .bind(peer.kind)
+        .bind(peer.version)
         .execute(self.writer())
         .await?;
         Ok(())
@@ -109,7 +121,7 @@ impl Db {
     /// Every registry row of `group`, by application and address.
     pub async fn list_registrations(&self, group: &str) -> Result<Vec<Registration>> {
         let rows = sqlx::query(
-            "select registry_key, registry_value, updated_at from registry
+            "select registry_key, registry_value, updated_at, peer_kind, version from registry
              where registry_group = $1 order by registry_key, registry_value",
         )
         .bind(group)
@@ -121,6 +133,8 @@ impl Db {
                     app_name: row.try_get("registry_key")?,
                     address: row.try_get("registry_value")?,
                     updated_at_ms: row.try_get("updated_at")?,
+                    peer_kind: row.try_get("peer_kind")?,
+                    version: row.try_get("version")?,
                 })
             })
             .collect()

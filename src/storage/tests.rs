@@ -99,15 +99,33 @@ async fn groups_and_registry() {
         assert_eq!(db.get_group(group.id).await.unwrap(), Some(group));
         assert_eq!(db.get_group(999).await.unwrap(), None);
 
-        db.upsert_registration("EXECUTOR", "default", "http://b:9999", "wasmjob", 100)
-            .await
-            .unwrap();
-        db.upsert_registration("EXECUTOR", "default", "http://a:9999", "wasmjob", 100)
-            .await
-            .unwrap();
-        db.upsert_registration("EXECUTOR", "default", "http://a:9999", "wasmjob", 200)
-            .await
-            .unwrap();
+        db.upsert_registration(
+            "EXECUTOR",
+            "default",
+            "http://b:9999",
+            &Peer { kind: "wasmjob", version: "" },
+            100,
+        )
+        .await
+        .unwrap();
+        db.upsert_registration(
+            "EXECUTOR",
+            "default",
+            "http://a:9999",
+            &Peer { kind: "wasmjob", version: "" },
+            100,
+        )
+        .await
+        .unwrap();
+        db.upsert_registration(
+            "EXECUTOR",
+            "default",
+            "http://a:9999",
+            &Peer { kind: "wasmjob", version: "0.2.0" },
+            200,
+        )
+        .await
+        .unwrap();
         assert_eq!(
             db.online_addresses("EXECUTOR", "default", 100).await.unwrap(),
             ["http://a:9999", "http://b:9999"]
@@ -116,6 +134,13 @@ async fn groups_and_registry() {
             db.online_addresses("EXECUTOR", "default", 150).await.unwrap(),
             ["http://a:9999"]
         );
+        // Each row says what answers there and which version it reported last.
+        let rows = db.list_registrations("EXECUTOR").await.unwrap();
+        let seen: Vec<(&str, &str, &str)> = rows
+            .iter()
+            .map(|row| (row.address.as_str(), row.peer_kind.as_str(), row.version.as_str()))
+            .collect();
+        assert_eq!(seen, [("http://a:9999", "wasmjob", "0.2.0"), ("http://b:9999", "wasmjob", "")]);
         assert_eq!(db.remove_stale_registrations(150).await.unwrap(), 1);
         db.remove_registration("EXECUTOR", "default", "http://a:9999").await.unwrap();
         assert!(db.list_registrations("EXECUTOR").await.unwrap().is_empty());
@@ -131,19 +156,43 @@ async fn a_registration_keeps_what_answers_at_its_address() {
         };
         let address = "http://a:9999";
         assert_eq!(db.registered_peer("EXECUTOR", address).await.unwrap(), None);
-        db.upsert_registration("EXECUTOR", "sample", address, "xxl-job-3.5", 100).await.unwrap();
+        db.upsert_registration(
+            "EXECUTOR",
+            "sample",
+            address,
+            &Peer { kind: "xxl-job-3.5", version: "" },
+            100,
+        )
+        .await
+        .unwrap();
         assert_eq!(
             db.registered_peer("EXECUTOR", address).await.unwrap(),
             peer("sample", "xxl-job-3.5")
         );
         // The next beat says what answers there now, even if it changed.
-        db.upsert_registration("EXECUTOR", "sample", address, "xxl-job", 200).await.unwrap();
+        db.upsert_registration(
+            "EXECUTOR",
+            "sample",
+            address,
+            &Peer { kind: "xxl-job", version: "" },
+            200,
+        )
+        .await
+        .unwrap();
         assert_eq!(
             db.registered_peer("EXECUTOR", address).await.unwrap(),
             peer("sample", "xxl-job")
         );
         // Registered for two applications, the address is what it last said.
-        db.upsert_registration("EXECUTOR", "other", address, "wasmjob", 300).await.unwrap();
+        db.upsert_registration(
+            "EXECUTOR",
+            "other",
+            address,
+            &Peer { kind: "wasmjob", version: "" },
+            300,
+        )
+        .await
+        .unwrap();
         assert_eq!(
             db.registered_peer("EXECUTOR", address).await.unwrap(),
             peer("other", "wasmjob")

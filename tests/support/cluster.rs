@@ -54,6 +54,16 @@ impl Proc {
         Proc { name, port, binary, args, log_path, child: None, starts: 0 }
     }
 
+    /// A process of the binary under test outside a [`Cluster`]: `name` run with `args` on
+    /// `port` (which `args` name), its log and the pinned copy of the binary in `dir`.
+    pub fn outside_cluster(dir: &Path, name: &str, port: u16, args: Vec<String>) -> Proc {
+        let binary = dir.join(PINNED_BINARY);
+        if !binary.exists() {
+            pin_binary(&binary);
+        }
+        Proc::new(name.to_owned(), port, args, dir)
+    }
+
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)

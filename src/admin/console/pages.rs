@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::{PageError, Signed, render, text};
 use crate::access::Role;
+use crate::admin::dispatch::Peer;
 use crate::admin::http::extract::Path;
 use crate::admin::http::logs::{Bound, parse_time_bound};
 use crate::admin::{AppState, now_ms};
@@ -387,6 +388,7 @@ pub async fn executors(State(state): State<AppState>, signed: Signed) -> Page {
         .map(|row| json!({
             "app_name": row.app_name, "address": row.address, "last_beat": time(row.updated_at_ms),
             "online": now - row.updated_at_ms <= window_ms,
+            "protocol": Peer::shown_kind(&row.peer_kind), "version": row.version,
         }))
         .collect();
     render("executors.html", context! { frame => frame(&signed, "executors"), groups, executors })

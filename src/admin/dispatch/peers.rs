@@ -111,6 +111,12 @@ impl Peer {
         Some(Peer { kind: PeerKind::parse(kind)?, app_name, holds_triggers: false })
     }
 
+    /// What an operator is shown for a stored kind: `wasmjob`, `xxl-job` (XXL-JOB 2.2 to 3.4) or
+    /// `xxl-job-3.5`; `None` when it is not known (a row older than the column).
+    pub fn shown_kind(stored: &str) -> Option<&'static str> {
+        Peer::from_stored(stored, String::new()).map(|peer| peer.kind.as_str())
+    }
+
     /// The generation to speak to it.
     pub fn generation(&self) -> Generation {
         match self.kind {

@@ -22,6 +22,7 @@ use crate::protocol::{
     ACCESS_TOKEN_HEADER, APP_NAME_HEADER, REGISTRY_GROUP_EXECUTOR, RegistryParam, ReturnT,
     constant_time_eq, parse_callbacks,
 };
+use crate::storage;
 
 pub fn router(state: &AppState) -> Router<AppState> {
     let api = Router::new()
@@ -66,6 +67,11 @@ fn check_registry(state: &AppState, param: &RegistryParam) -> Result<(), String>
     if value.len() > 255 {
         return Err("registryValue: an address of at most 255 characters".to_owned());
     }
+    if let Some(version) = &param.version
+        && (version.len() > 64 || version.chars().any(char::is_control))
+    {
+        return Err("version: at most 64 characters, none of them a control character".to_owned());
+    }
     let policy = &state.config.network.executor_policy;
     policy.check_address(value).map(|_| ()).map_err(|reason| format!("registryValue {reason}"))
 }
@@ -90,10 +96,19 @@ async fn registry(
     let holds = param.holds_triggers == Some(true);
     let peer =
         Peer::from_registration(&param.registry_key, param.held_runs.is_some(), names_app, holds);
-    let kind = peer.stored_kind();
+    let stored = storage::Peer {
+        kind: peer.stored_kind(),
+        version: param.version.as_deref().unwrap_or_default(),
+    };
     if let Err(error) = state
         .db
-        .upsert_registration(REGISTRY_GROUP_EXECUTOR, &param.registry_key, address, kind, now_ms())
+        .upsert_registration(
+            REGISTRY_GROUP_EXECUTOR,
+            &param.registry_key,
+            address,
+            &stored,
+            now_ms(),
+        )
         .await
     {
         tracing::error!(%error, "registry failed");

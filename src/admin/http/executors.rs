@@ -1,4 +1,5 @@
-//! `/api/v1/executors`: the registry, with each executor's last heartbeat.
+//! `/api/v1/executors`: the registry, with each executor's last heartbeat, protocol kind and
+//! version (what its last registration showed), so that a rolling upgrade can be followed.
 
 use axum::Router;
 use axum::extract::State;
@@ -9,6 +10,7 @@ use super::error::ApiError;
 use super::openapi::{Internal, Unauthorized};
 use super::rfc3339;
 use crate::admin::AppState;
+use crate::admin::dispatch::Peer;
 use crate::protocol::REGISTRY_GROUP_EXECUTOR;
 
 pub fn router() -> Router<AppState> {
@@ -20,9 +22,15 @@ struct ExecutorResponse {
     app_name: String,
     address: String,
     last_heartbeat: Option<String>,
+    /// What answers at the address: `wasmjob`, `xxl-job` (XXL-JOB 2.2 to 3.4) or
+    /// `xxl-job-3.5`; null when not known (a registration older than the admin's record of it).
+    protocol: Option<&'static str>,
+    /// The version the executor reported at its last registration; null when it reported none
+    /// (XXL-JOB executors do not report one).
+    version: Option<String>,
 }
 
-/// Lists registered executors with their last heartbeat.
+/// Lists registered executors with their last heartbeat, protocol kind and version.
 #[utoipa::path(get, path = "/executors", tag = "executors", responses(
     (status = 200, body = Vec<ExecutorResponse>), Unauthorized, Internal,
 ))]
@@ -36,6 +44,8 @@ async fn list_executors(
                 app_name: row.app_name,
                 address: row.address,
                 last_heartbeat: rfc3339(row.updated_at_ms),
+                protocol: Peer::shown_kind(&row.peer_kind),
+                version: Some(row.version).filter(|version| !version.is_empty()),
             })
             .collect(),
     ))

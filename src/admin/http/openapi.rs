@@ -32,7 +32,8 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/openapi.json", get(openapi_document))
 }
 
-/// The document: every operator route under `/api/v1`, and `/metrics`.
+/// The document: every operator route under `/api/v1`, `/metrics`, and the probes `/healthz`
+/// and `/readyz` (which take no credentials).
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -41,7 +42,7 @@ pub fn router() -> Router<AppState> {
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
     nest((path = "/api/v1", api = OperatorApi)),
-    paths(super::metrics::scrape),
+    paths(super::metrics::scrape, super::health::healthz, super::health::readyz),
     components(schemas(ErrorBody<'static>)),
     modifiers(&Security),
     security(("bearer" = []), ("session" = [])),
@@ -56,7 +57,7 @@ pub fn router() -> Router<AppState> {
         (name = "audit", description = "The audit log."),
         (name = "alarms", description = "Alarm webhooks and the deliveries of alarms."),
         (name = "report", description = "The daily report and the dashboard summary."),
-        (name = "meta", description = "This document and the metrics."),
+        (name = "meta", description = "This document, the metrics and the probes."),
     )
 )]
 pub struct ApiDoc;

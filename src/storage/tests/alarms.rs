@@ -173,19 +173,37 @@ async fn events_settle_once_and_deliveries_are_claimed_once() {
 #[tokio::test]
 async fn an_executor_is_alarmed_once_per_time_it_goes_silent() {
     each_backend("alarm_lost", |db| async move {
-        db.upsert_registration("EXECUTOR", "default", "http://a:9999", "wasmjob", 1_000)
-            .await
-            .unwrap();
-        db.upsert_registration("EXECUTOR", "default", "http://b:9999", "wasmjob", 5_000)
-            .await
-            .unwrap();
+        db.upsert_registration(
+            "EXECUTOR",
+            "default",
+            "http://a:9999",
+            &Peer { kind: "wasmjob", version: "" },
+            1_000,
+        )
+        .await
+        .unwrap();
+        db.upsert_registration(
+            "EXECUTOR",
+            "default",
+            "http://b:9999",
+            &Peer { kind: "wasmjob", version: "" },
+            5_000,
+        )
+        .await
+        .unwrap();
         let lost = db.mark_lost_executors("EXECUTOR", 2_000, 3_000).await.unwrap();
         assert_eq!(lost, [("default".to_owned(), "http://a:9999".to_owned())]);
         assert!(db.mark_lost_executors("EXECUTOR", 2_500, 3_500).await.unwrap().is_empty());
         // It comes back, then goes silent again: a new alarm.
-        db.upsert_registration("EXECUTOR", "default", "http://a:9999", "wasmjob", 4_000)
-            .await
-            .unwrap();
+        db.upsert_registration(
+            "EXECUTOR",
+            "default",
+            "http://a:9999",
+            &Peer { kind: "wasmjob", version: "" },
+            4_000,
+        )
+        .await
+        .unwrap();
         assert!(db.mark_lost_executors("EXECUTOR", 4_000, 4_100).await.unwrap().is_empty());
         let lost = db.mark_lost_executors("EXECUTOR", 4_500, 4_600).await.unwrap();
         assert_eq!(lost.len(), 1);

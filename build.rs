@@ -47,18 +47,17 @@ fn git_commit(dir: &Path) -> Option<String> {
         output.status.success().then(|| text.trim().to_owned())
     };
     let commit = git(&["rev-parse", "--short=12", "HEAD"])?;
-    // A commit moves HEAD (or the branch it names, in the common directory of worktrees).
-    if let Some(head) = git(&["rev-parse", "--path-format=absolute", "--git-path", "HEAD"]) {
-        println!("cargo:rerun-if-changed={head}");
-    }
-    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"])
-        && let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", &branch])
-    {
-        println!("cargo:rerun-if-changed={path}");
-    }
-    if let Some(packed) = git(&["rev-parse", "--path-format=absolute", "--git-path", "packed-refs"])
-    {
-        println!("cargo:rerun-if-changed={packed}");
+    // A commit moves HEAD, or the branch it names (in the common directory of worktrees, or
+    // in packed-refs). Only files that exist are watched: cargo reruns a build script whose
+    // watched file is missing at every build.
+    let mut watched = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
+    watched.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+    for name in watched {
+        if let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", &name])
+            && Path::new(&path).exists()
+        {
+            println!("cargo:rerun-if-changed={path}");
+        }
     }
     Some(commit)
 }

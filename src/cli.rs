@@ -1,22 +1,41 @@
 //! Command-line flags: the `wasmjob` binary's subcommands and their arguments.
 //!
-//! Flags are parsed here and nowhere else; every flag has a `WASMJOB_*` environment twin.
-//! Values are checked and turned into typed configuration by `config`, not here.
+//! Flags are parsed here and nowhere else; every flag has a `WASMJOB_*` environment twin, and
+//! every flag of `standalone`, `admin` and `executor` is also a key of their `--config` file
+//! (`config::command_line` applies it). Values are checked and turned into typed configuration
+//! by `config`, not here.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub mod client;
 
+/// `wasmjob --version`: the version, the commit and the build date (from `build.rs`), and the
+/// wasmtime that runs the jobs.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("WASMJOB_GIT_COMMIT"),
+    ", built ",
+    env!("WASMJOB_BUILD_DATE"),
+    ", wasmtime ",
+    env!("WASMJOB_WASMTIME_VERSION"),
+    ")"
+);
+
 /// wasmjob: a distributed job scheduler whose job handlers are WebAssembly components.
 #[derive(Debug, Parser)]
-#[command(name = "wasmjob", version, about)]
+#[command(name = "wasmjob", version = VERSION, about)]
 pub struct Cli {
     /// What to run.
     #[command(subcommand)]
     pub command: Command,
+    /// How log lines are written to stderr: `text` for people, `json` (one object a line) for
+    /// a log pipeline.
+    #[arg(long, env = "WASMJOB_LOG_FORMAT", global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// Fault testing: abort the process at named lifecycle points (`NAME=abort[@N],…`).
     #[arg(long, env = "WASMJOB_FAILPOINTS", global = true, hide = true, default_value = "")]
     pub failpoints: String,
@@ -49,6 +68,45 @@ pub enum Command {
     /// Installs the builders of Python and JavaScript job source (componentize-py with pip,
     /// componentize-js with npm) at their pinned versions.
     SetupBuilders(SetupBuildersArgs),
+    /// Copies a running standalone's or admin's SQLite database, consistently, into a file.
+    Backup(BackupArgs),
+}
+
+/// The format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// `2026-01-01T00:00:00Z  INFO span{field=…}: target: message`.
+    Text,
+    /// One JSON object a line: `time`, `level`, `target`, `message`, and the fields of the
+    /// event and its spans (`run_id`, `job_id`, `executor`, …; dots in names become `_`).
+    Json,
+}
+
+/// `--config` and `--print-config`, taken by `standalone`, `admin` and `executor`.
+#[derive(Debug, Args)]
+pub struct ConfigFileArgs {
+    /// A TOML file of settings: each flag of this command is a key, with `-` written `_`
+    /// (`database_url = "…"`). A flag or its environment variable wins over the file.
+    #[arg(long, env = "WASMJOB_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Prints the effective settings as TOML, secrets redacted, and exits.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+/// `wasmjob backup`: exactly one of `--data-dir` or `--database-url`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["data_dir", "database_url"])))]
+pub struct BackupArgs {
+    /// A standalone's data directory (its database is `wasmjob.db` in it).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// An admin's database, `sqlite:PATH` (for PostgreSQL, use pg_dump).
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// The copy to write; it must not exist yet.
+    #[arg(long, value_name = "FILE")]
+    pub to: PathBuf,
 }
 
 /// `wasmjob setup-builders`.
@@ -133,9 +191,15 @@ pub struct StandaloneArgs {
     /// The operator token; generated and kept in the data dir when not given.
     #[arg(long, env = "WASMJOB_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// A file holding the operator token (instead of --admin-token).
+    #[arg(long, env = "WASMJOB_ADMIN_TOKEN_FILE", value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
     /// The admin⇄executor token; generated and kept in the data dir when not given.
     #[arg(long, env = "WASMJOB_ACCESS_TOKEN", hide_env_values = true)]
     pub access_token: Option<String>,
+    /// A file holding the admin⇄executor token (instead of --access-token).
+    #[arg(long, env = "WASMJOB_ACCESS_TOKEN_FILE", value_name = "FILE")]
+    pub access_token_file: Option<PathBuf>,
     /// Components run by `BEAN` jobs, by file stem.
     #[arg(long, env = "WASMJOB_HANDLERS_DIR")]
     pub handlers_dir: Option<PathBuf>,
@@ -155,6 +219,8 @@ pub struct StandaloneArgs {
     pub alarms: AlarmArgs,
     #[command(flatten)]
     pub builders: BuilderArgs,
+    #[command(flatten)]
+    pub config: ConfigFileArgs,
 }
 
 /// `wasmjob admin`.
@@ -164,14 +230,28 @@ pub struct AdminArgs {
     #[arg(long, env = "WASMJOB_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
     /// `sqlite:PATH` (one admin) or `postgres://…` (several admins).
-    #[arg(long, env = "WASMJOB_DATABASE_URL", default_value = "sqlite:wasmjob-data/wasmjob.db")]
+    #[arg(
+        long,
+        env = "WASMJOB_DATABASE_URL",
+        hide_env_values = true,
+        default_value = "sqlite:wasmjob-data/wasmjob.db"
+    )]
     pub database_url: String,
+    /// A file holding the database URL (instead of --database-url).
+    #[arg(long, env = "WASMJOB_DATABASE_URL_FILE", value_name = "FILE")]
+    pub database_url_file: Option<PathBuf>,
     /// The operator token (`Authorization: Bearer …`); at least 16 characters.
     #[arg(long, env = "WASMJOB_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// A file holding the operator token (instead of --admin-token).
+    #[arg(long, env = "WASMJOB_ADMIN_TOKEN_FILE", value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
     /// The admin⇄executor token (`XXL-JOB-ACCESS-TOKEN`); at least 16 characters.
     #[arg(long, env = "WASMJOB_ACCESS_TOKEN", hide_env_values = true)]
     pub access_token: Option<String>,
+    /// A file holding the admin⇄executor token (instead of --access-token).
+    #[arg(long, env = "WASMJOB_ACCESS_TOKEN_FILE", value_name = "FILE")]
+    pub access_token_file: Option<PathBuf>,
     /// Seconds between executor heartbeats; an executor is offline after three missed beats.
     #[arg(long, env = "WASMJOB_HEARTBEAT_SECS", default_value_t = 30)]
     pub heartbeat_secs: u64,
@@ -194,6 +274,8 @@ pub struct AdminArgs {
     pub alarms: AlarmArgs,
     #[command(flatten)]
     pub builders: BuilderArgs,
+    #[command(flatten)]
+    pub config: ConfigFileArgs,
 }
 
 /// `wasmjob executor`.
@@ -220,6 +302,9 @@ pub struct ExecutorArgs {
     /// The admin⇄executor token (`XXL-JOB-ACCESS-TOKEN`); at least 16 characters.
     #[arg(long, env = "WASMJOB_ACCESS_TOKEN", hide_env_values = true)]
     pub access_token: Option<String>,
+    /// A file holding the admin⇄executor token (instead of --access-token).
+    #[arg(long, env = "WASMJOB_ACCESS_TOKEN_FILE", value_name = "FILE")]
+    pub access_token_file: Option<PathBuf>,
     /// Seconds between heartbeats (XXL-JOB's 30); the admin's `--heartbeat-secs` must match.
     #[arg(long, env = "WASMJOB_HEARTBEAT_SECS", default_value_t = 30)]
     pub heartbeat_secs: u64,
@@ -231,31 +316,42 @@ pub struct ExecutorArgs {
     pub tls: TlsArgs,
     #[command(flatten)]
     pub limits: LimitArgs,
+    #[command(flatten)]
+    pub config: ConfigFileArgs,
 }
 
 /// Where alarm e-mails go out (webhooks are configured through the API).
+///
+/// `--smtp-url` and `--smtp-from` go together; `config` checks that, not clap, as either may
+/// come from the config file or a `_file`.
 #[derive(Debug, Args)]
 pub struct AlarmArgs {
     /// SMTP server for alarm e-mails: `smtp://host:25`, `smtp://user:pass@host:587?tls=required`
     /// (STARTTLS) or `smtps://user:pass@host` (TLS); none sends no e-mail.
-    #[arg(long, env = "WASMJOB_SMTP_URL", hide_env_values = true, requires = "smtp_from")]
+    #[arg(long, env = "WASMJOB_SMTP_URL", hide_env_values = true)]
     pub smtp_url: Option<String>,
+    /// A file holding the SMTP URL (instead of --smtp-url).
+    #[arg(long, env = "WASMJOB_SMTP_URL_FILE", value_name = "FILE")]
+    pub smtp_url_file: Option<PathBuf>,
     /// The sender of alarm e-mails (`wasmjob <alarms@example.com>`).
-    #[arg(long, env = "WASMJOB_SMTP_FROM", requires = "smtp_url")]
+    #[arg(long, env = "WASMJOB_SMTP_FROM")]
     pub smtp_from: Option<String>,
 }
 
 /// TLS: the roots trusted when calling peers, and the certificate served.
+///
+/// `--tls-cert` and `--tls-key` go together; `config` checks that, not clap, as either may
+/// come from the config file.
 #[derive(Debug, Args)]
 pub struct TlsArgs {
     /// PEM file of CA certificates trusted (besides the webpki roots) for https:// peers.
     #[arg(long, env = "WASMJOB_CA_FILE")]
     pub ca_file: Option<PathBuf>,
     /// PEM certificate chain to serve the API over https (with --tls-key).
-    #[arg(long, env = "WASMJOB_TLS_CERT", requires = "tls_key")]
+    #[arg(long, env = "WASMJOB_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of --tls-cert.
-    #[arg(long, env = "WASMJOB_TLS_KEY", requires = "tls_cert")]
+    #[arg(long, env = "WASMJOB_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
 }
 

@@ -1,8 +1,14 @@
-//! Validated, typed configuration built from the command line (and its `WASMJOB_*` twins).
+//! Validated, typed configuration built from the command line, its `WASMJOB_*` twins and a
+//! daemon's configuration file.
 //!
-//! Everything a process needs is checked here, before anything starts: tokens (present, long,
-//! not a well-known value), addresses and limits. `standalone`'s generated tokens are created and
-//! read here too. The rest of the code receives these structs and never reads the environment.
+//! [`command_line`] parses the flags, the environment and the file (`file`), in that order of
+//! precedence, and reads the secrets' `_file`s. Everything a process needs is then checked here,
+//! before anything starts: tokens (present, long, not a well-known value), addresses and limits.
+//! `standalone`'s generated tokens are created and read here too. The rest of the code receives
+//! these structs and never reads the environment.
+
+mod command_line;
+pub mod file;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -10,16 +16,20 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+pub use self::command_line::{CommandLine, REDACTED, command_line};
 use crate::access::Role;
 use crate::cli::{
-    AdminArgs, AlarmArgs, BuilderArgs, CreateUserArgs, ExecutorArgs, LimitArgs, StandaloneArgs,
-    TlsArgs,
+    AdminArgs, AlarmArgs, BackupArgs, BuilderArgs, CreateUserArgs, ExecutorArgs, LimitArgs,
+    StandaloneArgs, TlsArgs,
 };
 use crate::netpolicy::AddressPolicy;
 use crate::protocol::Generation;
 
 /// The shortest token accepted.
 pub const MIN_TOKEN_LEN: usize = 16;
+
+/// The database's file in `standalone`'s data directory.
+pub const DATABASE_FILE: &str = "wasmjob.db";
 
 /// Values that are not secrets, whatever their length (XXL-JOB's shipped default among them).
 const WELL_KNOWN_TOKENS: &[&str] = &[
@@ -399,7 +409,7 @@ impl StandaloneConfig {
             Some(token) => check_token("--access-token / WASMJOB_ACCESS_TOKEN", Some(token))?,
             None => stored_token(&access_token_file)?,
         };
-        let database_path = args.data_dir.join("wasmjob.db");
+        let database_path = args.data_dir.join(DATABASE_FILE);
         let admin = AdminConfig {
             listen: args.admin_listen,
             database_url: format!("sqlite:{}", database_path.display()),
@@ -441,11 +451,58 @@ impl StandaloneConfig {
     }
 }
 
+/// What `wasmjob backup` copies, and where to.
+#[derive(Debug, Clone)]
+pub struct BackupConfig {
+    /// The SQLite database file to copy.
+    pub database: PathBuf,
+    /// The copy to write; it did not exist when checked.
+    pub to: PathBuf,
+}
+
+impl BackupConfig {
+    /// Checks `wasmjob backup`'s flags: a SQLite database that is there, and a new file.
+    pub fn from_args(args: BackupArgs) -> anyhow::Result<BackupConfig> {
+        let database = match (args.data_dir, args.database_url) {
+            (Some(data_dir), None) => data_dir.join(DATABASE_FILE),
+            (None, Some(url)) => sqlite_file(&url)?,
+            _ => anyhow::bail!("give --data-dir or --database-url"),
+        };
+        if !database.is_file() {
+            anyhow::bail!("{} is not a database file", database.display());
+        }
+        if args.to.exists() {
+            anyhow::bail!("{} exists already: back up into a new file", args.to.display());
+        }
+        Ok(BackupConfig { database, to: args.to })
+    }
+}
+
+/// The file of a `sqlite:PATH[?query]` URL; a PostgreSQL URL is refused, never echoed (it may
+/// hold a password).
+fn sqlite_file(url: &str) -> anyhow::Result<PathBuf> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        anyhow::bail!(
+            "--database-url is a PostgreSQL database: back it up with pg_dump \
+             (`pg_dump --format=custom --file=wasmjob.dump URL`) and restore it with pg_restore"
+        );
+    }
+    let Some(path) = url.strip_prefix("sqlite:") else {
+        anyhow::bail!("--database-url: use sqlite:PATH (for PostgreSQL, pg_dump)");
+    };
+    let path = path.trim_start_matches("//");
+    let file = path.split_once('?').map_or(path, |(file, _)| file);
+    if file.is_empty() || file == ":memory:" {
+        anyhow::bail!("--database-url: an in-memory database has nothing to back up");
+    }
+    Ok(PathBuf::from(file))
+}
+
 /// Refuses a missing, short or well-known token.
 pub fn check_token(flag: &str, token: Option<String>) -> anyhow::Result<String> {
     let Some(token) = token else {
         anyhow::bail!(
-            "{flag} is required: there is no default token (use at least {MIN_TOKEN_LEN} random characters)"
+            "{flag} is required, or its _file form: there is no default token (use at least {MIN_TOKEN_LEN} random characters)"
         );
     };
     let token = token.trim().to_owned();

@@ -129,6 +129,7 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         outbox: outbox.clone(),
         journal: journal.clone(),
         defaults: config.limits.clone(),
+        address: address.clone(),
         held_bytes: Default::default(),
     });
     let shutdown = CancellationToken::new();

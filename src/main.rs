@@ -2,9 +2,8 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use wasmjob::cli::{Cli, Command, UserCommand};
-use wasmjob::config::{AdminConfig, ExecutorConfig, NewUserConfig, StandaloneConfig};
+use wasmjob::cli::{Command, UserCommand};
+use wasmjob::config::{AdminConfig, BackupConfig, ExecutorConfig, NewUserConfig, StandaloneConfig};
 use wasmjob::{admin, executor, telemetry};
 
 /// jemalloc serves every allocation of the process, SQLite's too: under load, glibc's malloc
@@ -15,8 +14,20 @@ use wasmjob::{admin, executor, telemetry};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    telemetry::init();
+    // Flags, environment and a daemon's config file; a mistake in them exits here (code 2).
+    let command_line = match wasmjob::config::command_line(std::env::args_os()) {
+        Ok(command_line) => command_line,
+        Err(error) => error.exit(),
+    };
+    if let Some(settings) = &command_line.print_config {
+        use std::io::Write;
+        return match std::io::stdout().lock().write_all(settings.as_bytes()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::FAILURE,
+        };
+    }
+    let cli = command_line.cli;
+    telemetry::init(cli.log_format);
     if let Err(error) = wasmjob::failpoint::configure(&cli.failpoints) {
         tracing::error!("{error}");
         return ExitCode::FAILURE;
@@ -61,8 +72,27 @@ async fn run(command: Command) -> anyhow::Result<()> {
             })
             .await?
         }
+        Command::Backup(args) => backup(BackupConfig::from_args(args)?).await,
         client => anyhow::bail!("{client:?} is a client command"),
     }
+}
+
+/// Copies a SQLite database, which a running admin may be writing, into a new file.
+async fn backup(config: BackupConfig) -> anyhow::Result<()> {
+    let (database, to) = (config.database.clone(), config.to.clone());
+    let summary = tokio::task::spawn_blocking(move || {
+        wasmjob::storage::backup::backup_sqlite(&database, &to)
+    })
+    .await??;
+    tracing::info!(
+        "backed up {} into {}: {} bytes, {} jobs, {} runs, integrity check ok",
+        config.database.display(),
+        config.to.display(),
+        summary.bytes,
+        summary.jobs,
+        summary.runs
+    );
+    Ok(())
 }
 
 /// Admin and one executor in one process: the executor registers into the group `default`.

@@ -12,6 +12,7 @@
 
 mod alarms;
 mod audit;
+pub mod backup;
 mod batch;
 mod groups;
 mod jobs;

@@ -70,7 +70,7 @@ pub fn spawn_standalone(data_dir: &std::path::Path) -> (Standalone, String) {
 }
 
 /// SIGTERM: a graceful stop that deregisters the executor and exits 0.
-fn stop_gracefully(mut standalone: Standalone) {
+pub fn stop_gracefully(mut standalone: Standalone) {
     let mut child = standalone.0.take().expect("running");
     let pid = child.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());

@@ -506,7 +506,14 @@ impl Dispatcher {
     pub fn send_created_at(&self, run: Fired, due_ms: i64) {
         let this = self.clone();
         let run_id = run.id();
-        let span = tracing::info_span!("dispatch", run.id = run_id);
+        // The job and the executor are recorded once known (`send_claimed`), so that every
+        // line of the run's dispatch names them.
+        let span = tracing::info_span!(
+            "dispatch",
+            run.id = run_id,
+            job.id = tracing::field::Empty,
+            executor = tracing::field::Empty
+        );
         tokio::spawn(
             async move {
                 let ahead = match &run {
@@ -557,6 +564,7 @@ impl Dispatcher {
         let now = now_ms();
         let owner = self.inner.owner.as_str();
         let lease = (owner, fence);
+        tracing::Span::current().record("job.id", run.job_id);
         let job = self.job(run.job_id).await?;
         let scheduled = matches!(run.trigger_type, TriggerType::Cron | TriggerType::Misfire);
         let event = match &job {
@@ -595,7 +603,8 @@ impl Dispatcher {
                         }
                     }
                     Sent::Accepted { address, .. } => {
-                        tracing::info!(job.id = run.job_id, executor.address = %address, "run {} sent to {address}", run.id);
+                        tracing::Span::current().record("executor", address.as_str());
+                        tracing::info!(job.id = run.job_id, "run {} sent to {address}", run.id);
                         let at_ms = now_ms();
                         if !self.await_result(run.id, at_ms).await {
                             // Its result came first and was recorded with the acceptance.

@@ -65,6 +65,8 @@ pub struct RunContext {
     pub(super) outbox: Outbox,
     pub(super) journal: Arc<Journal>,
     pub(super) defaults: RunDefaults,
+    /// The URL the admins call this executor at, named on the log lines of its runs.
+    pub(super) address: String,
     /// Bytes held by accepted runs that have not ended (see [`held_size`]). Grows only in
     /// `push`, under the workers' map lock, so a check and its addition cannot interleave;
     /// shrinks in [`finish`], before the result can reach an admin.
@@ -527,7 +529,7 @@ impl Workers {
     fn spawn(&self, job_id: i64) -> Arc<Worker> {
         let worker = Arc::new(Worker { queue: Mutex::default(), notify: Notify::new() });
         let this = self.clone();
-        let span = tracing::info_span!("worker", job.id = job_id);
+        let span = tracing::info_span!("worker", job.id = job_id, executor = %self.ctx.address);
         tokio::spawn(this.work(job_id, worker.clone()).instrument(span));
         worker
     }

@@ -9,6 +9,8 @@
 
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 use super::{Dispatcher, Peer, PeerKind, PlannedTrigger, now_ms};
 use crate::failpoint;
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
@@ -107,7 +109,9 @@ impl Dispatcher {
             if transition.to.is_terminal() {
                 crate::metrics::admin().run_ended(run.state.as_str(), fuel_used);
                 tracing::info!(
+                    run.id = run_id,
                     job.id = run.job_id,
+                    executor = run.executor_address.as_deref().unwrap_or_default(),
                     run.state = %run.state,
                     "run {run_id} ended {}: {}",
                     run.state,
@@ -234,14 +238,19 @@ impl Dispatcher {
                 crate::metrics::admin().fire_started(started - run.trigger_time_ms);
             }
             let accepted = self.take_unrecorded_send(result.log_id, result.started_at);
-            applying.spawn(async move {
-                let (handle_code, message) = result.code_and_msg();
-                let started_at_ms = result.started_at;
-                let event = Event::Result { handle_code, message, started_at_ms, accepted };
-                let applied =
-                    this.apply_to(result.log_id, run, None, event, None, result.fuel_used).await;
-                (result.log_id, applied)
-            });
+            let span = tracing::info_span!("result", run.id = result.log_id);
+            applying.spawn(
+                async move {
+                    let (handle_code, message) = result.code_and_msg();
+                    let started_at_ms = result.started_at;
+                    let event = Event::Result { handle_code, message, started_at_ms, accepted };
+                    let applied = this
+                        .apply_to(result.log_id, run, None, event, None, result.fuel_used)
+                        .await;
+                    (result.log_id, applied)
+                }
+                .instrument(span),
+            );
         }
         let mut all_applied = true;
         let mut done = 0;

@@ -34,7 +34,7 @@ pub use self::alarms::{
     RUN_FAILED, Settle,
 };
 pub use self::audit::{AuditEntry, AuditPage, AuditRecord};
-pub use self::jobs::{Fire, Fired};
+pub use self::jobs::{Fire, Fired, JobUpdate};
 pub use self::modules::NewVersion;
 pub use self::registry::RegisteredPeer;
 pub use self::reports::{DAY_MS, DayCounts};

@@ -29,7 +29,7 @@ use crate::protocol;
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::storage::Db;
 
-pub use self::accounts::create_user_from_cli;
+pub use self::accounts::{PasswordChecks, create_user_from_cli};
 pub use self::dispatch::{Dispatcher, RESULT_GRACE_MS};
 pub use self::http::router;
 
@@ -55,6 +55,11 @@ pub struct AppState {
     pub log_feeds: http::stream::Feeds,
     /// The bound on unfinished runs that fires and triggers wait for.
     pub admission: Arc<admission::Admission>,
+    /// The bound on password checks running at once.
+    pub password_checks: Arc<PasswordChecks>,
+    /// Cancelled when the admin stops: its loops end, and so do the open log streams, which
+    /// would otherwise hold the server's graceful shutdown for as long as their runs last.
+    pub shutdown: CancellationToken,
 }
 
 impl AppState {
@@ -86,6 +91,8 @@ impl AppState {
             validated_modules: Arc::default(),
             scheduler_wake: Arc::new(Notify::new()),
             log_feeds: http::stream::Feeds::default(),
+            password_checks: Arc::new(PasswordChecks::per_core()),
+            shutdown: CancellationToken::new(),
         })
     }
 }
@@ -122,7 +129,7 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!("admin listening on {scheme}://{local_addr}");
     let state = AppState::new(db, config)?;
-    let shutdown = CancellationToken::new();
+    let shutdown = state.shutdown.clone();
     let app = http::router(state.clone()).layer(tower_http::trace::TraceLayer::new_for_http());
     let server_shutdown = shutdown.clone();
     let mut tasks = vec![tokio::spawn(

@@ -34,7 +34,7 @@ use crate::readiness::Pulse;
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::storage::{Db, Unavailable};
 
-pub use self::accounts::create_user_from_cli;
+pub use self::accounts::{PasswordChecks, create_user_from_cli};
 pub use self::dispatch::{Dispatcher, RESULT_GRACE_MS};
 pub use self::http::router;
 
@@ -62,6 +62,11 @@ pub struct AppState {
     pub admission: Arc<admission::Admission>,
     /// When the scheduler loop last completed a pass (`/readyz`).
     pub scheduler_pulse: Arc<Pulse>,
+    /// The bound on password checks running at once.
+    pub password_checks: Arc<PasswordChecks>,
+    /// Cancelled when the admin stops: its loops end, and so do the open log streams, which
+    /// would otherwise hold the server's graceful shutdown for as long as their runs last.
+    pub shutdown: CancellationToken,
 }
 
 impl AppState {
@@ -94,6 +99,8 @@ impl AppState {
             scheduler_wake: Arc::new(Notify::new()),
             log_feeds: http::stream::Feeds::default(),
             scheduler_pulse: Arc::default(),
+            password_checks: Arc::new(PasswordChecks::per_core()),
+            shutdown: CancellationToken::new(),
         })
     }
 }
@@ -164,7 +171,8 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
             return Err(error);
         }
     };
-    let state = AppState::new(db, config)?;
+    // The state's token is the admin's, so open log streams end when the admin stops.
+    let state = AppState { shutdown: shutdown.clone(), ..AppState::new(db, config)? };
     let router = http::router(state.clone()).layer(tower_http::trace::TraceLayer::new_for_http());
     let _ = api.set(router);
     tracing::info!("admin listening on {scheme}://{local_addr}");

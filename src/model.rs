@@ -319,6 +319,10 @@ pub struct JobSpec {
     pub sharding_strategy: ShardingStrategy,
 }
 
+/// The most child jobs a job may have ([`JobSpec::child_job_ids`], each listed once): one
+/// success creates a run of each in one transaction.
+pub const MAX_CHILD_JOBS: usize = 100;
+
 /// The default [`JobSpec::alarm_silence_secs`]: one alarm per job per five minutes.
 pub const DEFAULT_ALARM_SILENCE_SECS: i64 = 300;
 

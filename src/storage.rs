@@ -36,12 +36,12 @@ pub use self::alarms::{
     RUN_FAILED, Settle,
 };
 pub use self::audit::{AuditEntry, AuditPage, AuditRecord};
-pub use self::jobs::{Fire, Fired};
+pub use self::jobs::{Fire, Fired, JobUpdate};
 pub use self::modules::NewVersion;
 pub use self::registry::{Peer, RegisteredPeer};
 pub use self::reports::{DAY_MS, DayCounts};
 pub use self::runs::{Claim, NewRun, RunFilter, RunPage};
-pub use self::users::{ApiToken, Session, User};
+pub use self::users::{ApiToken, LoginLocks, Session, User};
 
 /// On SQLite, how many pages the WAL holds before the commit that passes it copies them back into
 /// the database file (a checkpoint, with a sync of both files). The commit's writer does it, so

@@ -7,10 +7,12 @@ use expect_test::expect;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
-use wasmjob::admin::{AppState, router};
+use wasmjob::admin::{AppState, PasswordChecks, now_ms, router};
+use wasmjob::config::AdminConfig;
 use wasmjob::storage::Db;
 
 use crate::support::ADMIN_TOKEN;
+use crate::support::app::{Backend, admin_config, backends};
 
 const PASSWORD: &str = "a long enough password";
 
@@ -36,21 +38,36 @@ impl Reply {
 
 struct Console {
     app: axum::Router,
+    state: AppState,
     _dir: tempfile::TempDir,
 }
 
 impl Console {
     /// An admin on SQLite in a temp dir, with the groups `default` (1) and `other` (2).
     async fn start() -> Console {
+        Console::start_with(|_| {}).await
+    }
+
+    /// As [`Console::start`], with the admin's configuration changed by `configure`.
+    async fn start_with(configure: impl FnOnce(&mut AdminConfig)) -> Console {
         wasmjob::telemetry::init_for_test();
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("access.db").display());
         let db = Db::connect(&url).await.unwrap();
         db.ensure_group("default", "Default", 0).await.unwrap();
         db.ensure_group("other", "Other", 0).await.unwrap();
-        let config = crate::support::app::admin_config(url);
-        let app = router(AppState::new(db, config).unwrap());
-        Console { app, _dir: dir }
+        let mut config = crate::support::app::admin_config(url);
+        configure(&mut config);
+        let state = AppState::new(db, config).unwrap();
+        let app = router(state.clone());
+        Console { app, state, _dir: dir }
+    }
+
+    /// The same admin with a bound of `limit` password checks at once.
+    fn with_password_checks(mut self, limit: usize) -> Console {
+        self.state.password_checks = std::sync::Arc::new(PasswordChecks::new(limit));
+        self.app = router(self.state.clone());
+        self
     }
 
     async fn send(
@@ -172,6 +189,16 @@ async fn every_route_with_every_caller() {
         let reply = console.api("POST", "/api/v1/jobs", &operator_token(), job(group, name)).await;
         assert_eq!(reply.status, StatusCode::CREATED);
     }
+    // Jobs 3 to 103 of group 1, to be children.
+    for n in 3..=103 {
+        let reply =
+            console.api("POST", "/api/v1/jobs", &operator_token(), job(1, &format!("{n}"))).await;
+        assert_eq!(reply.status, StatusCode::CREATED);
+    }
+    let with_children = |mut body: Value, children: Vec<i64>| {
+        body["child_job_ids"] = json!(children);
+        body
+    };
     // The callers, weakest first, so that what the stronger ones delete was there for the others.
     let callers = [
         ("nobody", Caller::default()),
@@ -189,6 +216,13 @@ async fn every_route_with_every_caller() {
         ("GET", "/api/v1/jobs/1", Value::Null),
         ("PUT", "/api/v1/jobs/1", job(1, "mine")),
         ("PUT", "/api/v1/jobs/2", job(2, "theirs")),
+        // A child runs when its parent succeeds: the caller must be allowed to trigger it.
+        ("POST", "/api/v1/jobs", with_children(job(1, "new"), vec![2])),
+        ("PUT", "/api/v1/jobs/1", with_children(job(1, "mine"), vec![2])),
+        // Each child once, at most 100.
+        ("PUT", "/api/v1/jobs/1", with_children(job(1, "mine"), vec![3, 3])),
+        ("PUT", "/api/v1/jobs/1", with_children(job(1, "mine"), (3..=103).collect())),
+        ("PUT", "/api/v1/jobs/1", with_children(job(1, "mine"), (3..=102).collect())),
         ("POST", "/api/v1/jobs/1/start", Value::Null),
         ("POST", "/api/v1/jobs/1/stop", Value::Null),
         ("POST", "/api/v1/jobs/2/stop", Value::Null),
@@ -262,6 +296,11 @@ async fn every_route_with_every_caller() {
         GET /api/v1/jobs/1                               401 unauthor          200          200          200          200          200          200
         PUT /api/v1/jobs/1                               401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          200          200          200
         PUT /api/v1/jobs/2                               401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          200          200
+        POST /api/v1/jobs                                401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          201          201
+        PUT /api/v1/jobs/1                               401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          200          200
+        PUT /api/v1/jobs/1                               401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          400          400          400
+        PUT /api/v1/jobs/1                               401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          400          400          400
+        PUT /api/v1/jobs/1                               401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          200          200          200
         POST /api/v1/jobs/1/start                        401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          200          200          200
         POST /api/v1/jobs/1/stop                         401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          200          200          200
         POST /api/v1/jobs/2/stop                         401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          200          200
@@ -531,4 +570,162 @@ async fn users_are_made_on_the_command_line() {
     );
     assert!(alice.password_hash.starts_with("$argon2id$"), "{}", alice.password_hash);
     db.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_wrong_logins_lock_briefly_and_check_within_the_bound() {
+    // A bound above this machine's cores, so that more guesses than the lock's threshold are
+    // checked at once.
+    let console = Console::start().await.with_password_checks(8);
+    console.create_user("root", "admin", &[]).await;
+    let checks = &console.state.password_checks;
+
+    // 25 wrong guesses at once: each is checked, refused as a locked account, or refused at
+    // once for too many checks running; none waits in a queue.
+    let guesses = (0..25).map(|_| console.try_login("root", "not the password"));
+    let replies = futures_util::future::join_all(guesses).await;
+    for reply in &replies {
+        match reply.status {
+            StatusCode::UNAUTHORIZED => {}
+            StatusCode::TOO_MANY_REQUESTS => {
+                let retry_after = reply.headers.get(header::RETRY_AFTER).expect("Retry-After");
+                assert!(retry_after.to_str().unwrap().parse::<u64>().unwrap() >= 1);
+            }
+            other => panic!("{other}: {}", reply.text),
+        }
+    }
+    assert!(replies.iter().any(|reply| reply.status == StatusCode::UNAUTHORIZED));
+    assert!(
+        (1..=checks.limit()).contains(&checks.high_water()),
+        "{} password checks ran at once, over the bound of {}",
+        checks.high_water(),
+        checks.limit()
+    );
+
+    // Counted before each check, in the statement that decides the lock: the fifth failure
+    // locks for 30 s and the guesses after it are not counted, so the lock stays short.
+    let user = console.state.db.get_user_by_name("root").await.unwrap().unwrap();
+    let locked_for_ms = user.locked_until_ms - now_ms();
+    let refused = |status| replies.iter().filter(|reply| reply.status == status).count();
+    eprintln!(
+        "25 wrong logins: {} checked and refused, {} refused unchecked (locked or busy), \
+         at most {} checks at once (bound {}), {} failures counted, locked for {locked_for_ms} ms",
+        refused(StatusCode::UNAUTHORIZED),
+        refused(StatusCode::TOO_MANY_REQUESTS),
+        checks.high_water(),
+        checks.limit(),
+        user.failed_logins,
+    );
+    assert!(locked_for_ms <= 60_000, "locked for {locked_for_ms} ms by 25 guesses");
+
+    // While locked, even the right password waits; once the lock ends, it opens a session.
+    if locked_for_ms > 0 {
+        let locked = console.try_login("root", PASSWORD).await;
+        assert_eq!(locked.status, StatusCode::TOO_MANY_REQUESTS, "{}", locked.text);
+        assert!(locked.headers.contains_key(header::RETRY_AFTER));
+        let wait = u64::try_from(locked_for_ms).unwrap() + 100;
+        tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+    }
+    let reply = console.try_login("root", PASSWORD).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.text);
+    let user = console.state.db.get_user_by_name("root").await.unwrap().unwrap();
+    assert_eq!((user.failed_logins, user.locked_until_ms), (0, 0));
+}
+
+#[tokio::test]
+async fn session_cookies_are_secure_when_the_admin_serves_tls() {
+    let mut table = String::new();
+    for tls in [false, true] {
+        let console = Console::start_with(|config| {
+            if tls {
+                config.network.serve_tls = Some(("cert.pem".into(), "key.pem".into()));
+            }
+        })
+        .await;
+        console.create_user("root", "admin", &[]).await;
+        let reply = console.try_login("root", PASSWORD).await;
+        assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.text);
+        let form = console.send("GET", "/login", &Caller::default(), None).await;
+        for (name, reply) in [("wasmjob_session", &reply), ("wasmjob_login", &form)] {
+            let cookie = reply
+                .headers
+                .get_all(header::SET_COOKIE)
+                .iter()
+                .map(|value| value.to_str().unwrap())
+                .find(|value| value.starts_with(&format!("{name}=")))
+                .unwrap();
+            let secure = cookie.split("; ").any(|attribute| attribute == "Secure");
+            table.push_str(&format!("tls {tls}: {name} secure {secure}\n"));
+        }
+    }
+    expect![[r#"
+        tls false: wasmjob_session secure false
+        tls false: wasmjob_login secure false
+        tls true: wasmjob_session secure true
+        tls true: wasmjob_login secure true
+    "#]]
+    .assert_eq(&table);
+}
+
+/// `PUT /jobs/A` with child B and `PUT /jobs/B` with child A, at once, many times: each alone
+/// is fine, together they would make two jobs trigger each other without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_concurrent_updates_cannot_close_a_child_cycle() {
+    for backend in backends() {
+        wasmjob::telemetry::init_for_test();
+        let dir = tempfile::tempdir().unwrap();
+        let postgres = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => {
+                wasmjob::storage::testing::postgres_database("cycle").await.unwrap()
+            }
+        };
+        let url = postgres
+            .clone()
+            .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("cycle.db").display()));
+        let db = Db::connect(&url).await.unwrap();
+        db.ensure_group("default", "Default", 0).await.unwrap();
+        let app = router(AppState::new(db.clone(), admin_config(url)).unwrap());
+        let send = |method: &str, path: String, body: Value| {
+            let request = axum::http::Request::builder()
+                .method(method)
+                .uri(path)
+                .header(header::AUTHORIZATION, format!("Bearer {ADMIN_TOKEN}"))
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body.to_string()))
+                .unwrap();
+            // Each on a task of its own, so that two run on two threads at once.
+            let app = app.clone();
+            tokio::spawn(async move { app.oneshot(request).await.unwrap().status() })
+        };
+        let put = |id: i64, children: Vec<i64>| {
+            let body = json!({"group_id": 1, "name": format!("job {id}"), "schedule_type": "NONE", "child_job_ids": children});
+            send("PUT", format!("/api/v1/jobs/{id}"), body)
+        };
+        for name in ["a", "b"] {
+            let spec = json!({"group_id": 1, "name": name, "schedule_type": "NONE"});
+            let created = send("POST", "/api/v1/jobs".to_owned(), spec).await.unwrap();
+            assert_eq!(created, StatusCode::CREATED);
+        }
+        for round in 0..50 {
+            assert_eq!(put(1, vec![]).await.unwrap(), StatusCode::OK);
+            assert_eq!(put(2, vec![]).await.unwrap(), StatusCode::OK);
+            let (one, two) = (put(1, vec![2]), put(2, vec![1]));
+            let statuses = [one.await.unwrap(), two.await.unwrap()];
+            let children = |id| {
+                let db = db.clone();
+                async move { db.get_job(id).await.unwrap().unwrap().spec.child_job_ids }
+            };
+            let graph = (children(1).await, children(2).await);
+            assert!(
+                graph.0.is_empty() || graph.1.is_empty(),
+                "{backend:?} round {round}: {statuses:?} left the cycle {graph:?}"
+            );
+            assert!(statuses.contains(&StatusCode::OK), "{backend:?} round {round}: {statuses:?}");
+        }
+        db.close().await;
+        if let Some(url) = postgres {
+            wasmjob::storage::testing::drop_postgres_database(&url).await.unwrap();
+        }
+    }
 }

@@ -22,6 +22,8 @@ use crate::support::{ACCESS_TOKEN, ADMIN_TOKEN, Api, sample_job};
 #[derive(Clone)]
 enum Answer {
     Fixed(String),
+    /// The whole reply, by the request's head.
+    Routed(Arc<dyn Fn(&str) -> String + Send + Sync>),
     /// A 200 head with chunked encoding, then this chunk again and again until the peer leaves.
     Endless(Vec<u8>),
 }
@@ -70,8 +72,13 @@ async fn serve(
             Ok(n) => request.extend_from_slice(&buffer[..n]),
         }
     }
-    seen.lock().unwrap().push(String::from_utf8_lossy(&request).into_owned());
+    let head = String::from_utf8_lossy(&request).into_owned();
+    seen.lock().unwrap().push(head.clone());
     match answer {
+        Answer::Routed(route) => {
+            let _ = stream.write_all(route(&head).as_bytes()).await;
+            let _ = stream.shutdown().await;
+        }
         Answer::Fixed(reply) => {
             let _ = stream.write_all(reply.as_bytes()).await;
             let _ = stream.shutdown().await;
@@ -190,6 +197,83 @@ async fn a_redirect_from_an_executor_is_not_followed_and_the_token_goes_nowhere(
     assert!(
         trap.requests().is_empty(),
         "the redirect was followed, carrying the token and the job's parameters: {:?}",
+        trap.requests()
+    );
+    admin.stop().await;
+}
+
+/// An executor that answers its log stream with a redirect to another server: the log stream
+/// goes through the one client to executors, so the redirect is not followed (the access token
+/// goes nowhere else), the admin reads the log's pages instead, and the SSE client gets its end.
+#[tokio::test]
+async fn a_redirected_log_stream_is_not_followed_and_the_stream_still_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let (admin, api) = start_admin(&dir).await;
+    let trap = RawServer::start(Answer::Fixed(reply(
+        "200 OK",
+        "content-type: application/x-ndjson\r\n",
+        "",
+    )))
+    .await;
+    let location = format!("location: {}/log/stream\r\n", trap.url);
+    let executor = RawServer::start(Answer::Routed(Arc::new(move |head: &str| {
+        let json = "content-type: application/json\r\n";
+        match head.split_whitespace().nth(1).unwrap_or("") {
+            path if path.starts_with("/log/stream") => {
+                reply("307 Temporary Redirect", &location, "")
+            }
+            "/log" => reply(
+                "200 OK",
+                json,
+                r#"{"code":200,"content":{"fromLineNum":1,"toLineNum":0,"logContent":"","isEnd":true}}"#,
+            ),
+            _ => reply("200 OK", json, r#"{"code":200}"#),
+        }
+    })))
+    .await;
+    assert_eq!(register(&api, &executor.url).await["code"], 200);
+    let job_id = api
+        .create_job(json!({"name": "redirected log", "glue_type": "BEAN", "handler": "h"}))
+        .await;
+    let (_, triggered) = api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({})).await;
+    let log_id = triggered["log_ids"][0].as_i64().unwrap();
+    api.wait_until("the executor accepts the run", || async {
+        let (_, run) = api.get(&format!("/api/v1/logs/{log_id}")).await;
+        (run["trigger_code"] == 200).then_some(())
+    })
+    .await;
+
+    let mut stream = crate::streaming::open_stream(&api, log_id, None).await;
+    let asked = |what: &'static str| {
+        let requests = executor.requests();
+        async move { requests.iter().any(|head| head.starts_with(what)).then_some(()) }
+    };
+    api.wait_until("the admin asks for the pushed log", || asked("GET /log/stream")).await;
+    api.wait_until("the admin reads the log's pages", || asked("POST /log ")).await;
+    let result =
+        json!([{"logId": log_id, "logDateTim": 0, "handleCode": 200, "handleMsg": "done"}]);
+    let answer: Value = api
+        .http
+        .post(api.url("/api/callback"))
+        .header(protocol::ACCESS_TOKEN_HEADER, ACCESS_TOKEN)
+        .json(&result)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["code"], 200, "{answer}");
+    let end = loop {
+        let event = stream.next().await.expect("the stream ended without its end event");
+        if event.event.as_deref() == Some("end") {
+            break event;
+        }
+    };
+    assert!(end.data.contains("\"handle_code\":200"), "{}", end.data);
+    assert!(
+        trap.requests().is_empty(),
+        "the redirect was followed, carrying the access token: {:?}",
         trap.requests()
     );
     admin.stop().await;

@@ -372,3 +372,45 @@ async fn a_thousand_subscribers_each_get_every_line_of_the_run_they_watch() {
     );
     cluster.finish().await;
 }
+
+/// Open log streams end when the admin stops, instead of holding its graceful shutdown for as
+/// long as their runs last.
+#[tokio::test]
+async fn an_admin_stops_within_two_seconds_with_log_streams_open() {
+    let mut app = TestApp::start(Backend::Sqlite).await;
+    let api = &app.api;
+    let job_id = api.create_job(json!({"name": "sleeper", "timeout_secs": 60})).await;
+    let (status, version) = api.upload(job_id, sample_job("sleeper")).await;
+    assert_eq!(status, StatusCode::CREATED, "{version}");
+    let (status, triggered) =
+        api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({"param": "10000"})).await;
+    assert_eq!(status, StatusCode::OK, "{triggered}");
+    let log_id = triggered["log_ids"][0].as_i64().unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let mut stream = open_stream(api, log_id, None).await;
+        let first = stream.next().await.expect("the stream ended before the run did");
+        assert_eq!(first.event, None, "{first:?}");
+        streams.push(stream);
+    }
+
+    let admin = app.admin.take().unwrap();
+    let started = std::time::Instant::now();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), admin.stop()).await;
+    let elapsed = started.elapsed();
+    eprintln!("the admin stopped in {elapsed:?} with {} log streams open", streams.len());
+    assert!(
+        stopped.is_ok() && elapsed < Duration::from_secs(2),
+        "the admin took {elapsed:?} to stop (gave up at 10 s) with log streams open"
+    );
+    // Each stream gives what it had queued, then ends without an `end` event: the run has not.
+    for mut stream in streams {
+        let mut events = 0;
+        while let Some(event) = stream.next().await {
+            assert_eq!(event.event, None, "{event:?}");
+            events += 1;
+            assert!(events < 100, "a stream outlived its admin");
+        }
+    }
+    app.stop().await;
+}

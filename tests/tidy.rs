@@ -141,3 +141,41 @@ fn migrations_are_numbered_and_match_across_dialects() {
         );
     }
 }
+
+/// The admin calls executors through one client, `protocol/client.rs`, which follows no
+/// redirect, asks the executor address policy (resolving names itself), ignores proxies, trusts
+/// the CA file and caps replies. Any other `reqwest` client must be one listed here, with why it
+/// is not a client to executors.
+#[test]
+fn one_http_client_to_executors() {
+    let allowed = [
+        // The client to executors (and the executors' to their admins).
+        "src/protocol/client.rs",
+        // The command-line client of the operator API: it calls the admin URL its user gives,
+        // through the proxy the user's environment names, and never an executor.
+        "src/client_cli.rs",
+        // Alarm webhooks: operator-configured URLs outside the cluster (chat, paging); it
+        // follows no redirect and trusts the CA file, and never calls an executor.
+        "src/admin/alarms/webhook.rs",
+    ];
+    for (path, text) in source("src") {
+        let needles = [
+            "reqwest::Client::builder",
+            "reqwest::Client::new",
+            "reqwest::Client::default",
+            "reqwest::ClientBuilder",
+            "reqwest::get(",
+            "reqwest::blocking",
+        ];
+        // A client type imported by name could be built without its path.
+        let imported = text.lines().any(|line| {
+            let line = line.trim_start();
+            line.starts_with("use reqwest") && line.contains("Client")
+        });
+        let builds_a_client = imported || needles.iter().any(|needle| text.contains(needle));
+        assert!(
+            !builds_a_client || allowed.contains(&path.as_str()),
+            "{path} builds its own HTTP client: call executors through protocol::Client"
+        );
+    }
+}

@@ -5,9 +5,17 @@
 //! thread. Session and API tokens are 256-bit random values; the database keeps their sha256, so
 //! a copy of it opens no session. HTTP concerns (cookies, CSRF, status codes) stay in `http` and
 //! `console`; this module answers with plain results.
+//!
+//! A login is bounded before it is authenticated: at most [`PasswordChecks`]' limit of
+//! password checks run at once (about one per core), and an attempt beyond them is refused at
+//! once ([`LoginError::Busy`]), never queued. An attempt is counted as a failure, in the
+//! statement that decides the lock, before its password is checked; a success clears the count.
+//! So parallel wrong guesses cannot each read the count from before the others: the fifth locks
+//! the rest out, for 30 s, doubling with each further failure up to [`MAX_LOCK_MS`].
 
 use std::io::IsTerminal;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Context;
 use argon2::Argon2;
@@ -18,7 +26,7 @@ use sha2::{Digest, Sha256};
 use super::now_ms;
 use crate::access::{Principal, Role};
 use crate::config::NewUserConfig;
-use crate::storage::{AuditEntry, Db, User};
+use crate::storage::{AuditEntry, Db, LoginLocks, User};
 
 /// How long a browser session lasts, from login: 12 hours.
 pub const SESSION_TTL_MS: i64 = 12 * 3600 * 1000;
@@ -26,8 +34,66 @@ pub const SESSION_TTL_MS: i64 = 12 * 3600 * 1000;
 pub const MIN_PASSWORD_LEN: usize = 10;
 /// Failed logins in a row after which a user is locked for a while.
 const LOCK_AFTER_FAILURES: i64 = 5;
-/// The first lock lasts this long (ms); each further failure doubles it, up to 16 times.
+/// The first lock lasts this long (ms); each further failure doubles it, up to [`MAX_LOCK_MS`].
 const FIRST_LOCK_MS: i64 = 30_000;
+/// The longest lock: 15 minutes, so that a stranger's guesses cannot keep a user out for long.
+pub const MAX_LOCK_MS: i64 = 15 * 60 * 1000;
+/// How long a client refused for [`LoginError::Busy`] is told to wait, in seconds.
+pub const BUSY_RETRY_AFTER_SECS: u64 = 1;
+
+/// The bound on password checks running at once, each about 19 MiB of memory and tens of
+/// milliseconds of a core. It also remembers the most that ran at once.
+#[derive(Debug)]
+pub struct PasswordChecks {
+    limit: usize,
+    running: AtomicUsize,
+    high_water: AtomicUsize,
+}
+
+/// A password check's place in [`PasswordChecks`], given back when dropped.
+struct CheckSlot<'a>(&'a PasswordChecks);
+
+impl PasswordChecks {
+    /// At most `limit` checks at once (at least one).
+    pub fn new(limit: usize) -> PasswordChecks {
+        PasswordChecks {
+            limit: limit.max(1),
+            running: AtomicUsize::new(0),
+            high_water: AtomicUsize::new(0),
+        }
+    }
+
+    /// One check per core of this machine.
+    pub fn per_core() -> PasswordChecks {
+        PasswordChecks::new(std::thread::available_parallelism().map_or(2, usize::from))
+    }
+
+    /// The bound.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// The most checks that ran at once so far.
+    pub fn high_water(&self) -> usize {
+        self.high_water.load(Ordering::Relaxed)
+    }
+
+    /// A place for one check, or `None` when the bound is reached.
+    fn try_enter(&self) -> Option<CheckSlot<'_>> {
+        let taken = self.running.fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
+            (running < self.limit).then_some(running + 1)
+        });
+        let before = taken.ok()?;
+        self.high_water.fetch_max(before + 1, Ordering::Relaxed);
+        Some(CheckSlot(self))
+    }
+}
+
+impl Drop for CheckSlot<'_> {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// Why a login was refused.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +107,9 @@ pub enum LoginError {
         /// How long the lock still lasts.
         retry_after_ms: i64,
     },
+    /// As many password checks as the bound allows are running: try again shortly.
+    #[error("too many logins at once: try again in {BUSY_RETRY_AFTER_SECS} s")]
+    Busy,
     /// The database failed.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -114,14 +183,19 @@ pub fn check_password(password: &str) -> Result<(), String> {
 }
 
 /// Checks `name` and `password` and opens a session, counting failures and recording the
-/// outcome in the audit log. `source` is the client's address. The session's token comes back
-/// for the cookie; the database keeps only its hash.
+/// outcome in the audit log. `source` is the client's address. The check takes a place in
+/// `checks` or is refused as [`LoginError::Busy`]; the attempt is counted before the password
+/// is checked. The session's token comes back for the cookie; the database keeps only its hash.
 pub async fn login(
     db: &Db,
+    checks: &PasswordChecks,
     name: &str,
     password: &str,
     source: &str,
 ) -> Result<String, LoginError> {
+    let Some(_slot) = checks.try_enter() else {
+        return Err(LoginError::Busy);
+    };
     let now = now_ms();
     let user = db.get_user_by_name(name).await.map_err(anyhow::Error::from)?;
     let Some(user) = user else {
@@ -130,18 +204,19 @@ pub async fn login(
         audit_login(db, name, None, source, "login.failed").await;
         return Err(LoginError::Refused);
     };
-    if user.locked_until_ms > now {
+    let locks = LoginLocks {
+        lock_after: LOCK_AFTER_FAILURES,
+        first_lock_ms: FIRST_LOCK_MS,
+        max_lock_ms: MAX_LOCK_MS,
+    };
+    let counted = db.count_login_attempt(user.id, now, &locks).await;
+    if counted.map_err(anyhow::Error::from)?.is_none() {
+        let locked = db.get_user(user.id).await.map_err(anyhow::Error::from)?;
+        let until_ms = locked.map_or(now, |user| user.locked_until_ms);
         audit_login(db, name, Some(user.id), source, "login.locked").await;
-        return Err(LoginError::Locked { retry_after_ms: user.locked_until_ms - now });
+        return Err(LoginError::Locked { retry_after_ms: (until_ms - now).max(1) });
     }
     if !verify_password(password, &user.password_hash).await? {
-        let lock = |failures: i64| {
-            (failures >= LOCK_AFTER_FAILURES).then(|| {
-                let doublings = (failures - LOCK_AFTER_FAILURES).min(16) as u32;
-                now + FIRST_LOCK_MS.saturating_mul(1 << doublings)
-            })
-        };
-        db.record_failed_login(user.id, lock).await.map_err(anyhow::Error::from)?;
         audit_login(db, name, Some(user.id), source, "login.failed").await;
         return Err(LoginError::Refused);
     }

@@ -9,7 +9,12 @@
 //!   them their lateness is judged as any late fire is: by the job's misfire strategy and
 //!   threshold (`schedule::decide`), so an overload shows as misfires, never as an unbounded queue;
 //! - a manual or API trigger is refused with 503 `overloaded` and `Retry-After`;
-//! - retries and child jobs, which follow from runs already admitted, are never refused.
+//! - retries and child jobs, which follow from runs already admitted, are never refused: they
+//!   are created, pending, in the transaction that ends their run, so none is lost, and they
+//!   count among the unfinished runs from then on, holding back fires and triggers. One ending
+//!   run creates at most one retry and one run of each of at most `MAX_CHILD_JOBS` (100)
+//!   distinct child jobs (a broadcast child, one per online executor), so follow-ups can take
+//!   the count past the bound by that much per ending run, never by an unbounded fan-out.
 //!
 //! The count is read from the database (counting stops at the bound, so a read costs at most
 //! that many index entries) and reused for [`REREAD_MS`], with the runs this admin created since

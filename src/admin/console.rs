@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 use axum::Router;
 use axum::extract::{Form, FromRequestParts, Request, State};
 use axum::http::header::{
-    CACHE_CONTROL, CONTENT_LANGUAGE, CONTENT_TYPE, LOCATION, SET_COOKIE, VARY,
+    CACHE_CONTROL, CONTENT_LANGUAGE, CONTENT_TYPE, LOCATION, RETRY_AFTER, SET_COOKIE, VARY,
 };
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -206,18 +206,21 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 }
 
 /// `Set-Cookie` for `name=value`, HttpOnly and SameSite=Strict, Secure when the request came
-/// over TLS (to a proxy in front of us, which says so in `X-Forwarded-Proto`).
+/// over TLS: to this admin, which serves TLS itself (`--tls-cert`), or to a proxy in front of
+/// it, which says so in `X-Forwarded-Proto`.
 fn set_cookie(
+    state: &AppState,
     headers: &HeaderMap,
     name: &str,
     value: &str,
     path: &str,
     max_age_secs: i64,
 ) -> HeaderValue {
-    let tls = headers
-        .get("x-forwarded-proto")
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|proto| proto.eq_ignore_ascii_case("https"));
+    let tls = state.config.network.serve_tls.is_some()
+        || headers
+            .get("x-forwarded-proto")
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|proto| proto.eq_ignore_ascii_case("https"));
     let secure = if tls { "; Secure" } else { "" };
     let text = format!(
         "{name}={value}; Path={path}; Max-Age={max_age_secs}; HttpOnly; SameSite=Strict{secure}"
@@ -248,10 +251,17 @@ async fn login_page(
     let csrf = new_secret("");
     let no_users = state.db.count_users().await? == 0;
     let (error, locked_secs) = refusal.unwrap_or(("", 0));
+    // A refusal that asks the client to come back says when, to people and to programs alike.
+    let retry_after_secs = (status == StatusCode::TOO_MANY_REQUESTS)
+        .then(|| u64::try_from(locked_secs).unwrap_or(1).max(1));
     let page =
         render("login.html", minijinja::context! { csrf, name, error, locked_secs, no_users })?;
-    let cookie = set_cookie(headers, LOGIN_CSRF_COOKIE, &csrf, "/login", 3600);
-    Ok((status, [(SET_COOKIE, cookie)], page).into_response())
+    let cookie = set_cookie(state, headers, LOGIN_CSRF_COOKIE, &csrf, "/login", 3600);
+    let mut response = (status, [(SET_COOKIE, cookie)], page).into_response();
+    if let Some(secs) = retry_after_secs {
+        response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    Ok(response)
 }
 
 #[derive(Debug, Deserialize)]
@@ -273,10 +283,12 @@ async fn login(
         return login_page(&state, headers, StatusCode::FORBIDDEN, &form.name, refusal).await;
     }
     let name = form.name.trim();
-    match accounts::login(&state.db, name, &form.password, &source(&parts)).await {
+    let checks = &state.password_checks;
+    match accounts::login(&state.db, checks, name, &form.password, &source(&parts)).await {
         Ok(token) => {
-            let cookie = set_cookie(headers, SESSION_COOKIE, &token, "/", SESSION_TTL_MS / 1000);
-            let clear = set_cookie(headers, LOGIN_CSRF_COOKIE, "", "/login", 0);
+            let max_age = SESSION_TTL_MS / 1000;
+            let cookie = set_cookie(&state, headers, SESSION_COOKIE, &token, "/", max_age);
+            let clear = set_cookie(&state, headers, LOGIN_CSRF_COOKIE, "", "/login", 0);
             let mut response = (StatusCode::SEE_OTHER, [(LOCATION, HeaderValue::from_static("/"))])
                 .into_response();
             response.headers_mut().append(SET_COOKIE, cookie);
@@ -286,6 +298,11 @@ async fn login(
         Err(LoginError::Internal(error)) => Err(PageError::Internal(error)),
         Err(LoginError::Locked { retry_after_ms }) => {
             let refusal = Some(("login.locked", (retry_after_ms + 999) / 1000));
+            login_page(&state, headers, StatusCode::TOO_MANY_REQUESTS, name, refusal).await
+        }
+        Err(LoginError::Busy) => {
+            let secs = i64::try_from(accounts::BUSY_RETRY_AFTER_SECS).unwrap_or(1);
+            let refusal = Some(("login.busy", secs));
             login_page(&state, headers, StatusCode::TOO_MANY_REQUESTS, name, refusal).await
         }
         Err(LoginError::Refused) => {
@@ -315,7 +332,7 @@ async fn logout(
     let target = format!("user {}", signed.principal.name);
     accounts::audit(&state.db, &signed.principal, &source(&parts), "logout", target, None, None)
         .await;
-    let clear = set_cookie(&parts.headers, SESSION_COOKIE, "", "/", 0);
+    let clear = set_cookie(&state, &parts.headers, SESSION_COOKIE, "", "/", 0);
     Ok((
         StatusCode::SEE_OTHER,
         [(LOCATION, HeaderValue::from_static("/login")), (SET_COOKIE, clear)],

@@ -14,7 +14,15 @@
 //! resolved addresses the policy allows, and ignores proxy settings (a proxy would connect on
 //! its behalf, unchecked).
 //!
+//! A stream (an executor's pushed log, [`Client::get_lines`]) goes through the same client, by
+//! the same rules: it has no overall time limit, since it lasts as long as what it follows, but
+//! its head must come within the client's timeout, each read within an idle timeout, and each
+//! line within a cap.
+//!
 //! TLS is rustls with the webpki roots, plus the certificates of an optional CA file.
+//!
+//! It is the one HTTP client the admin calls executors with: `tests/tidy.rs` refuses another
+//! `reqwest` client outside the few it lists, none of which calls an executor.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -102,6 +110,17 @@ pub struct Client {
     http: reqwest::Client,
     access_token: String,
     policy: Option<Arc<AddressPolicy>>,
+    /// The limit on a whole call, or on a stream's head.
+    timeout: Duration,
+}
+
+/// A reply read as lines ([`Client::get_lines`]).
+pub struct Lines {
+    url: String,
+    reply: reqwest::Response,
+    buffer: Vec<u8>,
+    max_line: usize,
+    idle: Duration,
 }
 
 impl Client {
@@ -116,8 +135,8 @@ impl Client {
         timeout: Duration,
         options: &ClientOptions,
     ) -> anyhow::Result<Client> {
+        // The timeout is set per call (`RequestBuilder::timeout`): a stream has none overall.
         let mut builder = reqwest::Client::builder()
-            .timeout(timeout)
             .connect_timeout(Duration::from_secs(3))
             .redirect(reqwest::redirect::Policy::none())
             .use_rustls_tls();
@@ -130,7 +149,8 @@ impl Client {
         if let Some(policy) = &policy {
             builder = builder.no_proxy().dns_resolver(Arc::new(CheckedResolver(policy.clone())));
         }
-        Ok(Client { http: builder.build()?, access_token: access_token.to_owned(), policy })
+        let http = builder.build()?;
+        Ok(Client { http, access_token: access_token.to_owned(), policy, timeout })
     }
 
     /// Refuses `base` when this client has a policy that does not allow it.
@@ -164,7 +184,11 @@ impl Client {
     ) -> Result<Option<T>, ProtocolError> {
         self.check(base)?;
         let url = join_url(base, path);
-        let mut request = self.http.post(&url).header(ACCESS_TOKEN_HEADER, &self.access_token);
+        let mut request = self
+            .http
+            .post(&url)
+            .timeout(self.timeout)
+            .header(ACCESS_TOKEN_HEADER, &self.access_token);
         if let Some(app_name) = app_name {
             request = request.header(APP_NAME_HEADER, app_name);
         }
@@ -224,6 +248,7 @@ impl Client {
         let mut reply = self
             .http
             .get(&url)
+            .timeout(self.timeout)
             .header(ACCESS_TOKEN_HEADER, &self.access_token)
             .send()
             .await?
@@ -232,6 +257,80 @@ impl Client {
             Ok(bytes) => Ok(bytes),
             Err(ReadError::Transport(error)) => Err(error.into()),
             Err(ReadError::TooLarge) => anyhow::bail!("{url}: more than {max_bytes} bytes"),
+        }
+    }
+
+    /// `GET {base}/{path}` (the path may carry a query) of a stream of lines whose
+    /// `Content-Type` starts with `content_type`. The head must come within the client's
+    /// timeout; then [`Lines::next_line`] waits at most `idle` for more bytes and gives up on a
+    /// line longer than `max_line`. Anything but a 200 of that type (a redirect among them, which
+    /// is not followed) is a [`ProtocolError::BadReply`].
+    pub async fn get_lines(
+        &self,
+        base: &str,
+        path: &str,
+        content_type: &str,
+        max_line: usize,
+        idle: Duration,
+    ) -> Result<Lines, ProtocolError> {
+        self.check(base)?;
+        let url = join_url(base, path);
+        let request = self.http.get(&url).header(ACCESS_TOKEN_HEADER, &self.access_token).send();
+        let reply = match tokio::time::timeout(self.timeout, request).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(source)) => return Err(ProtocolError::Transport { url, source }),
+            Err(_) => {
+                let body = format!("no answer within {} s", self.timeout.as_secs());
+                return Err(ProtocolError::BadReply { url, status: 0, body });
+            }
+        };
+        let status = reply.status().as_u16();
+        let typed = reply
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .is_some_and(|value| value.as_bytes().starts_with(content_type.as_bytes()));
+        if status != 200 || !typed {
+            let body = if (300..400).contains(&status) {
+                "a redirect, not followed".to_owned()
+            } else {
+                format!("not a stream of {content_type}")
+            };
+            return Err(ProtocolError::BadReply { url, status, body });
+        }
+        Ok(Lines { url, reply, buffer: Vec::new(), max_line, idle })
+    }
+}
+
+impl Lines {
+    /// The next line, without its newline; `None` once the stream ended (a last line without
+    /// its newline is dropped).
+    pub async fn next_line(&mut self) -> Result<Option<Vec<u8>>, ProtocolError> {
+        loop {
+            if let Some(newline) = self.buffer.iter().position(|&byte| byte == b'\n') {
+                let mut line: Vec<u8> = self.buffer.drain(..=newline).collect();
+                line.pop();
+                return Ok(Some(line));
+            }
+            if self.buffer.len() > self.max_line {
+                let body = format!("a line longer than {} bytes", self.max_line);
+                return Err(ProtocolError::BadReply { url: self.url.clone(), status: 200, body });
+            }
+            let chunk = match tokio::time::timeout(self.idle, self.reply.chunk()).await {
+                Ok(Ok(Some(chunk))) => chunk,
+                Ok(Ok(None)) => return Ok(None),
+                Ok(Err(source)) => {
+                    return Err(ProtocolError::Transport { url: self.url.clone(), source });
+                }
+                Err(_) => {
+                    let body = format!("silent for {} s", self.idle.as_secs());
+                    return Err(ProtocolError::BadReply {
+                        url: self.url.clone(),
+                        status: 200,
+                        body,
+                    });
+                }
+            };
+            self.buffer.extend_from_slice(&chunk);
         }
     }
 }

@@ -4,8 +4,8 @@ use sqlx::{AnyConnection, Row};
 
 use super::runs::{Claim, Insert, NewRun, insert_many};
 use super::statement::Cells;
-use super::{Db, Result, parse_column, split_list};
-use crate::model::{Job, JobSpec};
+use super::{Db, Dialect, Result, parse_column, split_list};
+use crate::model::{Job, JobSpec, child_job_cycle};
 use crate::schedule::NextFire;
 
 const COLUMNS: &str =
@@ -14,6 +14,22 @@ const COLUMNS: &str =
     child_job_ids, alarm_email, fuel_limit, memory_limit_mb, misfire_threshold_ms,
     sharding_total_count, sharding_item_parameters, sharding_strategy, alarm_silence_secs, running,
     next_fire_ms, active_version, created_at, updated_at";
+
+/// The key of the PostgreSQL advisory lock that changes of the child-job graph take, so that
+/// they are checked and written one at a time ("wjchild" in ASCII).
+const CHILD_GRAPH_LOCK: i64 = 0x0077_6a63_6869_6c64;
+
+/// What [`Db::update_job_checked`] did.
+#[derive(Debug)]
+pub enum JobUpdate {
+    /// The job as it is now.
+    Updated(Box<Job>),
+    /// There is no such job; nothing changed.
+    NotFound,
+    /// The new children would let the job trigger itself through this path of job ids (from
+    /// the job back to it); nothing changed.
+    Cycle(Vec<i64>),
+}
 
 impl Db {
     /// Creates a stopped job.
@@ -43,27 +59,64 @@ impl Db {
         next_fire_ms: i64,
         now_ms: i64,
     ) -> Result<Option<Job>> {
-        let sql = format!(
-            "update jobs set group_id = $1, name = $2, schedule_type = $3, schedule_conf = $4,
-                time_zone = $5, misfire_strategy = $6, route_strategy = $7, block_strategy = $8,
-                timeout_secs = $9, retry_count = $10, glue_type = $11, handler = $12, param = $13,
-                child_job_ids = $14, alarm_email = $15, fuel_limit = $16, memory_limit_mb = $17,
-                misfire_threshold_ms = $18, sharding_total_count = $19,
-                sharding_item_parameters = $20, sharding_strategy = $21,
-                alarm_silence_secs = $22, updated_at = $23,
-                next_fire_ms = case
-                    when running = 0 then 0
-                    when next_fire_ms = 0 and schedule_type = 'FIX_DELAY' and $3 = 'FIX_DELAY' then 0
-                    else $24 end
-             where id = $25 returning {COLUMNS}"
-        );
-        let row = bind_job(sqlx::query(&sql), job)
+        let row = bind_job(sqlx::query(&update_sql()), job)
             .bind(now_ms)
             .bind(next_fire_ms)
             .bind(id)
             .fetch_optional(self.writer())
             .await?;
         row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// [`Db::update_job`], unless the new children would let the job trigger itself, directly or
+    /// through others.
+    ///
+    /// The child-job graph is read in the transaction that writes, and that transaction is
+    /// alone among those that give a job children: SQLite has one writer connection, and on
+    /// PostgreSQL each takes the same advisory lock first (and reads after it, so it sees what
+    /// the one before it committed). Two updates that would each be harmless alone (A → B and
+    /// B → A) cannot both read the graph before the other's write and together close a cycle.
+    /// Removing children never closes one, so an update without children checks nothing.
+    pub async fn update_job_checked(
+        &self,
+        id: i64,
+        job: &JobSpec,
+        next_fire_ms: i64,
+        now_ms: i64,
+    ) -> Result<JobUpdate> {
+        let mut tx = self.writer().begin().await?;
+        if !job.child_job_ids.is_empty() {
+            if self.dialect == Dialect::Postgres {
+                // Wrapped, so that the row read holds no `void` column (which `Any` rows lack).
+                sqlx::query("select 1 as locked from (select pg_advisory_xact_lock($1)) as l")
+                    .bind(CHILD_GRAPH_LOCK)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            }
+            let rows =
+                sqlx::query("select id, child_job_ids from jobs").fetch_all(&mut *tx).await?;
+            let mut edges = std::collections::HashMap::new();
+            for row in &rows {
+                let children: String = row.try_get("child_job_ids")?;
+                let children = split_list(&children).filter_map(|id| id.parse().ok()).collect();
+                edges.insert(row.try_get::<i64, _>("id")?, children);
+            }
+            if let Some(cycle) = child_job_cycle(Some(id), &job.child_job_ids, &edges) {
+                tx.rollback().await?;
+                return Ok(JobUpdate::Cycle(cycle));
+            }
+        }
+        let row = bind_job(sqlx::query(&update_sql()), job)
+            .bind(now_ms)
+            .bind(next_fire_ms)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        match row {
+            Some(row) => Ok(JobUpdate::Updated(Box::new(job_from_row(&row)?))),
+            None => Ok(JobUpdate::NotFound),
+        }
     }
 
     /// Deletes job `id` with its versions; its runs stay as history. Whether it existed.
@@ -308,6 +361,24 @@ fn bind_job<'q>(
         .bind(&job.sharding_item_parameters)
         .bind(job.sharding_strategy.as_str())
         .bind(job.alarm_silence_secs)
+}
+
+/// The statement of a job's update: its fields, then `updated_at`, the next fire and the id.
+fn update_sql() -> String {
+    format!(
+        "update jobs set group_id = $1, name = $2, schedule_type = $3, schedule_conf = $4,
+            time_zone = $5, misfire_strategy = $6, route_strategy = $7, block_strategy = $8,
+            timeout_secs = $9, retry_count = $10, glue_type = $11, handler = $12, param = $13,
+            child_job_ids = $14, alarm_email = $15, fuel_limit = $16, memory_limit_mb = $17,
+            misfire_threshold_ms = $18, sharding_total_count = $19,
+            sharding_item_parameters = $20, sharding_strategy = $21,
+            alarm_silence_secs = $22, updated_at = $23,
+            next_fire_ms = case
+                when running = 0 then 0
+                when next_fire_ms = 0 and schedule_type = 'FIX_DELAY' and $3 = 'FIX_DELAY' then 0
+                else $24 end
+         where id = $25 returning {COLUMNS}"
+    )
 }
 
 fn job_from_row(row: &impl Cells) -> Result<Job> {

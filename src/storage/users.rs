@@ -13,6 +13,18 @@ use crate::access::Role;
 const COLUMNS: &str =
     "id, name, password_hash, role, group_ids, failed_logins, locked_until, created_at";
 
+/// When failed logins lock a user: from `lock_after` failures in a row, for `first_lock_ms`,
+/// doubled by each further failure up to `max_lock_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct LoginLocks {
+    /// The failures in a row that lock.
+    pub lock_after: i64,
+    /// The first lock (ms).
+    pub first_lock_ms: i64,
+    /// The longest lock (ms).
+    pub max_lock_ms: i64,
+}
+
 /// A console user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
@@ -170,29 +182,43 @@ impl Db {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Counts a failed login of user `id` and, when `lock` says so for the new count, refuses
-    /// logins until the instant it returns. The new count.
-    pub async fn record_failed_login(
+    /// Counts a login attempt of user `id` at `now_ms` as a failure, and locks the user as
+    /// `locks` says for the new count, in one statement, unless the user is locked already:
+    /// then nothing changes and the answer is `None`. Otherwise the new count: the attempt may
+    /// go on to check the password, and a success clears the count ([`Db::clear_failed_logins`]).
+    ///
+    /// Counted before the check, in the statement that decides the lock, parallel attempts each
+    /// see the count of those before them: the one that reaches the threshold locks the others
+    /// out, instead of each reading the count before any was recorded.
+    pub async fn count_login_attempt(
         &self,
         id: i64,
-        lock: impl FnOnce(i64) -> Option<i64>,
-    ) -> Result<i64> {
-        let row = sqlx::query(
-            "update users set failed_logins = failed_logins + 1 where id = $1
-             returning failed_logins",
-        )
-        .bind(id)
-        .fetch_one(self.writer())
-        .await?;
-        let failures: i64 = row.try_get("failed_logins")?;
-        if let Some(until_ms) = lock(failures) {
-            sqlx::query("update users set locked_until = $1 where id = $2")
-                .bind(until_ms)
-                .bind(id)
-                .execute(self.writer())
-                .await?;
+        now_ms: i64,
+        locks: &LoginLocks,
+    ) -> Result<Option<i64>> {
+        // The lock per count, from the threshold up, doubling to the cap: a handful of cases
+        // written from the constants, so that both dialects read the same statement.
+        let mut lock = String::from("case");
+        let mut lock_ms = locks.first_lock_ms;
+        let mut failures = locks.lock_after;
+        while lock_ms < locks.max_lock_ms {
+            lock.push_str(&format!(" when failed_logins + 1 = {failures} then $2 + {lock_ms}"));
+            lock_ms = lock_ms.saturating_mul(2);
+            failures += 1;
         }
-        Ok(failures)
+        lock.push_str(&format!(
+            " when failed_logins + 1 >= {failures} then $2 + {} else 0 end",
+            locks.max_lock_ms
+        ));
+        let row = sqlx::query(&format!(
+            "update users set failed_logins = failed_logins + 1, locked_until = {lock}
+             where id = $1 and locked_until <= $2 returning failed_logins"
+        ))
+        .bind(id)
+        .bind(now_ms)
+        .fetch_optional(self.writer())
+        .await?;
+        row.map(|row| Ok(row.try_get("failed_logins")?)).transpose()
     }
 
     /// Forgets user `id`'s failed logins (after a successful one).

@@ -14,7 +14,7 @@ use tracing::Instrument;
 use super::{Dispatcher, Peer, PeerKind, PlannedTrigger, now_ms};
 use crate::failpoint;
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
-use crate::model::{Job, RunRecord, RunState, ScheduleType, TriggerType};
+use crate::model::{Job, MAX_CHILD_JOBS, RunRecord, RunState, ScheduleType, TriggerType};
 use crate::protocol::{HandleCallbackParam, JobIdParam};
 use crate::schedule::Schedule;
 use crate::storage::NewRun;
@@ -181,7 +181,11 @@ impl Dispatcher {
             });
         }
         if let (true, Some(job)) = (transition.children, job) {
-            for child_id in &job.spec.child_job_ids {
+            // The API refuses duplicates and more than `MAX_CHILD_JOBS`; a row written before
+            // it did still creates no more.
+            let mut seen = std::collections::HashSet::new();
+            let children = job.spec.child_job_ids.iter().filter(|id| seen.insert(**id));
+            for child_id in children.take(MAX_CHILD_JOBS) {
                 let Some(child) = self.inner.db.get_job(*child_id).await? else {
                     tracing::warn!(job.id = job.id, "child job {child_id} does not exist");
                     continue;

@@ -18,11 +18,13 @@ use super::rfc3339;
 use crate::admin::admission::AdmitError;
 use crate::admin::dispatch::{PlannedTrigger, TriggerError};
 use crate::admin::{AppState, now_ms};
+use crate::model::MAX_CHILD_JOBS;
 use crate::model::{DEFAULT_ALARM_SILENCE_SECS, DEFAULT_MISFIRE_THRESHOLD_MS, GlueType, Job};
-use crate::model::{JobSpec, RouteStrategy, ShardingStrategy, child_job_cycle};
+use crate::model::{JobSpec, RouteStrategy, ShardingStrategy};
 use crate::model::{ScheduleType, TriggerType};
 use crate::routing::sharding::{MAX_SHARDING_TOTAL_COUNT, parse_item_parameters};
 use crate::schedule::Schedule;
+use crate::storage::JobUpdate;
 
 /// The shortest misfire threshold: the scheduler commits fires up to a second ahead and passes
 /// at least every second, so a shorter one would call ordinary fires late.
@@ -155,7 +157,7 @@ async fn create_job(
     Json(body): Json<JobBody>,
 ) -> Result<(StatusCode, axum::Json<JobResponse>), ApiError> {
     actor.require_group(body.group_id)?;
-    let (job, _) = validate(&state, body).await?;
+    let (job, _) = validate(&state, &actor, body).await?;
     let created = state
         .db
         .create_job(&job, now_ms())
@@ -181,12 +183,20 @@ async fn update_job(
     let before = JobResponse::from(load(&state, id).await?);
     actor.require_group(before.group_id)?;
     actor.require_group(body.group_id)?;
-    let (job, schedule) = validate(&state, body).await?;
-    refuse_child_cycle(&state, id, &job.child_job_ids).await?;
+    let (job, schedule) = validate(&state, &actor, body).await?;
     let now = now_ms();
     let next = schedule.next_after(now).unwrap_or(0);
-    let updated =
-        state.db.update_job(id, &job, next, now).await?.ok_or_else(|| job_not_found(id))?;
+    let updated = match state.db.update_job_checked(id, &job, next, now).await? {
+        JobUpdate::Updated(updated) => *updated,
+        JobUpdate::NotFound => return Err(job_not_found(id)),
+        JobUpdate::Cycle(cycle) => {
+            let path: Vec<String> = cycle.iter().map(i64::to_string).collect();
+            return Err(ApiError::bad_request(
+                "child_job_cycle",
+                format!("child_job_ids: job {id} would trigger itself: {}", path.join(" → ")),
+            ));
+        }
+    };
     state.dispatcher.forget_job(id);
     state.scheduler_wake.notify_one();
     let updated = JobResponse::from(updated);
@@ -419,32 +429,13 @@ fn parse_schedule(
         .map_err(|error| ApiError::bad_request("invalid_schedule", error.to_string()))
 }
 
-/// Refuses children for job `id` that would let it trigger itself, directly or through others.
-async fn refuse_child_cycle(state: &AppState, id: i64, children: &[i64]) -> Result<(), ApiError> {
-    if children.is_empty() {
-        return Ok(());
-    }
-    let edges = state
-        .db
-        .list_jobs(None)
-        .await?
-        .into_iter()
-        .map(|job| (job.id, job.spec.child_job_ids))
-        .collect();
-    match child_job_cycle(Some(id), children, &edges) {
-        None => Ok(()),
-        Some(cycle) => {
-            let path: Vec<String> = cycle.iter().map(i64::to_string).collect();
-            Err(ApiError::bad_request(
-                "child_job_cycle",
-                format!("child_job_ids: job {id} would trigger itself: {}", path.join(" → ")),
-            ))
-        }
-    }
-}
-
-/// Checks every field of a job body; the parsed schedule comes along.
-async fn validate(state: &AppState, body: JobBody) -> Result<(JobSpec, Schedule), ApiError> {
+/// Checks every field of a job body; the parsed schedule comes along. `actor` must be allowed
+/// to trigger each child job, since a success of this one runs them.
+async fn validate(
+    state: &AppState,
+    actor: &Actor,
+    body: JobBody,
+) -> Result<(JobSpec, Schedule), ApiError> {
     fn field<T: std::str::FromStr>(
         name: &str,
         value: Option<String>,
@@ -550,12 +541,23 @@ async fn validate(state: &AppState, body: JobBody) -> Result<(JobSpec, Schedule)
             format!("group_id: group {} does not exist", body.group_id),
         ));
     }
+    if body.child_job_ids.len() > MAX_CHILD_JOBS {
+        return Err(invalid(&format!("child_job_ids: at most {MAX_CHILD_JOBS} jobs")));
+    }
+    let mut children = std::collections::HashSet::new();
     for child in &body.child_job_ids {
-        if state.db.get_job(*child).await?.is_none() {
-            return Err(ApiError::bad_request(
-                "invalid_job",
-                format!("child_job_ids: job {child} does not exist"),
-            ));
+        if !children.insert(*child) {
+            return Err(invalid(&format!("child_job_ids: job {child} is listed twice")));
+        }
+        let Some(child_job) = state.db.get_job(*child).await? else {
+            return Err(invalid(&format!("child_job_ids: job {child} does not exist")));
+        };
+        // The same rule as `POST /jobs/{id}/trigger`: a job's success runs its children.
+        if !actor.principal.may_change_group(child_job.spec.group_id) {
+            return Err(ApiError::forbidden(format!(
+                "child_job_ids: {} `{}` may not trigger job {child} of group {}",
+                actor.principal.role, actor.principal.name, child_job.spec.group_id
+            )));
         }
     }
     let job = JobSpec {

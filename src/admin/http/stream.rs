@@ -15,14 +15,16 @@
 //! more than [`FEED_EVENTS`] lines behind, reads the lines it lacks from the executor's `/log`
 //! pages itself, then takes the broadcast again. A
 //! wasmjob executor pushes the lines to the feed (its `GET /log/stream`, JSON lines of `/log`
-//! pages); any other executor (XXL-JOB's) answers that with something else, and its `/log` is
+//! pages, read through the protocol client like every call to an executor, by its rules);
+//! any other executor (XXL-JOB's) answers that with something else, and its `/log` is
 //! polled instead, backing off while the log is quiet. Before the run reaches an executor, and
 //! after its log ends until its result is recorded, the feed polls the run record the same way.
-//! A feed stops once no stream is left.
+//! A feed stops once no stream is left. Every stream and feed ends when the admin stops, so
+//! that open streams do not hold its shutdown (a client resumes with `Last-Event-ID`).
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -30,9 +32,10 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::routing::get;
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::error::ApiError;
@@ -40,7 +43,7 @@ use super::extract::{Path, Query};
 use super::openapi::{BadRequest, Internal, NotFound, Unauthorized};
 use crate::admin::AppState;
 use crate::model::{RunRecord, code};
-use crate::protocol::{ACCESS_TOKEN_HEADER, LogParam, LogResult, join_url};
+use crate::protocol::{LogParam, LogResult};
 
 /// How often an idle stream gets a comment, so proxies and clients see it is alive.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -71,6 +74,8 @@ const FEED_CHECK: Duration = Duration::from_millis(500);
 const CATCH_UP_ATTEMPTS: u32 = 5;
 /// The longest JSON line accepted from an executor's push stream.
 const MAX_PUSH_LINE: usize = 4 * 1024 * 1024;
+/// What an executor's push stream is: JSON lines.
+const PUSH_CONTENT_TYPE: &str = "application/x-ndjson";
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/logs/{id}/stream", get(stream_log))
@@ -133,21 +138,26 @@ async fn stream_log(
     };
     let (sender, receiver) = mpsc::channel(SUBSCRIBER_EVENTS);
     let subscriber = Subscriber { sender, grace: SLOW_READER_GRACE };
+    let shutdown = state.shutdown.clone();
     tokio::spawn(
         follow(state, run, from_line, subscriber)
             .instrument(tracing::debug_span!("log_stream", run.id = id)),
     );
-    Ok(sse(receiver, HEARTBEAT))
+    Ok(sse(receiver, HEARTBEAT, shutdown))
 }
 
-/// The SSE response over the events `receiver` gets, with a comment every `heartbeat`.
+/// The SSE response over the events `receiver` gets, with a comment every `heartbeat`. It ends
+/// when the admin stops (`shutdown`), so that an open stream does not hold the server's
+/// graceful shutdown; the client resumes from its last line on the next admin.
 fn sse(
     receiver: mpsc::Receiver<Event>,
     heartbeat: Duration,
+    shutdown: CancellationToken,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let events = futures_util::stream::unfold(receiver, |mut receiver| async move {
         receiver.recv().await.map(|event| (Ok(event), receiver))
     });
+    let events = events.take_until(shutdown.cancelled_owned());
     Sse::new(events).keep_alive(KeepAlive::new().interval(heartbeat).text("heartbeat"))
 }
 
@@ -291,9 +301,12 @@ impl Feed {
         }
     }
 
-    /// Follows the log to its end, then the run record to its result.
+    /// Follows the log to its end, then the run record to its result, or until the admin stops.
     async fn run(self: Arc<Self>, state: AppState, run: RunRecord) {
-        let _ = self.follow(&state, run).await;
+        tokio::select! {
+            _ = self.follow(&state, run) => {}
+            () = state.shutdown.cancelled() => {}
+        }
         // Whether it ended or everyone left: forget it, so that a later stream starts afresh.
         let mut feeds = self.feeds.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if feeds.get(&self.run_id).is_some_and(|feed| Arc::ptr_eq(feed, &self)) {
@@ -397,7 +410,10 @@ impl Feed {
 /// [`Feed`], reading what it no longer holds from the executor.
 async fn follow(state: AppState, run: RunRecord, from_line: i64, subscriber: Subscriber) {
     crate::metrics::admin().log_streams.inc();
-    let _ = follow_inner(&state, run, from_line, &subscriber).await;
+    tokio::select! {
+        _ = follow_inner(&state, run, from_line, &subscriber) => {}
+        () = state.shutdown.cancelled() => {}
+    }
     crate::metrics::admin().log_streams.dec();
 }
 
@@ -571,66 +587,40 @@ async fn follow_push(
     mut next_line: i64,
     subscriber: &Feed,
 ) -> Result<Pushed, Gone> {
-    let url = format!(
-        "{}?logId={}&logDateTim={}&fromLineNum={next_line}",
-        join_url(address, "log/stream"),
-        run.id,
-        run.trigger_time_ms
+    let path = format!(
+        "log/stream?logId={}&logDateTim={}&fromLineNum={next_line}",
+        run.id, run.trigger_time_ms
     );
-    let request =
-        push_client().get(&url).header(ACCESS_TOKEN_HEADER, &state.config.access_token).send();
-    let mut response = tokio::select! {
-        response = request => match response {
-            Ok(response) => response,
+    // The protocol client, with its rules: no redirect followed, the executor address policy,
+    // no proxy, the CA file; and for a stream, a cap per line and a bound on silence.
+    let client = state.dispatcher.client();
+    let opened = client.get_lines(address, &path, PUSH_CONTENT_TYPE, MAX_PUSH_LINE, PUSH_SILENCE);
+    let mut lines = tokio::select! {
+        opened = opened => match opened {
+            Ok(lines) => lines,
             Err(error) => {
-                tracing::debug!(run.id = run.id, %error, "following {url}");
+                tracing::debug!(run.id = run.id, %error, "following run {}'s pushed log", run.id);
                 return Ok(Pushed::Unsupported);
             }
         },
         gone = subscriber.closed() => return Err(gone),
     };
-    let is_json_lines = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .is_some_and(|value| value.as_bytes().starts_with(b"application/x-ndjson"));
-    if !response.status().is_success() || !is_json_lines {
-        return Ok(Pushed::Unsupported);
-    }
-    let mut buffer: Vec<u8> = Vec::new();
     loop {
-        let chunk = tokio::select! {
-            chunk = tokio::time::timeout(PUSH_SILENCE, response.chunk()) => chunk,
+        let line = tokio::select! {
+            line = lines.next_line() => line,
             gone = subscriber.closed() => return Err(gone),
         };
-        let Ok(Ok(Some(chunk))) = chunk else {
+        let Ok(Some(line)) = line else {
             return Ok(Pushed::Cut(next_line));
         };
-        buffer.extend_from_slice(&chunk);
-        while let Some(newline) = buffer.iter().position(|&byte| byte == b'\n') {
-            let line: Vec<u8> = buffer.drain(..=newline).collect();
-            let Ok(page) = serde_json::from_slice::<LogResult>(&line) else {
-                return Ok(Pushed::Cut(next_line));
-            };
-            next_line = subscriber.send_page(&page, next_line).await?;
-            if page.is_end {
-                return Ok(Pushed::Ended(next_line));
-            }
-        }
-        if buffer.len() > MAX_PUSH_LINE {
+        let Ok(page) = serde_json::from_slice::<LogResult>(&line) else {
             return Ok(Pushed::Cut(next_line));
+        };
+        next_line = subscriber.send_page(&page, next_line).await?;
+        if page.is_end {
+            return Ok(Pushed::Ended(next_line));
         }
     }
-}
-
-/// The client for push streams: no overall timeout, since a stream lasts as long as its run.
-fn push_client() -> &'static reqwest::Client {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(3))
-            .build()
-            .unwrap_or_default()
-    })
 }
 
 /// The run record again, or the one we had if it cannot be read right now.
@@ -733,7 +723,8 @@ mod tests {
         use axum::response::IntoResponse;
 
         let (sender, receiver) = mpsc::channel(1);
-        let body = sse(receiver, Duration::from_millis(10)).into_response().into_body();
+        let shutdown = CancellationToken::new();
+        let body = sse(receiver, Duration::from_millis(10), shutdown).into_response().into_body();
         let mut frames = body.into_data_stream();
         let first = frames.next().await.and_then(Result::ok).unwrap_or_default();
         assert_eq!(String::from_utf8_lossy(&first), ": heartbeat\n\n");

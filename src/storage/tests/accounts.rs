@@ -4,7 +4,7 @@ use super::{each_backend, failed, sent};
 use crate::access::Role;
 use crate::lifecycle::{self, Event, RunFacts};
 use crate::model::{AddressType, RunState, TriggerType};
-use crate::storage::{AuditEntry, DayCounts, Db, Dialect, NewRun};
+use crate::storage::{AuditEntry, DayCounts, Db, Dialect, LoginLocks, NewRun};
 
 #[tokio::test]
 async fn users_sessions_and_tokens() {
@@ -30,12 +30,26 @@ async fn users_sessions_and_tokens() {
         assert!(db.delete_session("s-hash").await.unwrap());
         assert!(db.get_session("s-hash", 150).await.unwrap().is_none());
 
-        // Failed logins count up, lock when told to, and clear.
-        let lock = |n: i64| (n >= 2).then_some(5_000);
-        assert_eq!(db.record_failed_login(bob.id, lock).await.unwrap(), 1);
-        assert_eq!(db.get_user(bob.id).await.unwrap().unwrap().locked_until_ms, 0);
-        assert_eq!(db.record_failed_login(bob.id, lock).await.unwrap(), 2);
-        assert_eq!(db.get_user(bob.id).await.unwrap().unwrap().locked_until_ms, 5_000);
+        // Attempts count up and lock from the threshold, doubling to the cap; a locked user's
+        // attempts are not counted; a success clears.
+        let locks = LoginLocks { lock_after: 2, first_lock_ms: 100, max_lock_ms: 300 };
+        let mut seen = Vec::new();
+        for now in [1_000, 1_000, 1_050, 1_100, 1_300, 1_700] {
+            let counted = db.count_login_attempt(bob.id, now, &locks).await.unwrap();
+            let user = db.get_user(bob.id).await.unwrap().unwrap();
+            seen.push((now, counted, user.locked_until_ms));
+        }
+        assert_eq!(
+            seen,
+            [
+                (1_000, Some(1), 0),
+                (1_000, Some(2), 1_100),
+                (1_050, None, 1_100),
+                (1_100, Some(3), 1_300),
+                (1_300, Some(4), 1_600),
+                (1_700, Some(5), 2_000),
+            ]
+        );
         db.clear_failed_logins(bob.id).await.unwrap();
         let cleared = db.get_user(bob.id).await.unwrap().unwrap();
         assert_eq!((cleared.failed_logins, cleared.locked_until_ms), (0, 0));

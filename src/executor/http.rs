@@ -15,7 +15,8 @@
 //!
 //! `/runs` is wasmjob's batch extension: a JSON array of triggers, each judged as `/run` would
 //! judge it, answered with the array of their envelopes, in order, inside one envelope. The
-//! acceptances of a batch share one journal sync.
+//! acceptances of a batch share one journal sync. A panic while one trigger is judged (a bug)
+//! refuses that trigger alone; the others of its batch are answered for what happened to them.
 //!
 //! `GET /log/stream?logId=&logDateTim=&fromLineNum=` is wasmjob's push extension of `/log`: the
 //! same pages as JSON lines, each sent as soon as the run writes (an empty one every

@@ -24,6 +24,8 @@
 //! When an admin refuses a batch, its entries are sent one by one, and an entry refused alone
 //! waits behind the others with its own backoff, so one result the admin cannot apply does not
 //! hold back the rest. An admin that cannot be reached backs the whole outbox off.
+//! A stopping executor delivers until nothing is left or its deadline (the shutdown grace)
+//! passed; what is left then waits on disk for the next start.
 //! This module does not decide what a result says; the workers do.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};

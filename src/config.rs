@@ -31,20 +31,20 @@ pub const MIN_TOKEN_LEN: usize = 16;
 /// The database's file in `standalone`'s data directory.
 pub const DATABASE_FILE: &str = "wasmjob.db";
 
-/// Values that are not secrets, whatever their length (XXL-JOB's shipped default among them).
+/// Values that are not secrets although they pass the other rules: each is at least
+/// [`MIN_TOKEN_LEN`] long and not one character repeated, so each can match (a test checks it).
+/// Shorter well-known values, XXL-JOB's shipped `default_token` among them, never get this far:
+/// the length check refuses them.
 const WELL_KNOWN_TOKENS: &[&str] = &[
-    "default_token",
-    "changeme",
-    "change_me",
-    "secret",
-    "password",
-    "token",
-    "admin",
-    "123456",
     "1234567890123456",
-    "xxl-job",
-    "xxljob",
-    "wasmjob",
+    "12345678901234567890",
+    "0123456789abcdef",
+    "abcdefghijklmnop",
+    "abcdefghijklmnopqrstuvwxyz",
+    "qwertyuiopasdfgh",
+    "changemechangeme",
+    "passwordpassword",
+    "default_token_default_token",
 ];
 
 /// How the admin runs.
@@ -600,6 +600,26 @@ mod tests {
         assert!(check(Some("aaaaaaaaaaaaaaaaaaaa")).contains("well-known"));
         assert!(check(Some("1234567890123456")).contains("well-known"));
         assert_eq!(check(Some(" 9f8e7d6c5b4a39281706 ")), "ok 9f8e7d6c5b4a39281706");
+    }
+
+    /// Every well-known value passes the other rules (long enough, not one character repeated),
+    /// so listing it is what refuses it, in any case; an entry the length check already refuses
+    /// could never match.
+    #[test]
+    fn every_well_known_token_is_reachable() {
+        for entry in WELL_KNOWN_TOKENS {
+            let first = entry.chars().next();
+            let repeated = entry.chars().all(|c| Some(c) == first);
+            assert!(
+                entry.trim().len() >= MIN_TOKEN_LEN && !repeated,
+                "`{entry}` is refused by another rule: listing it is dead"
+            );
+            assert_eq!(entry.to_ascii_lowercase(), *entry, "`{entry}` is compared lowercased");
+            for given in [entry.to_string(), entry.to_ascii_uppercase(), format!(" {entry} ")] {
+                let refused = check_token("--t", Some(given.clone())).unwrap_err().to_string();
+                assert!(refused.contains("well-known"), "`{given}`: {refused}");
+            }
+        }
     }
 
     #[test]

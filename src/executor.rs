@@ -7,7 +7,9 @@
 //! `/trigger` and `/runs` with a message saying the executor is stopping (`/kill`, `/log` and
 //! the rest still answer); let runs finish for the grace period (`--shutdown-grace-secs`); kill
 //! the rest, those still fetching or compiling their module or waiting for a run slot included,
-//! each reporting its end through the outbox; deliver the outbox once more; stop serving.
+//! each reporting its end through the outbox; deliver the outbox until it is empty, or for at
+//! most the grace period again, retrying with backoff (what is left waits on disk for the next
+//! start); stop serving.
 //!
 //! A run's life here: `/run` journals the acceptance durably before it answers (so a `logId` is
 //! accepted once per executor data dir, across restarts, within [`RESEND_WINDOW`]); the worker
@@ -62,7 +64,10 @@ pub struct Executor {
     /// Stops the heartbeats, which then deregister.
     heartbeat_stop: CancellationToken,
     heartbeat: JoinHandle<()>,
-    /// Stops the API, the outbox (after one last delivery) and log retention.
+    /// Has the outbox deliver what is left, until none is or the grace has passed, and end.
+    outbox_stop: CancellationToken,
+    outbox_task: JoinHandle<()>,
+    /// Stops the API, log spilling and log retention.
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -159,12 +164,18 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         app_name: config.app_name.clone(),
         generation: config.admin_protocol,
     };
-    tasks.push(tokio::spawn(
+    let outbox_stop = CancellationToken::new();
+    let outbox_task = tokio::spawn(
         outbox
             .clone()
-            .deliver(client.clone(), admin_link.clone(), shutdown.clone())
+            .deliver(
+                client.clone(),
+                admin_link.clone(),
+                outbox_stop.clone(),
+                config.limits.shutdown_grace,
+            )
             .instrument(tracing::info_span!("outbox")),
-    ));
+    );
     let heartbeat_stop = CancellationToken::new();
     let heartbeat = tokio::spawn(
         heartbeat::run(
@@ -194,6 +205,8 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         grace: config.limits.shutdown_grace,
         heartbeat_stop,
         heartbeat,
+        outbox_stop,
+        outbox_task,
         shutdown,
         tasks,
     })
@@ -239,6 +252,12 @@ impl Executor {
             }
             // Each killed run stores its result in the outbox as it ends.
             wait_until_idle(&self.workers, KILL_REPORT_WAIT).await;
+        }
+        // Every result is delivered before the API stops (an admin may still read the logs
+        // meanwhile), unless no admin takes them within the grace: they wait on disk then.
+        self.outbox_stop.cancel();
+        if let Err(error) = self.outbox_task.await {
+            tracing::error!(%error, "the outbox task failed");
         }
         self.shutdown.cancel();
         for task in self.tasks {

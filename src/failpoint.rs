@@ -1,9 +1,12 @@
-//! Failpoints: named places in a run's lifecycle where a fault test makes the process die.
+//! Failpoints: named places in a run's lifecycle where a fault test makes the process die, or
+//! the code there panic.
 //!
 //! The fault tests start the real binary with `--failpoints` (or `WASMJOB_FAILPOINTS`), a list
 //! such as `dispatch.after_send=abort@3,callback.mid_batch=abort`, and the process aborts when
 //! the named point is reached (on its n-th hit with `@n`). Aborting at a chosen point is the
 //! same as a `SIGKILL` there: nothing after it runs, nothing is flushed, no destructor runs.
+//! `panic` (or `panic@n`) panics there instead, once, for a test of what a bug's panic leaves
+//! behind (locks held, work half done) while the process lives on.
 //! Without the flag every point is a single relaxed atomic load.
 //!
 //! The list is process-wide and set once at start: the points sit deep in the admin and the
@@ -17,14 +20,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 static POINTS: OnceLock<HashMap<String, Point>> = OnceLock::new();
 
 struct Point {
-    /// Abort on this hit (1 = the first).
-    abort_on: u64,
+    action: Action,
+    /// Act on this hit (1 = the first).
+    on_hit: u64,
     hits: AtomicU64,
+}
+
+/// What an armed point does when it is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    /// Ends the process at once, as `SIGKILL` would.
+    Abort,
+    /// Panics in the code that passes it.
+    Panic,
 }
 
 /// A `--failpoints` list that does not parse.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid failpoint `{0}`: expected NAME=abort or NAME=abort@N (N ≥ 1)")]
+#[error(
+    "invalid failpoint `{0}`: expected NAME=abort, NAME=abort@N, NAME=panic or NAME=panic@N (N ≥ 1)"
+)]
 pub struct FailpointError(String);
 
 /// Arms the failpoints in `spec` for the life of the process; an empty spec arms nothing.
@@ -34,15 +49,15 @@ pub fn configure(spec: &str) -> Result<(), FailpointError> {
     for item in spec.split(',').map(str::trim).filter(|item| !item.is_empty()) {
         let invalid = || FailpointError(item.to_owned());
         let (name, action) = item.split_once('=').ok_or_else(invalid)?;
-        let abort_on = match action.trim() {
-            "abort" => 1,
-            other => other
-                .strip_prefix("abort@")
-                .and_then(|n| n.parse::<u64>().ok())
-                .filter(|n| *n >= 1)
-                .ok_or_else(invalid)?,
+        let (action, on_hit) = action.trim().split_once('@').unwrap_or((action.trim(), "1"));
+        let action = match action {
+            "abort" => Action::Abort,
+            "panic" => Action::Panic,
+            _ => return Err(invalid()),
         };
-        points.insert(name.trim().to_owned(), Point { abort_on, hits: AtomicU64::new(0) });
+        let on_hit = on_hit.parse::<u64>().ok().filter(|n| *n >= 1).ok_or_else(invalid)?;
+        let point = Point { action, on_hit, hits: AtomicU64::new(0) };
+        points.insert(name.trim().to_owned(), point);
     }
     if !points.is_empty() {
         tracing::warn!("failpoints armed: {spec}");
@@ -51,13 +66,22 @@ pub fn configure(spec: &str) -> Result<(), FailpointError> {
     Ok(())
 }
 
-/// Passes the failpoint `name`: aborts the process if it is armed and due.
+/// Passes the failpoint `name`: aborts the process, or panics, if it is armed and due.
 pub fn hit(name: &str) {
     let Some(point) = POINTS.get().and_then(|points| points.get(name)) else { return };
     let hits = point.hits.fetch_add(1, Ordering::Relaxed) + 1;
-    if hits == point.abort_on {
-        tracing::warn!("failpoint {name}: aborting the process (hit {hits})");
-        std::process::abort();
+    if hits != point.on_hit {
+        return;
+    }
+    match point.action {
+        Action::Abort => {
+            tracing::warn!("failpoint {name}: aborting the process (hit {hits})");
+            std::process::abort();
+        }
+        Action::Panic => {
+            tracing::warn!("failpoint {name}: panicking (hit {hits})");
+            panic!("failpoint {name} (hit {hits})");
+        }
     }
 }
 
@@ -67,7 +91,7 @@ mod tests {
 
     #[test]
     fn specs_parse_or_are_refused() {
-        for bad in ["x", "x=crash", "x=abort@0", "x=abort@y"] {
+        for bad in ["x", "x=crash", "x=abort@0", "x=abort@y", "x=panic@", "x=abort@1@2"] {
             assert!(configure(bad).is_err(), "{bad}");
         }
         // Unarmed points cost nothing and do nothing.

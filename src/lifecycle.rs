@@ -133,7 +133,8 @@ pub struct Transition {
     pub retry: bool,
     /// Consequence: trigger the job's children.
     pub children: bool,
-    /// Consequence: ask the executor to stop the run.
+    /// Consequence: ask the executor to stop the run (for a lost run, at best and only where
+    /// the kill stops that run alone).
     pub send_kill: bool,
     /// Consequence, for a `FIX_DELAY` job: set the job's next fire this many ms after now (the
     /// run's end), unless another run of the same fire is unfinished.
@@ -267,9 +268,12 @@ pub fn transition(
             // has no such state; its handle code says "success" with the reason.
             ended(base, run, job, RunState::Skipped, code::SUCCESS, reason)
         }
-        (Dispatching | Running, Event::Lost { reason }) => {
-            ended(base, run, job, RunState::Lost, code::FAILURE, reason)
-        }
+        // A lost run may still be held where it went (its send was never confirmed, the
+        // executor was cut off): it is asked to stop it, at best, before its retry runs.
+        (Dispatching | Running, Event::Lost { reason }) => Transition {
+            send_kill: true,
+            ..ended(base, run, job, RunState::Lost, code::FAILURE, reason)
+        },
         (Running, Event::DeadlinePassed) => Transition {
             send_kill: true,
             ..ended(

@@ -34,6 +34,25 @@ pub const REGISTRY_GROUP_EXECUTOR: &str = "EXECUTOR";
 /// `glueType` of uploaded Wasm modules.
 pub const GLUE_WASM: &str = "GLUE_WASM";
 
+/// The largest body an admin reads from an executor (`/api/registry`, `/api/callback`).
+///
+/// A wasmjob executor's largest requests fit well inside: a callback batch is at most
+/// [`MAX_CALLBACK_BATCH`] results, each with a message of at most [`MAX_RESULT_MESSAGE_BYTES`]
+/// written twice (as `handleMsg` and as 2.2's `executeResult.msg`), about 25 MB when every byte
+/// of every message is a control character escaped as six; a beat lists at most
+/// [`MAX_HELD_RUNS_PER_BEAT`] run ids of at most 20 bytes each, 40 MB. So does the callback batch
+/// an XXL-JOB executor sends after an outage, the whole queue it kept meanwhile (80,000 results
+/// are about 7 MB). Only a caller with the access token gets its body read.
+pub const MAX_EXECUTOR_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// The most results a wasmjob executor sends in one `/api/callback`.
+pub const MAX_CALLBACK_BATCH: usize = 500;
+/// The longest message a wasmjob executor reports for a run, in bytes.
+pub const MAX_RESULT_MESSAGE_BYTES: usize = 4096;
+/// The most run ids a wasmjob executor lists in one beat's `heldRuns`. An executor holding more
+/// (an outbox grown through a long outage) beats without the list, still marked a wasmjob
+/// executor by `holdsTriggers`, and is not reconciled until it holds fewer.
+pub const MAX_HELD_RUNS_PER_BEAT: usize = 2_000_000;
+
 /// A generation of XXL-JOB's protocol, where the generations differ on the wire.
 ///
 /// Bodies are written so that every generation reads them (both `logDateTim` and `logDateTime`,
@@ -280,7 +299,8 @@ pub struct RegistryParam {
     /// wasmjob, `/api/registry` only: every run id this executor holds when it sends the beat
     /// (queued, running, or ended with a result not yet acknowledged by an admin). An admin
     /// ends the runs it believes are on this executor and that are not listed as `lost`
-    /// (reconciliation). XXL-JOB executors do not send it, and are never reconciled.
+    /// (reconciliation). XXL-JOB executors do not send it, and are never reconciled; a wasmjob
+    /// executor holding more than [`MAX_HELD_RUNS_PER_BEAT`] runs leaves it out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_runs: Option<Vec<i64>>,
     /// wasmjob, `/api/registry` only: this executor holds a trigger sent with `notBefore` until

@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::journal::Journal;
 use super::outbox::Outbox;
-use crate::protocol::{self, Generation, REGISTRY_GROUP_EXECUTOR, RegistryParam};
+use crate::protocol::{
+    self, Generation, MAX_HELD_RUNS_PER_BEAT, REGISTRY_GROUP_EXECUTOR, RegistryParam,
+};
 use crate::readiness::Pulse;
 
 /// The admins this executor reports to, and how they speak: every call names the application in
@@ -108,9 +110,20 @@ pub fn param(app_name: &str, address: &str) -> RegistryParam {
     }
 }
 
-/// The parameter of one beat: `base` with the runs held now.
+/// The parameter of one beat: `base` with the runs held now, unless they are more than
+/// [`MAX_HELD_RUNS_PER_BEAT`] (the beat must fit the admin's body limit, and a partial list would
+/// have the runs left out of it ended as lost).
 pub fn beat_param(base: &RegistryParam, held: &Held) -> RegistryParam {
-    RegistryParam { held_runs: Some(held.run_ids()), holds_triggers: Some(true), ..base.clone() }
+    let ids = held.run_ids();
+    if ids.len() > MAX_HELD_RUNS_PER_BEAT {
+        tracing::warn!(
+            "holding {} runs, more than a beat lists ({MAX_HELD_RUNS_PER_BEAT}): beating without \
+             them, so admins do not reconcile this executor until it holds fewer",
+            ids.len()
+        );
+    }
+    let held_runs = (ids.len() <= MAX_HELD_RUNS_PER_BEAT).then_some(ids);
+    RegistryParam { held_runs, holds_triggers: Some(true), ..base.clone() }
 }
 
 /// Sends `param` to the first admin that accepts it; returns that admin.

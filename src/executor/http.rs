@@ -15,7 +15,8 @@
 //!
 //! `/runs` is wasmjob's batch extension: a JSON array of triggers, each judged as `/run` would
 //! judge it, answered with the array of their envelopes, in order, inside one envelope. The
-//! acceptances of a batch share one journal sync.
+//! acceptances of a batch share one journal sync. A panic while one trigger is judged (a bug)
+//! refuses that trigger alone; the others of its batch are answered for what happened to them.
 //!
 //! `GET /log/stream?logId=&logDateTim=&fromLineNum=` is wasmjob's push extension of `/log`: the
 //! same pages as JSON lines, each sent as soon as the run writes (an empty one every
@@ -165,12 +166,30 @@ async fn runs(
 
 /// Judges each trigger as `/run` does and answers each, in order, once every acceptance among
 /// them is durable (one journal sync for all of them).
+///
+/// A panic while one trigger is judged (a bug) refuses that trigger alone: the triggers accepted
+/// before it in the batch are still confirmed and answered as accepted (refusing them would have
+/// the admin send elsewhere runs that run here), the ones after it are judged as usual, and the
+/// workers' locks it held do not refuse later triggers (`worker.rs`).
 async fn accept(state: &ExecutorState, params: Vec<TriggerParam>) -> Vec<ReturnT<String>> {
     let ids: Vec<(i64, i64)> = params.iter().map(|param| (param.job_id, param.log_id)).collect();
     let workers = state.workers.clone();
     let pushed = tokio::task::spawn_blocking(move || {
-        let mut pushed: Vec<Result<Pushed, String>> =
-            params.into_iter().map(|param| workers.push(param)).collect();
+        let mut pushed: Vec<Result<Pushed, String>> = params
+            .into_iter()
+            .map(|param| {
+                let (job_id, log_id, log_date_time) =
+                    (param.job_id, param.log_id, param.log_date_time);
+                let judged =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| workers.push(param)));
+                judged.unwrap_or_else(|panic| {
+                    let what = panic_message(panic.as_ref());
+                    let reason = format!("internal error while accepting run {log_id}: {what}");
+                    workers.settle_panic(job_id, log_id, log_date_time, &reason);
+                    Err(reason)
+                })
+            })
+            .collect();
         let last = pushed.iter().rev().find_map(|pushed| match pushed {
             Ok(Pushed::Accepted(ticket)) => Some(*ticket),
             _ => None,
@@ -190,6 +209,15 @@ async fn accept(state: &ExecutorState, params: Vec<TriggerParam>) -> Vec<ReturnT
         .zip(pushed)
         .map(|(&(job_id, log_id), pushed)| reply(job_id, log_id, pushed))
         .collect()
+}
+
+/// The message a panic was raised with.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(message), _) => (*message).to_owned(),
+        (None, Some(message)) => message.clone(),
+        (None, None) => "a panic".to_owned(),
+    }
 }
 
 fn reply(job_id: i64, log_id: i64, pushed: Result<Pushed, String>) -> ReturnT<String> {

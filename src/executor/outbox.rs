@@ -24,6 +24,8 @@
 //! When an admin refuses a batch, its entries are sent one by one, and an entry refused alone
 //! waits behind the others with its own backoff, so one result the admin cannot apply does not
 //! hold back the rest. An admin that cannot be reached backs the whole outbox off.
+//! A stopping executor delivers until nothing is left or its deadline (the shutdown grace)
+//! passed; what is left then waits on disk for the next start.
 //! This module does not decide what a result says; the workers do.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -41,13 +43,17 @@ use super::group_sync::GroupSync;
 use super::heartbeat::AdminLink;
 use crate::protocol::{self, CallbackList, Generation, HandleCallbackParam, ProtocolError};
 
-/// The most results sent in one `/api/callback`.
-const BATCH: usize = 500;
+/// The most results sent in one `/api/callback` (the admin's body limit fits the largest).
+const BATCH: usize = protocol::MAX_CALLBACK_BATCH;
 /// Lines in a segment before the next one starts.
 const SEGMENT_LINES: usize = 4096;
 /// The first wait of an entry an admin refused alone; it doubles up to [`MAX_ENTRY_BACKOFF`].
 const ENTRY_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_ENTRY_BACKOFF: Duration = Duration::from_secs(300);
+/// A stopping executor's first wait after a round no admin answered; it doubles up to
+/// [`MAX_DRAIN_BACKOFF`].
+const DRAIN_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_DRAIN_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Why a result could not be stored on disk (it is then kept in memory).
 #[derive(Debug, thiserror::Error)]
@@ -333,16 +339,29 @@ impl Outbox {
         (state.entries.len(), oldest)
     }
 
-    /// Delivers results until `shutdown`, then makes one last attempt.
+    /// Delivers results until `shutdown`, then until none is left or `drain_for` has passed
+    /// ([`Outbox::drain`]).
     pub async fn deliver(
         self,
         client: protocol::Client,
         admin: AdminLink,
         shutdown: CancellationToken,
+        drain_for: Duration,
+    ) {
+        self.deliver_until(&client, &admin, &shutdown).await;
+        self.drain(&client, &admin, drain_for).await;
+    }
+
+    /// Delivers results, backing off while no admin answers, until `shutdown`.
+    async fn deliver_until(
+        &self,
+        client: &protocol::Client,
+        admin: &AdminLink,
+        shutdown: &CancellationToken,
     ) {
         let mut backoff = Duration::from_millis(500);
         loop {
-            let round = self.deliver_once(&client, &admin).await;
+            let round = self.deliver_once(client, admin).await;
             if shutdown.is_cancelled() {
                 return;
             }
@@ -364,11 +383,45 @@ impl Outbox {
             tokio::select! {
                 () = self.inner.notify.notified() => {}
                 () = tokio::time::sleep(wait) => {}
-                () = shutdown.cancelled() => {
-                    let _ = self.deliver_once(&client, &admin).await;
-                    return;
-                }
+                () = shutdown.cancelled() => return,
             }
+        }
+    }
+
+    /// A stopping executor's last deliveries: rounds until no result is left, or `limit` has
+    /// passed (at least one round is made), backing off between rounds no admin answered, and
+    /// waiting for the results an admin refused alone as their own backoff says. What is left
+    /// at the deadline stays on disk for the next start.
+    async fn drain(&self, client: &protocol::Client, admin: &AdminLink, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let mut backoff = DRAIN_BACKOFF;
+        loop {
+            let round = tokio::time::timeout_at(deadline, self.deliver_once(client, admin)).await;
+            let (left, _) = self.backlog();
+            if left == 0 {
+                return;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    "stopping with {left} results not delivered within {} ms: they wait in the \
+                     outbox for the next start",
+                    limit.as_millis()
+                );
+                return;
+            }
+            let wait = match round {
+                Ok(Ok(Round::More)) | Err(_) => Duration::ZERO,
+                Ok(Ok(Round::Idle(next_due))) => {
+                    next_due.map_or(backoff, |due| due.saturating_duration_since(Instant::now()))
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "stopping: could not deliver {left} results, retrying in {} ms", backoff.as_millis());
+                    let wait = backoff;
+                    backoff = (backoff * 2).min(MAX_DRAIN_BACKOFF);
+                    wait
+                }
+            };
+            tokio::time::sleep_until((Instant::now() + wait).min(deadline)).await;
         }
     }
 

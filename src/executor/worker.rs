@@ -37,7 +37,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -51,7 +51,7 @@ use super::modules::Modules;
 use super::outbox::Outbox;
 use crate::config::RunDefaults;
 use crate::model::{BlockStrategy, code};
-use crate::protocol::{HandleCallbackParam, MAX_HOLD_MS, TriggerParam};
+use crate::protocol::{HandleCallbackParam, MAX_HOLD_MS, MAX_RESULT_MESSAGE_BYTES, TriggerParam};
 use crate::runtime::{Level, LogSink, RunLimits, RunOutcome, Runtime, ShardingItem, Trigger};
 
 /// How long a worker waits for work before it ends.
@@ -179,7 +179,7 @@ impl Workers {
         }
         // Every acceptance happens under this lock, so a duplicate cannot slip in between the
         // journal's answer here and its record below.
-        let mut map = self.map.lock().map_err(|_| "worker table poisoned".to_owned())?;
+        let mut map = lock(&self.map);
         if let Some(state) = self.ctx.journal.state(param.log_id) {
             return Ok(Pushed::Duplicate(state));
         }
@@ -197,7 +197,8 @@ impl Workers {
             return pushed;
         }
         let worker = map.entry(param.job_id).or_insert_with(|| self.spawn(param.job_id)).clone();
-        let mut queue = worker.queue.lock().map_err(|_| "worker queue poisoned".to_owned())?;
+        let mut queue = lock(&worker.queue);
+        crate::failpoint::hit("executor.accept");
         let strategy = block_strategy(&param);
         let covering = self.admit(&queue, &param, strategy)?;
         let bytes = held_size(&param);
@@ -208,8 +209,10 @@ impl Workers {
             duplicate => return Ok(duplicate),
         };
         self.ctx.logs.started(param.log_id, param.log_date_time);
-        self.ctx.held_bytes.fetch_add(bytes, Ordering::SeqCst);
         self.enqueue(&mut queue, Queued { param, ticket, bytes, started_at: None }, covering);
+        // Counted once queued (under the queue's lock, so it cannot end first): a run the
+        // journal took and a panic kept from its queue holds nothing ([`Workers::settle_panic`]).
+        self.ctx.held_bytes.fetch_add(bytes, Ordering::SeqCst);
         drop(queue);
         drop(map);
         worker.notify.notify_one();
@@ -237,11 +240,12 @@ impl Workers {
                 ),
             );
         }
-        self.ctx.held_bytes.fetch_add(bytes, Ordering::SeqCst);
         let log_id = param.log_id;
         let first_of_its_instant = {
-            let mut held = self.held.lock().map_err(|_| "held runs poisoned".to_owned())?;
+            let mut held = lock(&self.held);
             held.runs.insert(log_id, Queued { param, ticket, bytes, started_at: None });
+            // Counted once held, as in `push`.
+            self.ctx.held_bytes.fetch_add(bytes, Ordering::SeqCst);
             let runs = held.instants.entry(until).or_default();
             runs.push(log_id);
             runs.len() == 1
@@ -272,8 +276,8 @@ impl Workers {
     /// here, with the other such runs of the instant in one write: the runs of one instant all
     /// start at it, instead of each start waiting for the guests that started before it.
     fn release(&self, instant: i64) {
-        let Ok(mut map) = self.map.lock() else { return };
-        let Ok(mut held) = self.held.lock() else { return };
+        let mut map = lock(&self.map);
+        let mut held = lock(&self.held);
         let ids = held.instants.remove(&instant).unwrap_or_default();
         let runs: Vec<Queued> = ids.iter().filter_map(|id| held.runs.remove(id)).collect();
         drop(held);
@@ -282,7 +286,7 @@ impl Workers {
         for queued in runs {
             let job_id = queued.param.job_id;
             let worker = map.entry(job_id).or_insert_with(|| self.spawn(job_id)).clone();
-            let Ok(queue) = worker.queue.lock() else { continue };
+            let queue = lock(&worker.queue);
             match self.admit(&queue, &queued.param, block_strategy(&queued.param)) {
                 // Only `push` and this enqueue, both under the map's lock, which is held until
                 // every run here is queued: an idle queue stays idle until then.
@@ -304,7 +308,7 @@ impl Workers {
             if idle && journaled {
                 queued.started_at = Some(started_at);
             }
-            let Ok(mut queue) = worker.queue.lock() else { continue };
+            let mut queue = lock(&worker.queue);
             self.enqueue(&mut queue, queued, covering);
             drop(queue);
             worker.notify.notify_one();
@@ -398,6 +402,34 @@ impl Workers {
         queue.pending.push_back(queued);
     }
 
+    /// After a panic while the trigger of run `log_id` (of job `job_id`, for `log_date_time`)
+    /// was judged: if the journal took it but no queue or hold did, it ends failed with
+    /// `reason` now, its result on its way to the admin, instead of staying accepted and never
+    /// running. A panic before the journal took it leaves nothing to settle: the trigger is
+    /// refused, and sent again it is judged anew.
+    pub fn settle_panic(&self, job_id: i64, log_id: i64, log_date_time: i64, reason: &str) {
+        if self.ctx.journal.state(log_id).is_none_or(|state| state != RunState::Queued) {
+            return;
+        }
+        let map = lock(&self.map);
+        let queued = map.get(&job_id).is_some_and(|worker| {
+            let queue = lock(&worker.queue);
+            queue.running.as_ref().is_some_and(|(running, _)| *running == log_id)
+                || queue.pending.iter().any(|queued| queued.param.log_id == log_id)
+        });
+        if queued || lock(&self.held).runs.contains_key(&log_id) {
+            return;
+        }
+        drop(map);
+        tracing::error!(job.id = job_id, run.id = log_id, "run {log_id} ends failed: {reason}");
+        let param = TriggerParam { job_id, log_id, log_date_time, ..TriggerParam::default() };
+        if let Ok(mut log) = self.ctx.logs.open(log_id, log_date_time) {
+            log.line(Level::Warn, reason);
+        }
+        // Its bytes were never counted: `push` counts them once the run is queued.
+        finish(&self.ctx, &param, 0, code::FAILURE, reason, None, None);
+    }
+
     /// Returns once an accepted trigger is durable; only then may it be confirmed to the admin.
     /// Blocks on a disk sync (shared with concurrent acceptances).
     pub fn confirm(&self, ticket: Ticket) -> Result<(), String> {
@@ -413,25 +445,23 @@ impl Workers {
         let matches = |param: &TriggerParam| {
             param.job_id == job_id && log_id.is_none_or(|id| id == param.log_id)
         };
-        let held: Vec<Queued> = match self.held.lock() {
-            Ok(mut held) => {
-                let ids: Vec<i64> = held
-                    .runs
-                    .values()
-                    .filter(|queued| matches(&queued.param))
-                    .map(|queued| queued.param.log_id)
-                    .collect();
-                ids.iter().filter_map(|id| held.runs.remove(id)).collect()
-            }
-            Err(_) => Vec::new(),
+        let held: Vec<Queued> = {
+            let mut held = lock(&self.held);
+            let ids: Vec<i64> = held
+                .runs
+                .values()
+                .filter(|queued| matches(&queued.param))
+                .map(|queued| queued.param.log_id)
+                .collect();
+            ids.iter().filter_map(|id| held.runs.remove(id)).collect()
         };
         for queued in &held {
             self.report_unrun(queued, "killed before its instant (it was held until then)");
         }
-        let Some(worker) = self.map.lock().ok().and_then(|map| map.get(&job_id).cloned()) else {
+        let Some(worker) = lock(&self.map).get(&job_id).cloned() else {
             return !held.is_empty();
         };
-        let Ok(mut queue) = worker.queue.lock() else { return false };
+        let mut queue = lock(&worker.queue);
         let mut found = false;
         if let Some((running_id, cancel)) = &queue.running
             && log_id.is_none_or(|id| id == *running_id)
@@ -452,42 +482,35 @@ impl Workers {
 
     /// Whether job `job_id` has nothing running or queued here.
     pub fn is_idle(&self, job_id: i64) -> bool {
-        let worker = self.map.lock().ok().and_then(|map| map.get(&job_id).cloned());
+        let worker = lock(&self.map).get(&job_id).cloned();
         worker.is_none_or(|worker| {
-            worker
-                .queue
-                .lock()
-                .map(|q| q.running.is_none() && q.pending.is_empty())
-                .unwrap_or(false)
+            let queue = lock(&worker.queue);
+            queue.running.is_none() && queue.pending.is_empty()
         })
     }
 
     /// How many runs are running or queued.
     pub fn busy_count(&self) -> usize {
         // Under the map's lock, where a held run moves to its queue, so none is missed.
-        let (held, workers): (usize, Vec<_>) = self
-            .map
-            .lock()
-            .map(|map| {
-                let held = self.held.lock().map(|held| held.runs.len()).unwrap_or(0);
-                (held, map.values().cloned().collect())
-            })
-            .unwrap_or_default();
+        let (held, workers): (usize, Vec<_>) = {
+            let map = lock(&self.map);
+            (lock(&self.held).runs.len(), map.values().cloned().collect())
+        };
         held + workers
             .iter()
-            .filter_map(|worker| {
-                worker.queue.lock().ok().map(|q| q.pending.len() + usize::from(q.running.is_some()))
+            .map(|worker| {
+                let queue = lock(&worker.queue);
+                queue.pending.len() + usize::from(queue.running.is_some())
             })
             .sum::<usize>()
     }
 
     /// Runs queued and running now, and results not yet acknowledged: the metrics' levels.
     pub fn levels(&self) -> crate::metrics::ExecutorLevels {
-        let workers: Vec<_> =
-            self.map.lock().map(|map| map.values().cloned().collect()).unwrap_or_default();
+        let workers: Vec<_> = lock(&self.map).values().cloned().collect();
         let mut levels = crate::metrics::ExecutorLevels::default();
-        levels.queued += self.held.lock().map(|held| held.runs.len() as i64).unwrap_or(0);
-        for queue in workers.iter().filter_map(|worker| worker.queue.lock().ok()) {
+        levels.queued += lock(&self.held).runs.len() as i64;
+        for queue in workers.iter().map(|worker| lock(&worker.queue)) {
             levels.queued += queue.pending.len() as i64;
             levels.running += i64::from(queue.running.is_some());
         }
@@ -502,7 +525,7 @@ impl Workers {
     /// where its run is). Once this returns, no new run is queued.
     pub fn close(&self) {
         // Under the map's lock, so no `push` is between its check and its queueing.
-        let _map = self.map.lock();
+        let _map = lock(&self.map);
         self.closed.store(true, Ordering::SeqCst);
     }
 
@@ -514,11 +537,8 @@ impl Workers {
     /// Kills everything running or queued, fetching or compiling its module or waiting for a
     /// run slot included (shutdown after the grace period).
     pub fn kill_all(&self) {
-        let mut job_ids: Vec<i64> =
-            self.map.lock().map(|map| map.keys().copied().collect()).unwrap_or_default();
-        if let Ok(held) = self.held.lock() {
-            job_ids.extend(held.runs.values().map(|queued| queued.param.job_id));
-        }
+        let mut job_ids: Vec<i64> = lock(&self.map).keys().copied().collect();
+        job_ids.extend(lock(&self.held).runs.values().map(|queued| queued.param.job_id));
         job_ids.sort_unstable();
         job_ids.dedup();
         for job_id in job_ids {
@@ -536,18 +556,18 @@ impl Workers {
 
     async fn work(self, job_id: i64, worker: Arc<Worker>) {
         loop {
-            let next = worker.queue.lock().ok().and_then(|mut queue| {
-                let queued = queue.pending.pop_front()?;
-                let cancel = CancellationToken::new();
-                queue.running = Some((queued.param.log_id, cancel.clone()));
-                Some((queued, cancel))
-            });
+            let next = {
+                let mut queue = lock(&worker.queue);
+                queue.pending.pop_front().map(|queued| {
+                    let cancel = CancellationToken::new();
+                    queue.running = Some((queued.param.log_id, cancel.clone()));
+                    (queued, cancel)
+                })
+            };
             if let Some((queued, cancel)) = next {
                 let span = tracing::info_span!("run", run.id = queued.param.log_id);
                 self.execute(queued, cancel).instrument(span).await;
-                if let Ok(mut queue) = worker.queue.lock() {
-                    queue.running = None;
-                }
+                lock(&worker.queue).running = None;
                 continue;
             }
             tokio::select! {
@@ -555,9 +575,12 @@ impl Workers {
                 () = tokio::time::sleep(IDLE_TIMEOUT) => {
                     // Lock order: the map, then the queue (as in `push`), so no trigger slips in
                     // between the emptiness check and the removal.
-                    let Ok(mut map) = self.map.lock() else { return };
-                    let idle = worker.queue.lock().map(|q| q.pending.is_empty() && q.running.is_none());
-                    if idle.unwrap_or(true) {
+                    let mut map = lock(&self.map);
+                    let idle = {
+                        let queue = lock(&worker.queue);
+                        queue.pending.is_empty() && queue.running.is_none()
+                    };
+                    if idle {
                         if map.get(&job_id).is_some_and(|current| Arc::ptr_eq(current, &worker)) {
                             map.remove(&job_id);
                         }
@@ -700,7 +723,16 @@ fn finish(
     store_results(ctx, &[(result, bytes)]);
 }
 
-/// The result of a run for the admin.
+/// Locks `mutex`, also after a panic while it was held. The workers' table, the queues and the
+/// held runs stay whole at every step of the code that changes them (an entry is added or
+/// removed in one call), so after a panic they are used as they are: a poisoned lock refusing
+/// every later trigger of the executor, or of a job, would be the worse outcome.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The result of a run for the admin, its message cut to [`MAX_RESULT_MESSAGE_BYTES`] (so a
+/// callback batch has a bound the admin's body limit fits).
 fn result(
     param: &TriggerParam,
     handle_code: i32,
@@ -708,11 +740,15 @@ fn result(
     fuel_used: Option<i64>,
     started_at: Option<i64>,
 ) -> HandleCallbackParam {
+    let mut cut = handle_msg.len().min(MAX_RESULT_MESSAGE_BYTES);
+    while !handle_msg.is_char_boundary(cut) {
+        cut -= 1;
+    }
     HandleCallbackParam {
         log_id: param.log_id,
         log_date_tim: param.log_date_time,
         handle_code,
-        handle_msg: Some(handle_msg.to_owned()),
+        handle_msg: Some(handle_msg[..cut].to_owned()),
         fuel_used,
         started_at,
         execute_result: None,

@@ -138,7 +138,7 @@ fn first_try_of_a_job_with_a_retry_and_children() {
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
         dispatching + kill -> dispatching +kill requested
         dispatching + skip -> skipped handle 200 `stopped`
-        dispatching + lost -> lost handle 500 `gone`, +retry
+        dispatching + lost -> lost handle 500 `gone`, +retry, +send kill
         dispatching + deadline passed -> illegal
         running + claim -> illegal
         running + sent -> illegal
@@ -149,7 +149,7 @@ fn first_try_of_a_job_with_a_retry_and_children() {
         running + result 502 -> timed_out handle 502 `slow`, +retry
         running + kill -> running +kill requested, +send kill
         running + skip -> illegal
-        running + lost -> lost handle 500 `gone`, +retry
+        running + lost -> lost handle 500 `gone`, +retry, +send kill
         running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +retry, +send kill
         success + claim -> illegal
         success + sent -> illegal
@@ -247,7 +247,7 @@ fn a_kill_was_requested() {
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
         dispatching + kill -> illegal
         dispatching + skip -> skipped handle 200 `stopped`
-        dispatching + lost -> lost handle 500 `gone`, +retry
+        dispatching + lost -> lost handle 500 `gone`, +retry, +send kill
         dispatching + deadline passed -> illegal
         running + claim -> illegal
         running + sent -> illegal
@@ -258,7 +258,7 @@ fn a_kill_was_requested() {
         running + result 502 -> timed_out handle 502 `slow`, +retry
         running + kill -> running +kill requested, +send kill
         running + skip -> illegal
-        running + lost -> lost handle 500 `gone`, +retry
+        running + lost -> lost handle 500 `gone`, +retry, +send kill
         running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +retry, +send kill
         success + claim -> illegal
         success + sent -> illegal
@@ -357,7 +357,7 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +alarm
         dispatching + kill -> dispatching +kill requested
         dispatching + skip -> illegal
-        dispatching + lost -> lost handle 500 `gone`, +alarm
+        dispatching + lost -> lost handle 500 `gone`, +send kill, +alarm
         dispatching + deadline passed -> illegal
         running + claim -> illegal
         running + sent -> illegal
@@ -368,7 +368,7 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         running + result 502 -> timed_out handle 502 `slow`, +alarm
         running + kill -> running +kill requested, +send kill
         running + skip -> illegal
-        running + lost -> lost handle 500 `gone`, +alarm
+        running + lost -> lost handle 500 `gone`, +send kill, +alarm
         running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +send kill, +alarm
         success + claim -> illegal
         success + sent -> illegal
@@ -472,13 +472,13 @@ fn a_fix_delay_fire_schedules_the_next_once_no_retry_follows() {
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
         dispatching + kill -> dispatching +kill requested
         dispatching + skip -> skipped handle 200 `stopped`, +next fire in 30000 ms
-        dispatching + lost -> lost handle 500 `gone`, +retry
+        dispatching + lost -> lost handle 500 `gone`, +retry, +send kill
         running + result 200 -> success handle 200 `ok`, +next fire in 30000 ms
         running + result 200 (accepted unrecorded) -> success handle 200 `ok`, +next fire in 30000 ms
         running + result 500 -> failed handle 500 `boom`, +retry
         running + result 502 -> timed_out handle 502 `slow`, +retry
         running + kill -> running +kill requested, +send kill
-        running + lost -> lost handle 500 `gone`, +retry
+        running + lost -> lost handle 500 `gone`, +retry, +send kill
         running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +retry, +send kill
     "#]],
     );
@@ -501,13 +501,13 @@ fn the_last_try_of_a_fix_delay_fire_schedules_the_next_whatever_its_end() {
         dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +alarm, +next fire in 30000 ms
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +alarm, +next fire in 30000 ms
         dispatching + kill -> dispatching +kill requested
-        dispatching + lost -> lost handle 500 `gone`, +alarm, +next fire in 30000 ms
+        dispatching + lost -> lost handle 500 `gone`, +send kill, +alarm, +next fire in 30000 ms
         running + result 200 -> success handle 200 `ok`, +next fire in 30000 ms
         running + result 200 (accepted unrecorded) -> success handle 200 `ok`, +next fire in 30000 ms
         running + result 500 -> failed handle 500 `boom`, +alarm, +next fire in 30000 ms
         running + result 502 -> timed_out handle 502 `slow`, +alarm, +next fire in 30000 ms
         running + kill -> running +kill requested, +send kill
-        running + lost -> lost handle 500 `gone`, +alarm, +next fire in 30000 ms
+        running + lost -> lost handle 500 `gone`, +send kill, +alarm, +next fire in 30000 ms
         running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +send kill, +alarm, +next fire in 30000 ms
         "#]],
     );
@@ -530,13 +530,13 @@ fn a_manual_run_of_a_fix_delay_job_schedules_nothing() {
         dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +retry
         dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
         dispatching + kill -> dispatching +kill requested
-        dispatching + lost -> lost handle 500 `gone`, +retry
+        dispatching + lost -> lost handle 500 `gone`, +retry, +send kill
         running + result 200 -> success handle 200 `ok`
         running + result 200 (accepted unrecorded) -> success handle 200 `ok`
         running + result 500 -> failed handle 500 `boom`, +retry
         running + result 502 -> timed_out handle 502 `slow`, +retry
         running + kill -> running +kill requested, +send kill
-        running + lost -> lost handle 500 `gone`, +retry
+        running + lost -> lost handle 500 `gone`, +retry, +send kill
         running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +retry, +send kill
     "#]],
     );

@@ -118,6 +118,23 @@ impl Dispatcher {
                     run.handle_msg
                 );
             }
+            // The kill goes first, so a lost run's executor is asked to stop it before its
+            // retry is sent; the retry does not wait for the kill's answer.
+            if transition.send_kill {
+                let this = self.clone();
+                let run = run.clone();
+                tokio::spawn(async move {
+                    if run.state == RunState::Lost {
+                        this.kill_lost(&run).await;
+                    } else if let Err(error) = this.send_kill(&run).await {
+                        tracing::warn!(
+                            job.id = run.job_id,
+                            "run {}: kill not delivered: {error:#}",
+                            run.id
+                        );
+                    }
+                });
+            }
             for (id, follow_up) in ids.iter().zip(&follow_ups) {
                 tracing::info!(
                     job.id = follow_up.job_id,
@@ -126,19 +143,6 @@ impl Dispatcher {
                     follow_up.job_id
                 );
                 self.send_at(*id, follow_up.trigger_time_ms);
-            }
-            if transition.send_kill {
-                let this = self.clone();
-                let run = run.clone();
-                tokio::spawn(async move {
-                    if let Err(error) = this.send_kill(&run).await {
-                        tracing::warn!(
-                            job.id = run.job_id,
-                            "run {}: kill not delivered: {error:#}",
-                            run.id
-                        );
-                    }
-                });
             }
             return Ok(Some(run));
         }
@@ -220,22 +224,29 @@ impl Dispatcher {
         crate::metrics::admin().callback_batch_size.observe(results.len() as f64);
         // One read for the whole batch; a run that changed since is read again on its own.
         let ids: Vec<i64> = results.iter().map(|result| result.log_id).collect();
-        let mut runs: std::collections::HashMap<i64, RunRecord> = match self
+        let (mut runs, read): (std::collections::HashMap<i64, RunRecord>, bool) = match self
             .inner
             .db
             .get_runs(&ids)
             .await
         {
-            Ok(runs) => runs.into_iter().map(|run| (run.id, run)).collect(),
+            Ok(runs) => (runs.into_iter().map(|run| (run.id, run)).collect(), true),
             Err(error) => {
                 tracing::warn!(%error, "reading a batch of runs failed: reading them one by one");
-                std::collections::HashMap::new()
+                (std::collections::HashMap::new(), false)
             }
         };
         let mut applying = tokio::task::JoinSet::new();
         for result in results {
             let (this, result) = (self.clone(), result.clone());
             let run = runs.remove(&result.log_id);
+            // A run the batch's read did not find does not exist (deleted past the retention,
+            // or never): its result has nothing to apply to, and is not read again alone (an
+            // XXL-JOB executor's batch after an outage holds tens of thousands).
+            if read && run.is_none() {
+                tracing::debug!("result for run {} that does not exist: ignored", result.log_id);
+                continue;
+            }
             if let Some(run) = run.as_ref().filter(|run| run.trigger_type == TriggerType::Cron) {
                 // When it started there, or, from an executor that does not say, when it took it.
                 let started = result.started_at.unwrap_or(run.dispatched_at_ms);
@@ -318,6 +329,37 @@ impl Dispatcher {
         let app_name = peer.as_ref().and_then(|peer| peer.app_name_header());
         self.inner.client.call_as::<_, String>(address, "kill", &param, app_name).await?;
         Ok(())
+    }
+
+    /// Asks the executor a lost run was sent to, if any, to stop it, at best: the run may still
+    /// be held there (a send whose answer was lost, an executor cut off from this admin), and
+    /// its retry is on its way. Only a wasmjob executor is asked, whose kill names the run: an
+    /// XXL-JOB executor's kill stops the job's whole queue, the other runs of the job (the
+    /// retry among them) included. A failure is expected (the executor is often gone) and
+    /// logged only.
+    async fn kill_lost(&self, run: &RunRecord) {
+        let Some(address) = &run.executor_address else { return };
+        let peer = self.peer(address).await;
+        if !peer.is_some_and(|peer| peer.kind == PeerKind::Wasmjob) {
+            tracing::debug!(
+                job.id = run.job_id,
+                "lost run {}: no kill sent to {address}, whose kill would stop the job's queue",
+                run.id
+            );
+            return;
+        }
+        match self.send_kill(run).await {
+            Ok(()) => tracing::info!(
+                job.id = run.job_id,
+                "lost run {}: asked {address} to stop it, should it hold it",
+                run.id
+            ),
+            Err(error) => tracing::info!(
+                job.id = run.job_id,
+                "lost run {}: kill not delivered to {address}: {error:#}",
+                run.id
+            ),
+        }
     }
 
     /// Reconciles what executor `address` says it holds with what this admin believes runs

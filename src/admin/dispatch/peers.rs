@@ -89,7 +89,9 @@ impl Peer {
         names_app: bool,
         holds_triggers: bool,
     ) -> Peer {
-        let kind = match (lists_held_runs, names_app) {
+        // A wasmjob executor holding too many runs to list them says what it is by
+        // `holdsTriggers` alone.
+        let kind = match (lists_held_runs || holds_triggers, names_app) {
             (true, _) => PeerKind::Wasmjob,
             (false, true) => PeerKind::XxlJob(Generation::V3_5),
             (false, false) => PeerKind::XxlJob(Generation::Classic),
@@ -269,7 +271,8 @@ mod tests {
             [
                 (true, true, "wasmjob+holds", true),
                 (true, false, "wasmjob", false),
-                (false, true, "xxl-job", false),
+                // A wasmjob executor holding too many runs to list them in a beat.
+                (false, true, "wasmjob+holds", true),
                 (false, false, "xxl-job", false),
             ]
         );

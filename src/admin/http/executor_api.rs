@@ -7,7 +7,7 @@
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -19,8 +19,8 @@ use super::extract::Path;
 use crate::admin::dispatch::Peer;
 use crate::admin::{AppState, now_ms};
 use crate::protocol::{
-    ACCESS_TOKEN_HEADER, APP_NAME_HEADER, REGISTRY_GROUP_EXECUTOR, RegistryParam, ReturnT,
-    constant_time_eq, parse_callbacks,
+    ACCESS_TOKEN_HEADER, APP_NAME_HEADER, MAX_EXECUTOR_BODY_BYTES, REGISTRY_GROUP_EXECUTOR,
+    RegistryParam, ReturnT, constant_time_eq, parse_callbacks,
 };
 use crate::storage;
 
@@ -30,7 +30,10 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/registryRemove", post(registry_remove))
         .route("/callback", post(callback))
         .route("/modules/{sha256}", get(get_module))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_access_token));
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_access_token))
+        // Read only once the token passed: an executor's largest beat and callback batch, and
+        // an XXL-JOB executor's batch after an outage, fit (axum's default is 2 MB).
+        .layer(DefaultBodyLimit::max(MAX_EXECUTOR_BODY_BYTES));
     Router::new().nest("/api", api.clone()).nest("/xxl-job-admin/api", api)
 }
 

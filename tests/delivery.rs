@@ -67,6 +67,7 @@ async fn the_largest_requests_an_executor_sends_are_accepted() {
         registry_value: "http://127.0.0.1:1/".to_owned(),
         held_runs: Some(vec![i64::MAX; MAX_HELD_RUNS_PER_BEAT]),
         holds_triggers: Some(true),
+        version: Some(env!("CARGO_PKG_VERSION").to_owned()),
     };
     let beat = serde_json::to_vec(&beat).unwrap();
     assert!(beat.len() > 35 * 1024 * 1024, "{} bytes", beat.len());

@@ -1,13 +1,18 @@
 //! GLUE source: Python and JavaScript handlers uploaded as text, built by the admin with the real
-//! builders, run by real executors on 127.0.0.1, and contained like any other component.
+//! builders, run by real executors on 127.0.0.1, and contained like any other component; and
+//! the builds themselves, which run the handler's top level, confined away from the admin's host
+//! (an admin process of their own, started with the environment they set).
 
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::support::builders::{builders_dir, sample_source};
-use crate::support::{Api, Backend, TestApp, sample_job};
+use crate::support::cluster::free_port;
+use crate::support::{ACCESS_TOKEN, ADMIN_TOKEN, Api, Backend, TestApp, sample_job};
 
 /// A language's glue type, content type, sample directory and a one-word change of its `hello`.
 struct Lang {
@@ -404,3 +409,272 @@ async fn log_text(api: &Api, log_id: i64) -> String {
     let (_, page) = api.get(&format!("/api/v1/logs/{log_id}/content?from_line=1")).await;
     page["content"].as_str().unwrap_or_default().to_owned()
 }
+
+/// An admin process of its own, started with an environment a test chooses (the in-process
+/// admin of [`TestApp`] shares the test binary's), with the builders and no executor: uploads
+/// are built and answered, nothing runs.
+struct OwnAdmin {
+    api: Api,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl OwnAdmin {
+    async fn start(builders: &Path, python: &Path, env: &[(&str, &OsStr)]) -> OwnAdmin {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("admin.log")).unwrap();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_wasmjob"));
+        command
+            .arg("admin")
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--database-url")
+            .arg(format!("sqlite:{}", dir.path().join("wasmjob.db").display()))
+            .args(["--admin-token", ADMIN_TOKEN, "--access-token", ACCESS_TOKEN])
+            .arg("--builders-dir")
+            .arg(builders)
+            .arg("--python")
+            .arg(python)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("WASMJOB_") {
+                command.env_remove(name);
+            }
+        }
+        command.envs(env.iter().copied());
+        let child = command.spawn().unwrap();
+        let api = Api {
+            http: reqwest::Client::new(),
+            base: format!("http://127.0.0.1:{port}"),
+            token: ADMIN_TOKEN.to_owned(),
+        };
+        let mut admin = OwnAdmin { api, child, _dir: dir };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !admin.log().contains("listening on") {
+            assert!(admin.child.try_wait().unwrap().is_none(), "admin exited:\n{}", admin.log());
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "admin did not start:\n{}",
+                admin.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (status, group) = admin
+            .api
+            .post(
+                "/api/v1/groups",
+                json!({"app_name": "default", "title": "Default", "address_type": "AUTO"}),
+            )
+            .await;
+        assert_eq!(status, 201, "{group}");
+        admin
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("admin.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for OwnAdmin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a probe source reported through its build's error: `name: done|denied` pairs.
+fn probe_report(message: &str) -> Vec<(String, String)> {
+    let report = message
+        .lines()
+        .filter_map(|line| line.split_once("probe report: ").map(|(_, report)| report))
+        .find(|report| report.contains(": done") || report.contains(": denied"))
+        .unwrap_or_else(|| panic!("no probe report in the build's error: {message}"));
+    report
+        .split("; ")
+        .map(|pair| {
+            let (name, outcome) = pair.split_once(": ").unwrap();
+            (name.to_owned(), outcome.trim().to_owned())
+        })
+        .collect()
+}
+
+/// The files of `dir`, by name, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A Python handler's top level runs during the build (componentize-py's pre-initialization):
+/// it must reach nothing of the admin's host. The admin runs from a virtual environment (its
+/// `VIRTUAL_ENV` set, its `--python` the venv's), with a user site of its own and a secret in its
+/// environment. A first build tries to write a `.pth` into every directory mounted for it, to
+/// read the process's environment and `/etc/hostname`, and to connect to a listener here: every
+/// attempt fails and no site-packages directory gains a file. A second build runs none of the
+/// `.pth` files planted in the venv's and the user's site-packages (each would leave a marker).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_builds_touch_nothing_of_the_host() {
+    let Some(builders) = builders_dir() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let venv = dir.path().join("venv");
+    let made = std::process::Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .unwrap();
+    assert!(made.success(), "python3 -m venv: {made}");
+    let lib = venv.join("lib");
+    let venv_site = names_in(&lib)
+        .iter()
+        .map(|name| lib.join(name).join("site-packages"))
+        .find(|path| path.is_dir())
+        .expect("the venv's site-packages");
+    let user_base = dir.path().join("user-base");
+    let asked = std::process::Command::new(venv.join("bin/python3"))
+        .args(["-c", "import site; print(site.getusersitepackages())"])
+        .env("PYTHONUSERBASE", &user_base)
+        .output()
+        .unwrap();
+    let user_site = PathBuf::from(String::from_utf8(asked.stdout).unwrap().trim());
+    std::fs::create_dir_all(&user_site).unwrap();
+    let marker = dir.path().join("marker");
+    let planted = format!("import os; open({:?}, 'a').write('ran\\n')\n", marker.display());
+    for site in [&venv_site, &user_site] {
+        std::fs::write(site.join("wasmjob-planted.pth"), &planted).unwrap();
+    }
+    let before = [names_in(&venv_site), names_in(&user_site)];
+    let secret = format!("wasmjob-secret-{}", std::process::id());
+    let env: [(&str, &OsStr); 3] = [
+        ("VIRTUAL_ENV", venv.as_os_str()),
+        ("PYTHONUSERBASE", user_base.as_os_str()),
+        ("PGPASSWORD", OsStr::new(&secret)),
+    ];
+    let admin = OwnAdmin::start(&builders, &venv.join("bin/python3"), &env).await;
+    let api = &admin.api;
+    let job_id = api.create_job(json!({"glue_type": "GLUE_PYTHON"})).await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+
+    let probe = PY_PROBE.replace("PORT", &port.to_string()).replace("SECRET", &secret);
+    let (status, reply) = upload_source(api, job_id, PYTHON.content_type, &probe).await;
+    assert_eq!(status, 422, "the probe always fails its build: {reply}");
+    let report = probe_report(reply["message"].as_str().unwrap());
+    let mut expected: Vec<(String, String)> =
+        (1..=8).map(|n| (format!("/{n}"), "denied".to_owned())).collect();
+    for name in ["environ", "hostname", "socket", "secret"] {
+        expected.push((name.to_owned(), "denied".to_owned()));
+    }
+    assert_eq!(report, expected, "{reply}");
+    assert!(listener.accept().is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock));
+    assert_eq!([names_in(&venv_site), names_in(&user_site)], before);
+
+    let hello = format!("# {secret}\n{}", sample_source(PYTHON.hello));
+    let (status, version) = upload_source(api, job_id, PYTHON.content_type, &hello).await;
+    assert_eq!(status, 201, "{version}\n{}", admin.log());
+    assert!(!marker.exists(), "a planted .pth ran: {:?}", std::fs::read_to_string(&marker));
+    assert_eq!([names_in(&venv_site), names_in(&user_site)], before);
+}
+
+/// The top level of [`python_builds_touch_nothing_of_the_host`]'s first build: every attempt
+/// reported, then the build failed on purpose so the report comes back in its error.
+const PY_PROBE: &str = r##"
+import os
+
+import wit_world
+
+
+def attempt(name, action):
+    try:
+        action()
+        return f"{name}: done"
+    except BaseException:
+        return f"{name}: denied"
+
+
+def write(n):
+    def go():
+        with open(f"/{n}/wasmjob-probe.pth", "w") as file:
+            file.write("# written by a build\n")
+    return go
+
+
+def read(path):
+    return lambda: open(path, "rb").read()
+
+
+def connect():
+    import socket
+    socket.create_connection(("127.0.0.1", PORT), timeout=5).close()
+
+
+def secret():
+    if not any("SECRET" in value for value in os.environ.values()):
+        raise LookupError("not here")
+
+
+OUTCOMES = [attempt(f"/{n}", write(n)) for n in range(1, 9)] + [
+    attempt("environ", read("/proc/self/environ")),
+    attempt("hostname", read("/etc/hostname")),
+    attempt("socket", connect),
+    attempt("secret", secret),
+]
+raise RuntimeError("probe report: " + "; ".join(OUTCOMES))
+
+
+class WitWorld(wit_world.WitWorld):
+    def run(self, t):
+        return "unreachable"
+"##;
+
+/// A JavaScript handler's top level runs during the build (under Wizer): it sees neither the
+/// admin's environment (a secret set there) nor the host's files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_builds_read_nothing_of_the_host() {
+    let Some(builders) = builders_dir() else { return };
+    let secret = format!("wasmjob-secret-{}", std::process::id());
+    let env: [(&str, &OsStr); 1] = [("PGPASSWORD", OsStr::new(&secret))];
+    let admin = OwnAdmin::start(&builders, Path::new("python3"), &env).await;
+    let api = &admin.api;
+    let job_id = api.create_job(json!({"glue_type": "GLUE_JAVASCRIPT"})).await;
+    let probe = JS_PROBE.replace("SECRET", &secret);
+    let (status, reply) = upload_source(api, job_id, JAVASCRIPT.content_type, &probe).await;
+    assert_eq!(status, 422, "the probe always fails its build: {reply}");
+    let report = probe_report(reply["message"].as_str().unwrap());
+    let expected: Vec<(String, String)> = ["env", "hostname", "environ", "fetch"]
+        .iter()
+        .map(|name| (name.to_string(), "denied".to_owned()))
+        .collect();
+    assert_eq!(report, expected, "{reply}");
+}
+
+/// The top level of [`javascript_builds_read_nothing_of_the_host`]'s build.
+const JS_PROBE: &str = r##"
+const report = [];
+async function attempt(name, action) {
+  try {
+    await action();
+    report.push(`${name}: done`);
+  } catch {
+    report.push(`${name}: denied`);
+  }
+}
+await attempt("env", () => {
+  const env = globalThis.process?.env ?? globalThis.Deno?.env?.toObject?.() ?? {};
+  if (!JSON.stringify(env).includes("SECRET")) throw new Error("not here");
+});
+await attempt("hostname", () => import("/etc/hostname"));
+await attempt("environ", () => import("/proc/self/environ"));
+await attempt("fetch", async () => (await fetch("file:///etc/hostname")).text());
+throw new Error("probe report: " + report.join("; "));
+export function run(t) {
+  return "unreachable";
+}
+"##;

@@ -4,10 +4,14 @@
 //! directory of the builders dir: componentize-py (PyPI, a pip `--target` tree run with the
 //! admin's `python3`) and componentize-js (npm, an `npm install --prefix` tree run by `node`
 //! through `builders/componentize.mjs`, a driver compiled into this binary). A build runs as a
-//! child process in a fresh scratch directory holding only the source, the job world's WIT and
-//! the driver: with a clean environment, a data-size limit (`ulimit -d`, which V8's and
-//! wasmtime's address-space reservations do not count against), and a time limit after which
-//! its whole process group is killed. Its error becomes a [`BuildError`] carrying the tool's
+//! child process in a fresh scratch directory (mode 0700) holding only the source, the job
+//! world's WIT and the driver, confined by `builders/sandbox.rs` (no inherited environment; with
+//! bwrap, a read-only host, no network, and `nobody` where the admin is root), with a data-size
+//! limit (`ulimit -d`, which V8's and wasmtime's address-space reservations do not count
+//! against), and a time limit after which its whole process group is killed. componentize-py is
+//! called through its library API with the scratch directory as its only path, so the
+//! handler's top level, which its pre-initialization runs, sees that directory and the
+//! interpreter's bundled standard library, and nothing of the host. Its error becomes a [`BuildError`] carrying the tool's
 //! message, trimmed, with the scratch and builder directories' paths taken out.
 //!
 //! Built components are kept in `<builders dir>/cache` by the sha256 of language, pinned
@@ -15,7 +19,9 @@
 //! caller exactly as an uploaded one; nothing here trusts it.
 //! This module never runs a component and never decides where one is stored.
 
-use std::io::Read as _;
+use std::ffi::OsString;
+use std::io::{Read as _, Seek as _, SeekFrom};
+use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -28,12 +34,20 @@ use tokio::sync::Semaphore;
 use crate::config::BuilderConfig;
 use crate::model::Language;
 
+mod sandbox;
+
 /// The componentize-py release installed and used.
 pub const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
 /// The @bytecodealliance/componentize-js release installed and used.
 pub const COMPONENTIZE_JS_VERSION: &str = "0.23.0";
 /// The job world every source is built for.
 const JOB_WIT: &str = include_str!("../../wit/job.wit");
+/// The Python driver that calls componentize-py's library API with the scratch directory as the
+/// only path: its command line would append the host's site-packages directories (the
+/// inherited `VIRTUAL_ENV`'s, the system's, the user's) and preopen them writable for the
+/// handler's top level. Run with `-I -S`, so `site` adds nothing either; argument 1 is where
+/// `setup` installed the package.
+const PY_DRIVER: &str = "import sys; sys.path.append(sys.argv[1]); from componentize_py import componentize; componentize(['job.wit'], ['job'], [], False, None, ['.'], [], 'handler', 'out.wasm', False, [], [], False, None)";
 /// The Node driver that calls componentize-js's library API.
 const JS_DRIVER: &str = include_str!("builders/componentize.mjs");
 /// The longest error message kept from a builder.
@@ -170,9 +184,14 @@ fn marker(dir: &Path, language: Language) -> PathBuf {
 /// What a built component is cached under: everything the build depends on.
 fn cache_key(language: Language, source: &str) -> String {
     let mut hash = Sha256::new();
-    for part in
-        [language.as_str(), COMPONENTIZE_PY_VERSION, COMPONENTIZE_JS_VERSION, JOB_WIT, JS_DRIVER]
-    {
+    for part in [
+        language.as_str(),
+        COMPONENTIZE_PY_VERSION,
+        COMPONENTIZE_JS_VERSION,
+        JOB_WIT,
+        PY_DRIVER,
+        JS_DRIVER,
+    ] {
         hash.update(part.as_bytes());
         hash.update([0]);
     }
@@ -186,20 +205,18 @@ fn build_blocking(
     language: Language,
     source: &str,
 ) -> Result<Vec<u8>, BuildError> {
+    // The build runs in its scratch directory: every path it is given must be absolute.
+    let dir = &dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
     let scratch = Scratch::new()?;
     let work = scratch.0.as_path();
     std::fs::write(work.join("job.wit"), JOB_WIT).context("writing the world")?;
-    let mut command = match language {
+    let (interpreter, args): (Interpreter, Vec<OsString>) = match language {
         Language::Python => {
             std::fs::write(work.join("handler.py"), source).context("writing the source")?;
-            let mut command = limited(config, &config.python);
-            command
-                .arg("-c")
-                .arg("import sys; from componentize_py import script; sys.argv[0] = 'componentize-py'; sys.exit(script())")
-                .args(["-d", "job.wit", "-w", "job", "componentize", "handler", "-o", "out.wasm"])
-                .env("PYTHONPATH", dir.join("componentize-py"))
-                .env("PYTHONDONTWRITEBYTECODE", "1");
-            command
+            let mut args: Vec<OsString> =
+                ["-I", "-S", "-B", "-c", PY_DRIVER].map(OsString::from).to_vec();
+            args.push(dir.join("componentize-py").into());
+            (Interpreter::python(&config.python)?, args)
         }
         Language::Javascript => {
             std::fs::write(work.join("handler.mjs"), source).context("writing the source")?;
@@ -207,18 +224,16 @@ fn build_blocking(
                 .context("writing the driver")?;
             let entry = dir
                 .join("componentize-js/node_modules/@bytecodealliance/componentize-js/src/componentize.js");
-            let mut command = limited(config, &config.node);
-            command.arg("componentize.mjs").arg(entry).args([
-                "handler.mjs",
-                "job.wit",
-                "job",
-                "out.wasm",
-            ]);
-            command
+            let mut args: Vec<OsString> = vec!["componentize.mjs".into(), entry.into()];
+            args.extend(["handler.mjs", "job.wit", "job", "out.wasm"].map(OsString::from));
+            (Interpreter::node(&config.node)?, args)
         }
         Language::Wasm => return Err(anyhow::anyhow!("a component needs no build").into()),
     };
-    command.current_dir(work).env("TMPDIR", work);
+    let mut expose = interpreter.prefixes;
+    expose.push(dir.to_path_buf());
+    let memory_kib = config.memory_bytes / 1024;
+    let command = sandbox::command(work, &expose, memory_kib, &interpreter.executable, &args);
     let output = run_bounded(command, work, config.timeout)?;
     if !output.success {
         let message = trim_message(&output.stderr, &[work, dir]);
@@ -228,29 +243,69 @@ fn build_blocking(
             message
         }));
     }
-    std::fs::read(work.join("out.wasm"))
-        .context("the builder succeeded but wrote no component")
-        .map_err(BuildError::Host)
+    // The build owned the directory: a symbolic link there must not make us read a host file.
+    let out = work.join("out.wasm");
+    if !std::fs::symlink_metadata(&out).is_ok_and(|meta| meta.file_type().is_file()) {
+        return Err(BuildError::Failed("the builder wrote no component".to_owned()));
+    }
+    std::fs::read(out).context("reading the component").map_err(BuildError::Host)
 }
 
-/// `program` under `sh -c 'ulimit -d …; exec …'`.
-///
-/// The builder keeps the admin's environment (PATH, and HOME for interpreter managers such as
-/// pyenv), less every `WASMJOB_*` variable: tokens and the database URL stay with the admin.
-fn limited(config: &BuilderConfig, program: &Path) -> Command {
-    let mut command = Command::new("/bin/sh");
-    command
-        .arg("-c")
-        .arg(r#"ulimit -d "$0" && exec "$@""#)
-        .arg((config.memory_bytes / 1024).max(1).to_string())
-        .arg(program)
-        .env("RUST_BACKTRACE", "0");
+/// The interpreter that runs a builder, resolved to the file it really is (a pyenv or nvm shim
+/// needs the admin's environment, which the build does not get), and the directories it needs.
+struct Interpreter {
+    executable: PathBuf,
+    prefixes: Vec<PathBuf>,
+}
+
+impl Interpreter {
+    /// Asks `python` (isolated, without `site`) where it and its standard library are.
+    fn python(python: &Path) -> Result<Interpreter, BuildError> {
+        let script = "import os, sys; print(os.path.realpath(sys.executable)); \
+                      print(os.path.realpath(sys.base_prefix))";
+        let lines = ask(python, &["-I", "-S", "-c", script])?;
+        let executable = PathBuf::from(&lines[0]);
+        let mut prefixes: Vec<PathBuf> = lines.get(1).map(PathBuf::from).into_iter().collect();
+        prefixes.extend(executable.parent().map(Path::to_path_buf));
+        Ok(Interpreter { executable, prefixes })
+    }
+
+    /// Asks `node` where it is; its prefix is the directory above its `bin`.
+    fn node(node: &Path) -> Result<Interpreter, BuildError> {
+        let lines = ask(node, &["-p", "require('fs').realpathSync(process.execPath)"])?;
+        let executable = PathBuf::from(&lines[0]);
+        let prefix = executable.parent().and_then(Path::parent).unwrap_or(Path::new("/"));
+        Ok(Interpreter { prefixes: vec![prefix.to_path_buf()], executable })
+    }
+}
+
+/// The non-empty lines `program args…` prints, run as the admin configured it (its environment
+/// less `WASMJOB_*`): this runs no operator text.
+fn ask(program: &Path, args: &[&str]) -> Result<Vec<String>, BuildError> {
+    let mut command = Command::new(program);
+    command.args(args).stdin(Stdio::null());
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("WASMJOB_") {
             command.env_remove(name);
         }
     }
-    command
+    let output = command.output().with_context(|| format!("running {}", program.display()))?;
+    let lines: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if !output.status.success() || lines.is_empty() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(anyhow::anyhow!(
+            "{} does not say where it is: {}",
+            program.display(),
+            stderr.trim()
+        )
+        .into());
+    }
+    Ok(lines)
 }
 
 /// A fresh directory for one build, removed with everything in it when dropped.
@@ -259,9 +314,20 @@ struct Scratch(PathBuf);
 impl Scratch {
     fn new() -> anyhow::Result<Scratch> {
         let name = format!("wasmjob-build-{:016x}", rand::random::<u64>());
-        let path = std::env::temp_dir().join(name);
-        std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
-        Ok(Scratch(path))
+        let temp = std::env::temp_dir();
+        let temp = temp.canonicalize().unwrap_or(temp);
+        let path = temp.join(name);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        let scratch = Scratch(path);
+        if sandbox::is_root() {
+            let id = Some(sandbox::BUILD_ID);
+            std::os::unix::fs::chown(&scratch.0, id, id)
+                .with_context(|| format!("giving {} to the build user", scratch.0.display()))?;
+        }
+        Ok(scratch)
     }
 }
 
@@ -283,8 +349,14 @@ fn run_bounded(
     work: &Path,
     timeout: Duration,
 ) -> Result<Finished, BuildError> {
-    let stderr_path = work.join("builder.err");
-    let stderr = std::fs::File::create(&stderr_path).context("creating the error file")?;
+    // Created by us and read back through our own handle: the build may replace the name.
+    let mut errors = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(work.join("builder.err"))
+        .context("creating the error file")?;
+    let stderr = errors.try_clone().context("sharing the error file")?;
     command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr).process_group(0);
     let mut child = command.spawn().context("starting the builder")?;
     let started = Instant::now();
@@ -304,8 +376,8 @@ fn run_bounded(
     // A builder's helpers (componentize-js runs wizer) may outlive it: end them too.
     kill_group(child.id());
     let mut stderr = String::new();
-    if let Ok(file) = std::fs::File::open(&stderr_path) {
-        let _ = file.take(256 * 1024).read_to_string(&mut stderr);
+    if errors.seek(SeekFrom::Start(0)).is_ok() {
+        let _ = (&mut errors).take(256 * 1024).read_to_string(&mut stderr);
     }
     Ok(Finished { success: status.success(), stderr })
 }

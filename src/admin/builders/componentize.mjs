@@ -2,7 +2,8 @@
 //
 // Usage, from the scratch directory that holds the source:
 //   node componentize.mjs <componentize-js entry> <source.mjs> <wit path> <world> <out.wasm>
-// The admin writes this file next to the source and runs it there. A syntax error is reported
+// The admin writes this file next to the source and runs it there, with no environment but a
+// fixed PATH and HOME (the scratch directory). A syntax error is reported
 // by `node --check` first (componentize-js names no line for it); any error ends the process
 // with status 1 and its message on stderr.
 import { spawnSync } from "node:child_process";
@@ -24,6 +25,9 @@ try {
     // No fetch() and no fetch event: the job world has no HTTP interface, and the host would
     // refuse the wasi:http imports either feature pulls in.
     disableFeatures: ["http", "fetch-event"],
+    // Wizer's only environment (and its guest's): a home for its compilation cache, which is
+    // the build's scratch directory, so no build reads code another one left.
+    env: { HOME: process.env.HOME },
   });
   await writeFile(outPath, component);
 } catch (error) {

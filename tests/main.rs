@@ -37,6 +37,8 @@ mod metrics;
 mod network_trust;
 /// `GET /api/v1/openapi.json`: a 3.1 document of exactly the routes the router serves.
 mod openapi;
+/// A power cut on SQLite simulated with a copy of the database: no run is swallowed after it.
+mod power_loss;
 /// The daily report and the dashboard summary, counted from real runs.
 mod report;
 /// The sandbox through the real executor: hostile jobs, kills, block strategies, the cache.

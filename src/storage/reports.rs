@@ -151,7 +151,7 @@ impl Db {
         Ok(rows.len().max(failures.len()) as u64)
     }
 
-    /// The `limit` jobs (of those that exist) with the most failed, timed-out or lost runs
+    /// The `limit` jobs with the most failed, timed-out or lost runs
     /// created on the UTC days from the one holding `since_ms`: `(job id, failures)`, most
     /// first. Read from the per-job counts, never from the run table.
     pub async fn top_failing_jobs(&self, since_ms: i64, limit: i64) -> Result<Vec<(i64, i64)>> {
@@ -161,7 +161,6 @@ impl Db {
                 union all
                 select job_id, runs from job_failure_delta where day >= $1
              ) as counted
-             where job_id in (select id from jobs)
              group by job_id having sum(runs) > 0 order by n desc, job_id limit $2",
         )
         .bind(since_ms.div_euclid(DAY_MS))

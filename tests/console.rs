@@ -281,6 +281,11 @@ async fn run_pages_say_whether_another_follows() {
         ));
     }
     expect_test::expect![[r#"
+        limit=2: total 5 capped false has_more true ids [5 4]
+        limit=2&offset=2: total 5 capped false has_more true ids [3 2]
+        limit=2&offset=4: total 5 capped false has_more false ids [1]
+        limit=5: total 5 capped false has_more false ids [5 4 3 2 1]
+        limit=9&offset=9: total 5 capped false has_more false ids []
     "#]]
     .assert_eq(&out);
 }

@@ -29,7 +29,7 @@ async fn runs_after_a_power_cut_that_lost_commits_are_never_taken_for_duplicates
             "name": "power cut",
             "glue_type": "BEAN",
             "handler": "hello",
-            "retry_count": 1,
+            "retry_count": RUNS,
             "timeout_secs": 10,
         }))
         .await;
@@ -70,8 +70,9 @@ async fn runs_after_a_power_cut_that_lost_commits_are_never_taken_for_duplicates
          {first_ids:?})"
     );
 
-    // Each new run ends: run, or refused for the conflict with its retry run. None is left
-    // waiting for a result its executor will never send.
+    // Each new run ends: run, or refused for the conflict and retried (with as many retries as
+    // there are lost ids, every trigger ends in a success). None is left waiting for a result
+    // its executor will never send.
     let runs = settled_runs_after(&api, job_id, newest_kept).await;
     let mut report = String::new();
     let mut successes = 0;

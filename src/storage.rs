@@ -151,11 +151,12 @@ impl Db {
         let options = options.after_connect(move |connection, _| {
             Box::pin(async move {
                 if dialect == Dialect::Sqlite {
-                    // In WAL mode, NORMAL syncs at checkpoints instead of at every commit: a
-                    // process crash loses nothing (the WAL is in the OS's hands at commit),
-                    // a power cut or kernel crash may lose the last commits but never
-                    // corrupts the file. Writers wait for each other instead of failing.
-                    sqlx::query("pragma synchronous = normal").execute(&mut *connection).await?;
+                    // In WAL mode, FULL syncs the WAL at every commit, so a commit answered
+                    // survives a power cut or kernel crash too: a run id handed out is never
+                    // handed out again, which executors' journals rely on (under NORMAL a lost
+                    // commit's ids came back for other runs). The group commit makes that one
+                    // sync per batch of writes. Writers wait for each other instead of failing.
+                    sqlx::query("pragma synchronous = full").execute(&mut *connection).await?;
                     sqlx::query("pragma busy_timeout = 5000").execute(&mut *connection).await?;
                     // Statement journals (a multi-row write's undo) in memory, not in a
                     // temporary file made and removed by every transaction.

@@ -253,3 +253,39 @@ async fn runs_are_listed_between_two_times() {
     assert!(error.starts_with("Not a time"), "{}", page.text);
     assert!(visible_text(&page.text).contains("Runs: 4."), "an unreadable bound narrows nothing");
 }
+
+/// A page of `/api/v1/logs` says whether another follows (`has_more`) and whether its `total`
+/// stopped at the count's cap (`total_capped`), so a client pages without a count of the table.
+#[tokio::test]
+async fn run_pages_say_whether_another_follows() {
+    let console = Console::start().await;
+    let job = json!({"group_id": 1, "name": "paged", "schedule_type": "NONE"});
+    assert_eq!(console.api("POST", "/api/v1/jobs", job).await.0, StatusCode::CREATED);
+    for at in 1..=5 {
+        console.db.create_run(&manual_run(1, at * 1_000), 1).await.unwrap().unwrap();
+    }
+    let mut out = String::new();
+    for query in ["limit=2", "limit=2&offset=2", "limit=2&offset=4", "limit=5", "limit=9&offset=9"]
+    {
+        let (status, body) =
+            console.api("GET", &format!("/api/v1/logs?{query}"), Value::Null).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let ids: Vec<String> =
+            body["items"].as_array().unwrap().iter().map(|run| run["id"].to_string()).collect();
+        out.push_str(&format!(
+            "{query}: total {} capped {} has_more {} ids [{}]\n",
+            body["total"],
+            body["total_capped"],
+            body["has_more"],
+            ids.join(" ")
+        ));
+    }
+    expect_test::expect![[r#"
+        limit=2: total 5 capped false has_more true ids [5 4]
+        limit=2&offset=2: total 5 capped false has_more true ids [3 2]
+        limit=2&offset=4: total 5 capped false has_more false ids [1]
+        limit=5: total 5 capped false has_more false ids [5 4 3 2 1]
+        limit=9&offset=9: total 5 capped false has_more false ids []
+    "#]]
+    .assert_eq(&out);
+}

@@ -33,6 +33,14 @@ fn trigger_time_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
+/// The trigger time of every run `bean` makes: the first call's now, so that a run sent again
+/// is sent with its own trigger time, as an admin does (an executor refuses a known `logId` with
+/// another one).
+fn run_time_ms() -> i64 {
+    static AT: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *AT.get_or_init(trigger_time_ms)
+}
+
 /// A `BEAN` trigger of the handler `handler` (a sample job copied into the handlers dir).
 fn bean(job_id: i64, log_id: i64, handler: &str, param: &str) -> TriggerParam {
     TriggerParam {
@@ -41,7 +49,7 @@ fn bean(job_id: i64, log_id: i64, handler: &str, param: &str) -> TriggerParam {
         executor_handler: handler.to_owned(),
         executor_params: param.to_owned(),
         executor_block_strategy: "SERIAL_EXECUTION".to_owned(),
-        log_date_time: trigger_time_ms(),
+        log_date_time: run_time_ms(),
         glue_type: "BEAN".to_owned(),
         broadcast_total: 1,
         ..TriggerParam::default()
@@ -137,10 +145,14 @@ async fn a_duplicate_trigger_is_answered_with_the_run_state_and_not_run_again() 
     let (_, triggered) =
         api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({"param": "once"})).await;
     let log_id = triggered["log_ids"][0].as_i64().unwrap();
-    assert_eq!(api.finished_run(log_id).await["handle_msg"], "hello, once");
+    let run = api.finished_run(log_id).await;
+    assert_eq!(run["handle_msg"], "hello, once");
+    let trigger_time = run["trigger_time"].as_str().unwrap();
+    let trigger_time = chrono::DateTime::parse_from_rfc3339(trigger_time).unwrap();
     let again = TriggerParam {
         job_id,
         log_id,
+        log_date_time: trigger_time.timestamp_millis(),
         executor_params: "twice".to_owned(),
         executor_block_strategy: "SERIAL_EXECUTION".to_owned(),
         glue_type: protocol::GLUE_WASM.to_owned(),
@@ -151,6 +163,21 @@ async fn a_duplicate_trigger_is_answered_with_the_run_state_and_not_run_again() 
     expect_run_reply(&url, &again, run_reply::REPORTED).await;
     assert_eq!(journal_count(&data_dir, "accepted", log_id), 1);
     assert_eq!(journal_count(&data_dir, "started", log_id), 1);
+
+    // The same logId for another job or fire time is another run (an admin reused the id): it
+    // is refused as a conflict, an error the admin records, and not run.
+    for other in [
+        TriggerParam { job_id: job_id + 1, ..again.clone() },
+        TriggerParam { log_date_time: again.log_date_time + 1_000, ..again.clone() },
+    ] {
+        let reply = send_run(&url, &other).await;
+        assert_eq!(reply.code, 500, "{reply:?}");
+        let msg = reply.msg.unwrap_or_default();
+        assert!(msg.starts_with(&format!("run id conflict: logId {log_id} ")), "{msg}");
+    }
+    assert_eq!(journal_count(&data_dir, "accepted", log_id), 1);
+    assert_eq!(journal_count(&data_dir, "started", log_id), 1);
+    expect_run_reply(&url, &again, run_reply::REPORTED).await;
 
     // Queued and running runs answer with where they are.
     install_handlers(&data_dir, &["sleeper"]);

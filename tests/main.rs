@@ -41,6 +41,8 @@ mod network_trust;
 mod openapi;
 /// The daemons as an operations team runs them: config files, JSON logs, `--version`, backups.
 mod operations;
+/// A power cut on SQLite simulated with a copy of the database: no run is swallowed after it.
+mod power_loss;
 /// The daily report and the dashboard summary, counted from real runs.
 mod report;
 /// The sandbox through the real executor: hostile jobs, kills, block strategies, the cache.

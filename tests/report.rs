@@ -4,6 +4,9 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use wasmjob::model::RunState;
+use wasmjob::storage::RunFilter;
+
 use crate::support::{Backend, TestApp, backends, sample_job};
 
 /// Runs `count` manual runs of a job running `sample`; the job's id once they all ended.
@@ -69,6 +72,53 @@ async fn the_report_and_the_dashboard_count_the_runs_made() {
             dashboard["top_failing"],
             json!([{"job_id": failing, "name": "breaker", "failures": 2}])
         );
+        app.stop().await;
+    }
+}
+
+/// The dashboard's failing jobs are counted as the runs end, not read from the run table: they
+/// equal a recount of the run table after real runs, and stay when retention deletes the runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_jobs_are_counted_as_runs_end_and_outlive_retention() {
+    for backend in backends() {
+        let app = TestApp::start(backend).await;
+        let api = &app.api;
+        runs_of(&app, "greeter", "hello", 2).await;
+        let breaker = runs_of(&app, "breaker", "fail", 3).await;
+        let flaky = runs_of(&app, "flaky", "fail", 1).await;
+        let db = &app.admin.as_ref().unwrap().state.db;
+        let mut recount = Vec::new();
+        for job_id in [breaker, flaky] {
+            let mut failures = 0;
+            for state in [RunState::Failed, RunState::TimedOut, RunState::Lost] {
+                let filter = RunFilter {
+                    job_id: Some(job_id),
+                    state: Some(state),
+                    limit: 1,
+                    ..RunFilter::default()
+                };
+                failures += db.list_runs(&filter).await.unwrap().total;
+            }
+            recount.push(json!({"job_id": job_id, "failures": failures}));
+        }
+        let failing = |dashboard: &Value| -> Vec<Value> {
+            dashboard["top_failing"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|job| json!({"job_id": job["job_id"], "failures": job["failures"]}))
+                .collect()
+        };
+        let (status, dashboard) = api.get("/api/v1/dashboard").await;
+        assert_eq!(status, StatusCode::OK, "{dashboard}");
+        assert_eq!(failing(&dashboard), recount, "{dashboard}");
+        assert_eq!(recount[0]["failures"], 3);
+
+        // Retention deletes every ended run; the counts stay, as the daily report's do.
+        let deleted = db.delete_ended_runs(wasmjob::admin::now_ms() + 1, 1_000).await.unwrap();
+        assert_eq!(deleted, 6);
+        let (_, dashboard) = api.get("/api/v1/dashboard").await;
+        assert_eq!(failing(&dashboard), recount, "{dashboard}");
         app.stop().await;
     }
 }

@@ -4,16 +4,26 @@
 //! The journal lives in `<data_dir>/journal/` as text files of one event per line:
 //!
 //! ```text
-//! accepted <logId> <jobId> <unix_ms>      written and synced before `/run` answers success
+//! accepted <logId> <jobId> <unix_ms> <fire_ms>  written and synced before `/run` answers success
 //! started <logId> <unix_ms>               the run is next for its worker, about to run
 //! finished <logId> <handleCode> <unix_ms> the run's result is stored in the outbox
 //! ```
 //!
+//! (`fire_ms` is the trigger's `logDateTime`, the run's fire time; lines written before it was
+//! recorded have four fields.)
+//!
 //! Files rotate every hour (`runs-<unix_hour>.log`). The files that may hold an acceptance from
 //! the last [`RESEND_WINDOW`] are kept; older ones are deleted at start and at rotation, and the
-//! in-memory index forgets ended runs accepted before the window, so memory is bounded by the
-//! runs accepted in about one window plus the runs still live. An admin never sends a run again
-//! more than that window after its first send; that is the contract that makes forgetting safe.
+//! in-memory index (`index.rs`, 12 bytes a run) forgets ended runs accepted before the window,
+//! so memory is bounded by the runs accepted in about one window plus the runs still live. An
+//! admin never sends a run again more than that window after its first send; that is the
+//! contract that makes forgetting safe.
+//!
+//! A `logId` is one run only while the admin's ids are never reused; an admin whose database
+//! lost its last commits (a power cut) hands out the lost ids again, for other runs. So the
+//! index keeps a fingerprint of the job and fire time each run was accepted for, and a trigger
+//! of a known `logId` for another job or fire time is a [`Admission::Conflict`], refused instead
+//! of answered as a duplicate.
 //!
 //! Syncs are shared: concurrent acceptances append under one lock and the first of them to
 //! reach [`Journal::sync`] makes all appended lines durable with one `sync_data` (group commit,
@@ -24,13 +34,14 @@
 //!
 //! It does not run, queue or report anything: the workers do, and tell it what happened.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use self::index::{Index, fingerprint};
 use super::group_sync::GroupSync;
 use crate::protocol::run_reply;
 
@@ -93,8 +104,11 @@ impl RunState {
 pub enum Admission {
     /// Newly accepted; durable once [`Journal::sync`] of this ticket returns.
     New(Ticket),
-    /// Accepted before; where it is now.
+    /// Accepted before, for the same job and fire time; where it is now.
     Duplicate(RunState),
+    /// This `logId` was accepted before for another job or fire time: the admin reused a run
+    /// id (its database lost commits). Not accepted; the run it names here is in this state.
+    Conflict(RunState),
 }
 
 /// The position of an appended line, to wait for its durability.
@@ -125,9 +139,7 @@ struct State {
     /// Lines appended so far (the last ticket handed out).
     written: u64,
     broken: bool,
-    runs: HashMap<i64, Entry>,
-    /// Acceptances in time order, to forget them after the window.
-    order: VecDeque<(i64, i64)>,
+    runs: Index,
     live: HashSet<i64>,
 }
 
@@ -136,16 +148,10 @@ struct Segment {
     file: Arc<File>,
 }
 
-struct Entry {
-    job_id: i64,
-    accepted_ms: i64,
-    state: RunState,
-}
-
 /// One line of the journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Event {
-    Accepted { log_id: i64, job_id: i64, at_ms: i64 },
+    Accepted { log_id: i64, job_id: i64, at_ms: i64, fire_ms: Option<i64> },
     Started { log_id: i64, at_ms: i64 },
     Finished { log_id: i64, handle_code: i32, at_ms: i64 },
 }
@@ -161,8 +167,9 @@ impl Journal {
         stored_result: impl Fn(i64) -> Option<i32>,
     ) -> Result<(Journal, Vec<LostRun>), JournalError> {
         std::fs::create_dir_all(&dir).map_err(|source| io(&dir, source))?;
-        let mut runs: HashMap<i64, Entry> = HashMap::new();
-        let mut order = VecDeque::new();
+        let mut runs = Index::default();
+        // The runs not finished so far in the replay, with their job and acceptance time.
+        let mut unfinished: HashMap<i64, (i64, i64)> = HashMap::new();
         for (_, path) in segments(&dir, now_ms)? {
             let file = File::open(&path).map_err(|source| io(&path, source))?;
             let mut malformed = 0;
@@ -175,7 +182,7 @@ impl Journal {
                     malformed += 1;
                     continue;
                 };
-                replay(&mut runs, &mut order, event);
+                replay(&mut runs, &mut unfinished, event);
             }
             if malformed > 0 {
                 // A line cut by a crash in the middle of an append is expected; it was never
@@ -187,27 +194,18 @@ impl Journal {
             }
         }
         let segment = open_segment(&dir, now_ms.div_euclid(HOUR_MS))?;
-        let mut state =
-            State { segment, written: 0, broken: false, runs, order, live: HashSet::new() };
+        let mut state = State { segment, written: 0, broken: false, runs, live: HashSet::new() };
         let mut lost = Vec::new();
-        let mut interrupted: Vec<i64> = state
-            .runs
-            .iter()
-            .filter(|(_, entry)| entry.state.is_live())
-            .map(|(log_id, _)| *log_id)
-            .collect();
+        let mut interrupted: Vec<(i64, (i64, i64))> = unfinished.into_iter().collect();
         interrupted.sort_unstable();
-        for log_id in interrupted {
+        for (log_id, (job_id, accepted_ms)) in interrupted {
             if let Some(handle_code) = stored_result(log_id) {
                 state.append(&dir, Event::Finished { log_id, handle_code, at_ms: now_ms })?;
-                if let Some(entry) = state.runs.get_mut(&log_id) {
-                    entry.state = RunState::Reported;
-                }
+                state.runs.set(log_id, RunState::Reported);
                 continue;
             }
-            if let Some(entry) = state.runs.get_mut(&log_id) {
-                entry.state = RunState::Lost;
-                lost.push(LostRun { log_id, job_id: entry.job_id, accepted_ms: entry.accepted_ms });
+            if state.runs.set(log_id, RunState::Lost) {
+                lost.push(LostRun { log_id, job_id, accepted_ms });
             }
         }
         state.forget_before(now_ms);
@@ -218,23 +216,38 @@ impl Journal {
     /// Where run `log_id` is, if it was accepted within the window.
     pub fn state(&self, log_id: i64) -> Option<RunState> {
         let state = self.state.lock().ok()?;
-        state.runs.get(&log_id).map(|entry| entry.state)
+        state.runs.get(log_id).map(|known| known.state)
     }
 
-    /// Records run `log_id` of job `job_id` as accepted (queued), unless it was accepted
-    /// before. The line is written but not yet synced: [`Journal::sync`] the ticket before
-    /// confirming the run to anyone.
-    pub fn accept(&self, log_id: i64, job_id: i64, now_ms: i64) -> Result<Admission, JournalError> {
+    /// How a trigger of run `log_id` for job `job_id` at fire time `fire_ms` compares with what
+    /// was accepted: `None` if the id is not known, else [`Admission::Duplicate`] or
+    /// [`Admission::Conflict`].
+    pub fn seen(&self, log_id: i64, job_id: i64, fire_ms: i64) -> Option<Admission> {
+        let state = self.state.lock().ok()?;
+        state.seen(log_id, job_id, fire_ms)
+    }
+
+    /// Records run `log_id` of job `job_id`, fired at `fire_ms`, as accepted (queued), unless it
+    /// was accepted before. The line is written but not yet synced: [`Journal::sync`] the
+    /// ticket before confirming the run to anyone.
+    pub fn accept(
+        &self,
+        log_id: i64,
+        job_id: i64,
+        fire_ms: i64,
+        now_ms: i64,
+    ) -> Result<Admission, JournalError> {
         let mut state = self.state.lock().map_err(|_| JournalError::Poisoned)?;
-        if let Some(entry) = state.runs.get(&log_id) {
-            return Ok(Admission::Duplicate(entry.state));
+        if let Some(seen) = state.seen(log_id, job_id, fire_ms) {
+            return Ok(seen);
         }
         if state.broken {
             return Err(JournalError::Broken);
         }
-        let ticket = state.append(&self.dir, Event::Accepted { log_id, job_id, at_ms: now_ms })?;
-        state.runs.insert(log_id, Entry { job_id, accepted_ms: now_ms, state: RunState::Queued });
-        state.order.push_back((now_ms, log_id));
+        let event = Event::Accepted { log_id, job_id, at_ms: now_ms, fire_ms: Some(fire_ms) };
+        let ticket = state.append(&self.dir, event)?;
+        let print = fingerprint(job_id, Some(fire_ms));
+        state.runs.insert(log_id, print, RunState::Queued, now_ms);
         state.live.insert(log_id);
         state.forget_before(now_ms);
         Ok(Admission::New(ticket))
@@ -281,7 +294,7 @@ impl Journal {
         let mut state = self.state.lock().map_err(|_| JournalError::Poisoned)?;
         for &(log_id, _) in ended {
             state.set(log_id, RunState::Reported);
-            state.forget_ended(log_id, now_ms);
+            state.forget_ended(log_id);
         }
         let events = ended.iter().map(|&(log_id, handle_code)| Event::Finished {
             log_id,
@@ -293,10 +306,10 @@ impl Journal {
 
     /// Records that run `log_id` ended with a result that only memory holds (the outbox could
     /// not store it): no `finished` line, so a restart before its delivery counts it lost.
-    pub fn reported_in_memory(&self, log_id: i64, now_ms: i64) {
+    pub fn reported_in_memory(&self, log_id: i64) {
         if let Ok(mut state) = self.state.lock() {
             state.set(log_id, RunState::Reported);
-            state.forget_ended(log_id, now_ms);
+            state.forget_ended(log_id);
         }
     }
 
@@ -310,10 +323,20 @@ impl Journal {
 }
 
 impl State {
+    fn seen(&self, log_id: i64, job_id: i64, fire_ms: i64) -> Option<Admission> {
+        let known = self.runs.get(log_id)?;
+        // A run journaled before fire times were recorded matches any fire of its job.
+        let same = known.fingerprint == fingerprint(job_id, Some(fire_ms))
+            || known.fingerprint == fingerprint(job_id, None);
+        Some(if same {
+            Admission::Duplicate(known.state)
+        } else {
+            Admission::Conflict(known.state)
+        })
+    }
+
     fn set(&mut self, log_id: i64, run_state: RunState) {
-        if let Some(entry) = self.runs.get_mut(&log_id) {
-            entry.state = run_state;
-        }
+        self.runs.set(log_id, run_state);
         if !run_state.is_live() {
             self.live.remove(&log_id);
         }
@@ -369,49 +392,35 @@ impl State {
         Ok(())
     }
 
-    /// Forgets ended runs accepted before the window.
+    /// Forgets ended runs accepted before the window (a run still live stays known, and
+    /// `forget_ended` drops it when it ends).
     fn forget_before(&mut self, now_ms: i64) {
-        let cutoff = now_ms.saturating_sub(window_ms());
-        while let Some(&(accepted_ms, log_id)) = self.order.front() {
-            if accepted_ms >= cutoff {
-                break;
-            }
-            self.order.pop_front();
-            // A run still live stays known; `forget_ended` drops it when it ends.
-            if self.runs.get(&log_id).is_some_and(|entry| !entry.state.is_live()) {
-                self.runs.remove(&log_id);
-            }
-        }
+        self.runs.forget_before(now_ms.saturating_sub(window_ms()));
     }
 
     /// Forgets `log_id` right away if it ended after the window has passed over it.
-    fn forget_ended(&mut self, log_id: i64, now_ms: i64) {
-        let cutoff = now_ms.saturating_sub(window_ms());
-        if self.runs.get(&log_id).is_some_and(|entry| entry.accepted_ms < cutoff) {
-            self.runs.remove(&log_id);
-        }
+    fn forget_ended(&mut self, log_id: i64) {
+        self.runs.forget_lingering(log_id);
     }
 }
 
-fn replay(runs: &mut HashMap<i64, Entry>, order: &mut VecDeque<(i64, i64)>, event: Event) {
+fn replay(runs: &mut Index, unfinished: &mut HashMap<i64, (i64, i64)>, event: Event) {
     match event {
-        Event::Accepted { log_id, job_id, at_ms } => {
-            if let std::collections::hash_map::Entry::Vacant(vacant) = runs.entry(log_id) {
-                vacant.insert(Entry { job_id, accepted_ms: at_ms, state: RunState::Queued });
-                order.push_back((at_ms, log_id));
+        Event::Accepted { log_id, job_id, at_ms, fire_ms } => {
+            if runs.get(log_id).is_none() {
+                runs.insert(log_id, fingerprint(job_id, fire_ms), RunState::Queued, at_ms);
+                unfinished.insert(log_id, (job_id, at_ms));
             }
         }
         // Events of a run whose acceptance is in a deleted segment are older than the window.
         Event::Started { log_id, .. } => {
-            if let Some(entry) = runs.get_mut(&log_id)
-                && entry.state == RunState::Queued
-            {
-                entry.state = RunState::Running;
+            if runs.get(log_id).is_some_and(|known| known.state == RunState::Queued) {
+                runs.set(log_id, RunState::Running);
             }
         }
         Event::Finished { log_id, .. } => {
-            if let Some(entry) = runs.get_mut(&log_id) {
-                entry.state = RunState::Reported;
+            if runs.set(log_id, RunState::Reported) {
+                unfinished.remove(&log_id);
             }
         }
     }
@@ -424,6 +433,13 @@ fn parse_line(line: &str) -> Option<Event> {
             log_id: log_id.parse().ok()?,
             job_id: job_id.parse().ok()?,
             at_ms: at_ms.parse().ok()?,
+            fire_ms: None,
+        },
+        ["accepted", log_id, job_id, at_ms, fire_ms] => Event::Accepted {
+            log_id: log_id.parse().ok()?,
+            job_id: job_id.parse().ok()?,
+            at_ms: at_ms.parse().ok()?,
+            fire_ms: Some(fire_ms.parse().ok()?),
         },
         ["started", log_id, at_ms] => {
             Event::Started { log_id: log_id.parse().ok()?, at_ms: at_ms.parse().ok()? }
@@ -440,8 +456,11 @@ fn parse_line(line: &str) -> Option<Event> {
 
 fn format_line(event: Event) -> String {
     match event {
-        Event::Accepted { log_id, job_id, at_ms } => {
+        Event::Accepted { log_id, job_id, at_ms, fire_ms: None } => {
             format!("accepted {log_id} {job_id} {at_ms}\n")
+        }
+        Event::Accepted { log_id, job_id, at_ms, fire_ms: Some(fire_ms) } => {
+            format!("accepted {log_id} {job_id} {at_ms} {fire_ms}\n")
         }
         Event::Started { log_id, at_ms } => format!("started {log_id} {at_ms}\n"),
         Event::Finished { log_id, handle_code, at_ms } => {
@@ -540,6 +559,8 @@ fn io(path: &Path, source: std::io::Error) -> JournalError {
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
+
+mod index;
 
 #[cfg(test)]
 mod tests;

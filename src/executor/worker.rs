@@ -180,8 +180,10 @@ impl Workers {
         // Every acceptance happens under this lock, so a duplicate cannot slip in between the
         // journal's answer here and its record below.
         let mut map = lock(&self.map);
-        if let Some(state) = self.ctx.journal.state(param.log_id) {
-            return Ok(Pushed::Duplicate(state));
+        match self.ctx.journal.seen(param.log_id, param.job_id, param.log_date_time) {
+            Some(Admission::Duplicate(state)) => return Ok(Pushed::Duplicate(state)),
+            Some(Admission::Conflict(state)) => return Err(conflict(&param, state)),
+            Some(Admission::New(_)) | None => {}
         }
         if self.closed.load(Ordering::SeqCst) {
             return Err("this executor is shutting down and takes no new runs: send the \
@@ -362,9 +364,16 @@ impl Workers {
 
     /// Records the acceptance of `param` in the journal (not yet durable).
     fn journal_accept(&self, param: &TriggerParam) -> Result<Pushed, String> {
-        match self.ctx.journal.accept(param.log_id, param.job_id, journal::now_ms()) {
+        let accepted = self.ctx.journal.accept(
+            param.log_id,
+            param.job_id,
+            param.log_date_time,
+            journal::now_ms(),
+        );
+        match accepted {
             Ok(Admission::New(ticket)) => Ok(Pushed::Accepted(ticket)),
             Ok(Admission::Duplicate(state)) => Ok(Pushed::Duplicate(state)),
+            Ok(Admission::Conflict(state)) => Err(conflict(param, state)),
             Err(error) => {
                 tracing::error!(run.id = param.log_id, %error, "cannot journal run {}", param.log_id);
                 Err(format!("the executor cannot record the run: {error}"))
@@ -708,6 +717,29 @@ impl Workers {
     }
 }
 
+/// The refusal of a trigger whose `logId` was accepted here for another job or fire time: the
+/// admin reused a run id (its database lost its last commits), so this is not the run the
+/// journal holds, and answering it as a duplicate would leave it never run. Logged as an error.
+fn conflict(param: &TriggerParam, state: RunState) -> String {
+    tracing::error!(
+        job.id = param.job_id,
+        run.id = param.log_id,
+        "trigger for run {} of job {} at {} refused: this executor accepted run {} for another \
+         job or fire time ({}); the admin reused a run id",
+        param.log_id,
+        param.job_id,
+        param.log_date_time,
+        param.log_id,
+        state.reply()
+    );
+    format!(
+        "run id conflict: logId {} was accepted by this executor for another job or fire time \
+         (that run is {}); the admin reused a run id, as after its database lost commits",
+        param.log_id,
+        state.reply()
+    )
+}
+
 /// Queues the result of a run for the admin, journals its end and closes its log; the `bytes`
 /// the run held are released first, so an admin that sees the result finds the room free.
 fn finish(
@@ -786,7 +818,7 @@ fn store_results(ctx: &RunContext, ended: &[(HandleCallbackParam, usize)]) {
                     "cannot store the result of run {log_id} on disk: it is kept in memory and \
                      sent directly, and is lost if this executor stops before an admin takes it",
                 );
-                ctx.journal.reported_in_memory(log_id, now);
+                ctx.journal.reported_in_memory(log_id);
             }
         }
     }

@@ -9,6 +9,11 @@
 //! transaction waits for). The admin's report task folds those rows into
 //! `run_report` ([`Db::fold_report`]), and a read sums both tables, so a report is exact at
 //! every commit whether folded or not. Deleting runs (retention) leaves the counts alone.
+//!
+//! The dashboard's failing jobs are kept the same way: the transaction that ends runs failed,
+//! timed out or lost appends one row per job and day to `job_failure_delta`, folded into
+//! `job_failures` with the report, so the dashboard reads a few rows per job and day instead of
+//! a week of runs.
 
 use std::collections::BTreeMap;
 
@@ -118,19 +123,47 @@ impl Db {
             .execute(&mut *tx)
             .await?;
         }
+        let failures = sqlx::query(
+            "delete from job_failure_delta where id in (
+                select id from job_failure_delta order by id limit $1)
+             returning day, job_id, runs",
+        )
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut per_job: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+        for row in &failures {
+            *per_job.entry((row.try_get("day")?, row.try_get("job_id")?)).or_default() +=
+                row.try_get::<i64, _>("runs")?;
+        }
+        for ((day, job_id), runs) in per_job {
+            sqlx::query(
+                "insert into job_failures (day, job_id, runs) values ($1, $2, $3)
+                 on conflict (day, job_id) do update set runs = job_failures.runs + excluded.runs",
+            )
+            .bind(day)
+            .bind(job_id)
+            .bind(runs)
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
-        Ok(rows.len() as u64)
+        Ok(rows.len().max(failures.len()) as u64)
     }
 
-    /// The `limit` jobs with the most failed, timed-out or lost runs created at or after
-    /// `since_ms`: `(job id, failures)`, most first.
+    /// The `limit` jobs with the most failed, timed-out or lost runs
+    /// created on the UTC days from the one holding `since_ms`: `(job id, failures)`, most
+    /// first. Read from the per-job counts, never from the run table.
     pub async fn top_failing_jobs(&self, since_ms: i64, limit: i64) -> Result<Vec<(i64, i64)>> {
         let rows = sqlx::query(
-            "select job_id, count(*) as n from runs
-             where created_at >= $1 and state in ('failed', 'timed_out', 'lost')
-             group by job_id order by n desc, job_id limit $2",
+            "select job_id, cast(sum(runs) as bigint) as n from (
+                select job_id, runs from job_failures where day >= $1
+                union all
+                select job_id, runs from job_failure_delta where day >= $1
+             ) as counted
+             group by job_id having sum(runs) > 0 order by n desc, job_id limit $2",
         )
-        .bind(since_ms)
+        .bind(since_ms.div_euclid(DAY_MS))
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
@@ -141,45 +174,69 @@ impl Db {
 /// Changes to the report that a transaction makes, gathered so that its statements that create
 /// and end runs add them with one insert ([`Deltas::write`]), in that transaction.
 #[derive(Debug, Default)]
-pub(super) struct Deltas(BTreeMap<(i64, &'static str), i64>);
+pub(super) struct Deltas {
+    /// Runs by (day, state).
+    states: BTreeMap<(i64, &'static str), i64>,
+    /// Failed, timed-out and lost runs by (day, job).
+    failures: BTreeMap<(i64, i64), i64>,
+}
 
 impl Deltas {
     /// Adds runs created at `created_at_ms` (each of them unfinished).
     pub(super) fn created(&mut self, created_at_ms: impl IntoIterator<Item = i64>) {
         for created_at in created_at_ms {
             let key = (created_at.div_euclid(DAY_MS), RunState::Running.as_str());
-            *self.0.entry(key).or_default() += 1;
+            *self.states.entry(key).or_default() += 1;
         }
     }
 
-    /// Moves runs that just ended, as `(created_at, state now)`, from `running` to their state.
+    /// Moves runs that just ended, as `(created_at, state now, job id)`, from `running` to
+    /// their state, and counts a failure of its job for each failed, timed-out or lost one.
     /// Runs not ended are passed over.
-    pub(super) fn ended(&mut self, runs: impl IntoIterator<Item = (i64, RunState)>) {
-        for (created_at, state) in runs.into_iter().filter(|(_, state)| state.is_terminal()) {
+    pub(super) fn ended(&mut self, runs: impl IntoIterator<Item = (i64, RunState, i64)>) {
+        for (created_at, state, job_id) in runs.into_iter().filter(|run| run.1.is_terminal()) {
             let day = created_at.div_euclid(DAY_MS);
-            *self.0.entry((day, state.as_str())).or_default() += 1;
-            *self.0.entry((day, RunState::Running.as_str())).or_default() -= 1;
+            *self.states.entry((day, state.as_str())).or_default() += 1;
+            *self.states.entry((day, RunState::Running.as_str())).or_default() -= 1;
+            if matches!(state, RunState::Failed | RunState::TimedOut | RunState::Lost) {
+                *self.failures.entry((day, job_id)).or_default() += 1;
+            }
         }
     }
 
     /// Records the changes through `exec`, which must be the transaction that made them, and
     /// forgets them.
     pub(super) async fn write(&mut self, exec: &mut Exec<'_>) -> Result<()> {
-        let deltas = std::mem::take(&mut self.0);
-        if deltas.is_empty() {
-            return Ok(());
-        }
+        let Deltas { states, failures } = std::mem::take(self);
         let p = exec.placeholder();
-        let values = (0..deltas.len())
-            .map(|row| format!("({}, {}, {})", p(row * 3 + 1), p(row * 3 + 2), p(row * 3 + 3)))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!("insert into run_report_delta (day, state, runs) values {values}");
-        let mut statement = Statement::new(sql);
-        for ((day, state), runs) in deltas {
-            statement.bind(day).bind(state).bind(runs);
+        let values = |rows: usize| {
+            (0..rows)
+                .map(|row| format!("({}, {}, {})", p(row * 3 + 1), p(row * 3 + 2), p(row * 3 + 3)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if !states.is_empty() {
+            let sql = format!(
+                "insert into run_report_delta (day, state, runs) values {}",
+                values(states.len())
+            );
+            let mut statement = Statement::new(sql);
+            for ((day, state), runs) in states {
+                statement.bind(day).bind(state).bind(runs);
+            }
+            exec.fetch_all(&statement).await?;
         }
-        exec.fetch_all(&statement).await?;
+        if !failures.is_empty() {
+            let sql = format!(
+                "insert into job_failure_delta (day, job_id, runs) values {}",
+                values(failures.len())
+            );
+            let mut statement = Statement::new(sql);
+            for ((day, job_id), runs) in failures {
+                statement.bind(day).bind(job_id).bind(runs);
+            }
+            exec.fetch_all(&statement).await?;
+        }
         Ok(())
     }
 }

@@ -83,13 +83,20 @@ pub struct RunFilter {
     pub limit: i64,
     /// Rows to skip.
     pub offset: i64,
+    /// Count the matching runs only up to this many (`None`: all of them). A page of a large
+    /// table then costs its rows and at most this many index entries, not a scan of the table.
+    pub count_up_to: Option<i64>,
 }
 
 /// A page of runs, newest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunPage {
-    /// How many runs match the filter.
+    /// How many runs match the filter, counted up to the filter's `count_up_to`.
     pub total: i64,
+    /// Whether more runs match than `total` says (the count stopped at `count_up_to`).
+    pub total_capped: bool,
+    /// Whether runs past this page match the filter.
+    pub has_more: bool,
     /// This page.
     pub items: Vec<RunRecord>,
 }
@@ -173,14 +180,24 @@ impl Db {
         let handle_code = filter.state.map_or("", RunState::as_str);
         let from_ms = filter.from_ms.unwrap_or(i64::MIN);
         let to_ms = filter.to_ms.unwrap_or(i64::MAX);
-        let total: i64 = sqlx::query(&format!("select count(*) as n from runs where {condition}"))
+        // One row past the cap says that the count stopped there.
+        let counted = match filter.count_up_to {
+            Some(_) => format!(
+                "select count(*) as n from (select 1 from runs where {condition} limit $5) capped"
+            ),
+            None => format!("select count(*) as n from runs where {condition}"),
+        };
+        let cap = filter.count_up_to.unwrap_or(i64::MAX);
+        let total: i64 = sqlx::query(&counted)
             .bind(job_id)
             .bind(handle_code)
             .bind(from_ms)
             .bind(to_ms)
+            .bind(cap.saturating_add(1))
             .fetch_one(&self.pool)
             .await?
             .try_get("n")?;
+        // One row past the page says whether another page follows.
         let rows = sqlx::query(&format!(
             "select {COLUMNS} from runs where {condition} order by id desc limit $5 offset $6"
         ))
@@ -188,12 +205,14 @@ impl Db {
         .bind(handle_code)
         .bind(from_ms)
         .bind(to_ms)
-        .bind(filter.limit)
+        .bind(filter.limit.saturating_add(1))
         .bind(filter.offset)
         .fetch_all(&self.pool)
         .await?;
-        let items = rows.iter().map(run_from_row).collect::<Result<_>>()?;
-        Ok(RunPage { total, items })
+        let mut items: Vec<RunRecord> = rows.iter().map(run_from_row).collect::<Result<_>>()?;
+        let has_more = items.len() > usize::try_from(filter.limit).unwrap_or(usize::MAX);
+        items.truncate(usize::try_from(filter.limit).unwrap_or(0));
+        Ok(RunPage { total: total.min(cap), total_capped: total > cap, has_more, items })
     }
 
     /// Ids of runs a dispatcher may claim now: pending runs due at or before `due_ms`, and runs
@@ -594,7 +613,7 @@ async fn update_rows(
     let runs = rows.iter().map(run_from_row).collect::<Result<Vec<_>>>()?;
     // A transition never leaves an ended state: each ended run here ended in this statement.
     let created_at = rows.iter().map(|row| row.required_int("created_at"));
-    let ended = created_at.zip(&runs).map(|(at, run)| Ok((at?, run.state)));
+    let ended = created_at.zip(&runs).map(|(at, run)| Ok((at?, run.state, run.job_id)));
     deltas.ended(ended.collect::<Result<Vec<_>>>()?);
     Ok(runs)
 }

@@ -38,7 +38,7 @@ impl SqliteWriter {
         let mut conn = Connection::open_with_flags(path, flags)?;
         // As on the sqlx connections (`Db::connect`): sqlx turns foreign keys on by default.
         conn.pragma_update(None, "foreign_keys", "on")?;
-        conn.pragma_update(None, "synchronous", "normal")?;
+        conn.pragma_update(None, "synchronous", "full")?;
         conn.pragma_update(None, "temp_store", "memory")?;
         conn.pragma_update(None, "wal_autocheckpoint", super::CHECKPOINT_PAGES)?;
         conn.busy_timeout(Duration::from_secs(5))?;

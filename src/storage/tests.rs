@@ -584,6 +584,39 @@ async fn runs_are_listed_between_two_trigger_times() {
     .await;
 }
 
+/// A page of runs says whether another follows (from one row past it) and counts the matching
+/// runs only up to its cap (one row past the cap says the count stopped), so a page of a table
+/// of millions never counts the table.
+#[tokio::test]
+async fn run_pages_say_whether_more_follow_and_count_only_up_to_their_cap() {
+    each_backend("runs_paged", |db| async move {
+        for at in 1..=7 {
+            db.create_run(&fire(1, at * 1_000, 0), 1).await.unwrap().unwrap();
+        }
+        db.create_run(&fire(2, 500, 0), 1).await.unwrap().unwrap();
+        // (job, limit, offset, count up to) → (total, capped, has_more, items)
+        let cases = [
+            (Some(1), 3, 0, Some(100), (7, false, true, 3)),
+            (Some(1), 3, 3, Some(100), (7, false, true, 3)),
+            (Some(1), 3, 6, Some(100), (7, false, false, 1)),
+            (Some(1), 7, 0, Some(100), (7, false, false, 7)),
+            (Some(1), 2, 0, Some(7), (7, false, true, 2)),
+            (Some(1), 2, 0, Some(6), (6, true, true, 2)),
+            (None, 2, 0, Some(3), (3, true, true, 2)),
+            (None, 10, 0, Some(3), (3, true, false, 8)),
+            (None, 10, 0, None, (8, false, false, 8)),
+            (Some(3), 10, 0, Some(3), (0, false, false, 0)),
+        ];
+        for (job_id, limit, offset, count_up_to, expected) in cases {
+            let filter = RunFilter { job_id, limit, offset, count_up_to, ..RunFilter::default() };
+            let page = db.list_runs(&filter).await.unwrap();
+            let got = (page.total, page.total_capped, page.has_more, page.items.len());
+            assert_eq!(got, expected, "{filter:?}");
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn concurrent_writers_commit_together_and_fail_alone() {
     each_backend("batch", |db| async move {
@@ -645,6 +678,25 @@ async fn every_sqlite_connection_checkpoints_at_the_same_wal_size() {
         .unwrap();
     let expected = i64::from(CHECKPOINT_PAGES);
     assert_eq!((pages(pool), pages(writer), group_commit), (expected, expected, expected));
+}
+
+/// A commit answered survives a power cut: every connection that writes (the pools' and the
+/// group commit's) syncs the WAL at each commit (`synchronous = FULL`, which SQLite reports as 2).
+#[tokio::test]
+async fn every_sqlite_connection_syncs_each_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let db =
+        Db::connect(&format!("sqlite:{}", dir.path().join("test.db").display())).await.unwrap();
+    let level = |row: sqlx::any::AnyRow| sqlx::Row::get::<i64, _>(&row, 0);
+    let pool = sqlx::query("pragma synchronous").fetch_one(&db.pool).await.unwrap();
+    let writer = sqlx::query("pragma synchronous").fetch_one(db.writer()).await.unwrap();
+    let group_commit = db.sqlite_writer.as_ref().unwrap();
+    let group_commit = group_commit
+        .run(|conn| conn.query_row("pragma synchronous", [], |row| row.get::<_, i64>(0)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((level(pool), level(writer), group_commit), (2, 2, 2));
 }
 
 #[tokio::test]

@@ -67,7 +67,8 @@ pub struct Report {
     pub failures_without_retry: u64,
     /// Successful runs of a parent job lacking a `PARENT` run of one of its children.
     pub successes_without_children: u64,
-    /// (day, state) counts of the daily report that differ from a count of the run table.
+    /// (day, state) counts of the daily report, and (day, job) counts of failed, timed-out and
+    /// lost runs, that differ from a count of the run table.
     pub report_mismatches: u64,
     /// Runs in the table, by trigger type and state.
     pub runs: BTreeMap<String, u64>,
@@ -221,6 +222,21 @@ async fn count_report(url: &str, report: &mut Report) {
          group by created_at / 86400000, {bucket}"
     );
     let counted = sqlx::query(&counted).fetch_all(&pool).await.unwrap();
+    // The dashboard's failures per job and day, kept the same way, as `failures of job N`.
+    let stored_failures = "select day, 'failures of job ' || cast(job_id as text) as state,
+            cast(sum(runs) as bigint) as n from (
+                select day, job_id, runs from job_failures
+                union all
+                select day, job_id, runs from job_failure_delta
+            ) as counted group by day, job_id";
+    let counted_failures = "select created_at / 86400000 as day,
+            'failures of job ' || cast(job_id as text) as state, count(*) as n from runs
+            where state in ('failed', 'timed_out', 'lost')
+            group by created_at / 86400000, job_id";
+    let failures = match sqlx::query(stored_failures).fetch_all(&pool).await {
+        Ok(stored) => Some((stored, sqlx::query(counted_failures).fetch_all(&pool).await.unwrap())),
+        Err(_) => None,
+    };
     pool.close().await;
     let read = |rows: &[sqlx::any::AnyRow]| -> BTreeMap<(i64, String), i64> {
         rows.iter()
@@ -228,7 +244,14 @@ async fn count_report(url: &str, report: &mut Report) {
             .filter(|(_, n)| *n != 0)
             .collect()
     };
-    let (stored, counted) = (read(&stored), read(&counted));
+    let (mut stored, mut counted) = (read(&stored), read(&counted));
+    match failures {
+        Some((stored_failures, counted_failures)) => {
+            stored.extend(read(&stored_failures));
+            counted.extend(read(&counted_failures));
+        }
+        None => report.note("report_mismatches", "no job failure counts yet".to_owned()),
+    }
     for key in stored.keys().chain(counted.keys()).collect::<BTreeSet<_>>() {
         let (in_report, in_table) = (stored.get(key), counted.get(key));
         if in_report != in_table {

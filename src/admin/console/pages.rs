@@ -15,7 +15,7 @@ use super::{PageError, Signed, render, text};
 use crate::access::Role;
 use crate::admin::dispatch::Peer;
 use crate::admin::http::extract::Path;
-use crate::admin::http::logs::{Bound, parse_time_bound};
+use crate::admin::http::logs::{Bound, LIST_COUNT_CAP, parse_time_bound};
 use crate::admin::{AppState, now_ms};
 use crate::model::{
     BlockStrategy, GlueType, Job, MisfireStrategy, RouteStrategy, RunRecord, RunState, ScheduleType,
@@ -232,7 +232,8 @@ pub async fn job(State(state): State<AppState>, signed: Signed, Path(id): Path<i
     if !may_change && let Some(group) = state.db.get_group(job.spec.group_id).await? {
         groups.push(json!({"id": group.id, "name": group.app_name, "title": group.title}));
     }
-    let filter = RunFilter { job_id: Some(id), limit: 10, ..RunFilter::default() };
+    let filter =
+        RunFilter { job_id: Some(id), limit: 10, count_up_to: Some(0), ..RunFilter::default() };
     let runs: Vec<Value> = state.db.list_runs(&filter).await?.items.iter().map(run_view).collect();
     render(
         "job.html",
@@ -326,11 +327,19 @@ pub async fn runs(
         to_ms,
         limit: PAGE_SIZE,
         offset: (page - 1) * PAGE_SIZE,
+        count_up_to: Some(LIST_COUNT_CAP),
     };
     let found = state.db.list_runs(&filter).await?;
     let runs: Vec<Value> = found.items.iter().map(run_view).collect();
     let states: Vec<&str> = RunState::ALL.iter().map(|s| s.as_str()).collect();
-    let pages = (found.total + PAGE_SIZE - 1) / PAGE_SIZE;
+    // Past the count's cap the pages are not counted: a next page is offered while one follows.
+    let pages = if found.total_capped {
+        page + i64::from(found.has_more)
+    } else {
+        ((found.total + PAGE_SIZE - 1) / PAGE_SIZE).max(page + i64::from(found.has_more))
+    };
+    let total =
+        if found.total_capped { format!("{}+", found.total) } else { found.total.to_string() };
     // The filter again, for the links to the other pages.
     let mut kept = url::form_urlencoded::Serializer::new(String::new());
     if let Some(job_id) = job_id {
@@ -349,7 +358,8 @@ pub async fn runs(
     render(
         "runs.html",
         context! {
-            frame => frame(&signed, "runs"), runs, states, total => found.total, page, pages,
+            frame => frame(&signed, "runs"), runs, states, total, page, pages,
+            capped => found.total_capped,
             job_id, state => run_state.map(|s| s.as_str()), from, to, from_error, to_error, query,
         },
     )

@@ -147,9 +147,22 @@ pub(crate) fn parse_time_bound(text: &str, bound: Bound) -> Result<i64, String> 
     ))
 }
 
+/// The most runs a list counts for its `total`: a page of a table of millions costs its rows and
+/// at most this many index entries, never a count of the whole table.
+pub const LIST_COUNT_CAP: i64 = 10_000;
+
+/// A page of runs.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 struct RunList {
+    /// How many runs match the filter, counted up to 10,000: exact when `total_capped` is
+    /// false, else a lower bound (more match).
     total: i64,
+    /// Whether more runs match than `total` says (the count stopped at 10,000).
+    total_capped: bool,
+    /// Whether runs past this page match the filter (the next page, at `offset + limit`, is not
+    /// empty): page by this, not by `total`.
+    has_more: bool,
+    /// This page, newest first.
     items: Vec<RunResponse>,
 }
 
@@ -198,10 +211,13 @@ async fn list_logs(
         to_ms,
         limit,
         offset: query.offset.unwrap_or(0),
+        count_up_to: Some(LIST_COUNT_CAP),
     };
     let page = state.db.list_runs(&filter).await?;
     Ok(axum::Json(RunList {
         total: page.total,
+        total_capped: page.total_capped,
+        has_more: page.has_more,
         items: page.items.into_iter().map(RunResponse::from).collect(),
     }))
 }

@@ -36,7 +36,7 @@ fn lines_parse_or_are_skipped() {
     let cases = [
         (
             "accepted 42 7 1700000000000",
-            "Some(Accepted { log_id: 42, job_id: 7, at_ms: 1700000000000 })",
+            "Some(Accepted { log_id: 42, job_id: 7, at_ms: 1700000000000, fire_ms: None })",
         ),
         ("started 42 1700000000001", "Some(Started { log_id: 42, at_ms: 1700000000001 })"),
         (
@@ -44,6 +44,10 @@ fn lines_parse_or_are_skipped() {
             "Some(Finished { log_id: 42, handle_code: 500, at_ms: 1700000000002 })",
         ),
         ("finished 42 -1 5", "Some(Finished { log_id: 42, handle_code: -1, at_ms: 5 })"),
+        (
+            "accepted 42 7 1700000000000 1699999999000",
+            "Some(Accepted { log_id: 42, job_id: 7, at_ms: 1700000000000, fire_ms: Some(1699999999000) })",
+        ),
         ("accepted 42 7", "None"),
         ("accepted 42 7 1 extra", "None"),
         ("started 4", "None"),
@@ -144,23 +148,26 @@ fn accepts_once_and_follows_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let (journal, lost) = Journal::open(dir.path().to_owned(), BASE, |_| None).unwrap();
     assert!(lost.is_empty());
-    let Admission::New(first) = journal.accept(1, 10, BASE).unwrap() else { panic!() };
-    let Admission::New(second) = journal.accept(2, 10, BASE + 1).unwrap() else { panic!() };
-    journal.accept(3, 11, BASE + 1).unwrap();
-    assert_eq!(journal.accept(1, 10, BASE + 2).unwrap(), Admission::Duplicate(RunState::Queued));
+    let Admission::New(first) = journal.accept(1, 10, 0, BASE).unwrap() else { panic!() };
+    let Admission::New(second) = journal.accept(2, 10, 0, BASE + 1).unwrap() else { panic!() };
+    journal.accept(3, 11, 0, BASE + 1).unwrap();
+    assert_eq!(journal.accept(1, 10, 0, BASE + 2).unwrap(), Admission::Duplicate(RunState::Queued));
     // One sync covers every line before it.
     journal.sync(second).unwrap();
     journal.sync(first).unwrap();
     // Runs starting or ending together are one write of one line each.
     journal.started_all(&[1, 3], BASE + 3).unwrap();
-    assert_eq!(journal.accept(1, 10, BASE + 4).unwrap(), Admission::Duplicate(RunState::Running));
+    assert_eq!(
+        journal.accept(1, 10, 0, BASE + 4).unwrap(),
+        Admission::Duplicate(RunState::Running)
+    );
     assert_eq!(journal.live(), [1, 2, 3]);
     journal.finished_all(&[(1, 200), (3, 500)], BASE + 5).unwrap();
     journal.finished_all(&[], BASE + 5).unwrap();
-    journal.reported_in_memory(2, BASE + 6);
+    journal.reported_in_memory(2);
     assert_eq!(journal.state(1), Some(RunState::Reported));
     expect![[r#"
-        file +0h: "accepted 1 10 1764000000000\naccepted 2 10 1764000000001\naccepted 3 11 1764000000001\nstarted 1 1764000000003\nstarted 3 1764000000003\nfinished 1 200 1764000000005\nfinished 3 500 1764000000005\n"
+        file +0h: "accepted 1 10 1764000000000 0\naccepted 2 10 1764000000001 0\naccepted 3 11 1764000000001 0\nstarted 1 1764000000003\nstarted 3 1764000000003\nfinished 1 200 1764000000005\nfinished 3 500 1764000000005\n"
         run 1: Some(Reported)
         run 2: Some(Reported)
         run 3: Some(Reported)
@@ -172,25 +179,31 @@ fn accepts_once_and_follows_the_run() {
     drop(journal);
     let (journal, lost) = Journal::open(dir.path().to_owned(), BASE + 7, |_| None).unwrap();
     assert_eq!(lost.iter().map(|run| (run.log_id, run.job_id)).collect::<Vec<_>>(), [(2, 10)]);
-    assert_eq!(journal.accept(1, 10, BASE + 8).unwrap(), Admission::Duplicate(RunState::Reported));
-    assert_eq!(journal.accept(2, 10, BASE + 8).unwrap(), Admission::Duplicate(RunState::Lost));
-    assert_eq!(journal.accept(3, 11, BASE + 8).unwrap(), Admission::Duplicate(RunState::Reported));
+    assert_eq!(
+        journal.accept(1, 10, 0, BASE + 8).unwrap(),
+        Admission::Duplicate(RunState::Reported)
+    );
+    assert_eq!(journal.accept(2, 10, 0, BASE + 8).unwrap(), Admission::Duplicate(RunState::Lost));
+    assert_eq!(
+        journal.accept(3, 11, 0, BASE + 8).unwrap(),
+        Admission::Duplicate(RunState::Reported)
+    );
 }
 
 #[test]
 fn rotates_hourly_and_forgets_after_the_window() {
     let dir = tempfile::tempdir().unwrap();
     let (journal, _) = Journal::open(dir.path().to_owned(), BASE, |_| None).unwrap();
-    journal.accept(1, 10, BASE).unwrap();
+    journal.accept(1, 10, 0, BASE).unwrap();
     journal.finished_all(&[(1, 200)], BASE + 1).unwrap();
-    journal.accept(2, 10, BASE + 2).unwrap(); // Still running two hours later.
-    journal.accept(3, 10, BASE + H + 100).unwrap();
+    journal.accept(2, 10, 0, BASE + 2).unwrap(); // Still running two hours later.
+    journal.accept(3, 10, 0, BASE + H + 100).unwrap();
     assert_eq!(journal.live(), [2, 3]);
     // At +2h the window starts at +1h: segment +0h goes, run 1 is forgotten, run 2 is live.
-    journal.accept(4, 10, BASE + 2 * H + 20).unwrap();
+    journal.accept(4, 10, 0, BASE + 2 * H + 20).unwrap();
     expect![[r#"
-        file +1h: "accepted 3 10 1764003600100\n"
-        file +2h: "accepted 4 10 1764007200020\n"
+        file +1h: "accepted 3 10 1764003600100 0\n"
+        file +2h: "accepted 4 10 1764007200020 0\n"
         run 1: None
         run 2: Some(Queued)
         run 3: Some(Queued)
@@ -217,7 +230,8 @@ fn concurrent_acceptances_are_each_recorded_once_and_synced() {
                 for n in 0..25 {
                     // Every thread also tries the ids of the thread before it: one wins each.
                     for log_id in [thread * 100 + n, ((thread + 7) % 8) * 100 + n] {
-                        if let Admission::New(ticket) = journal.accept(log_id, 1, BASE).unwrap() {
+                        if let Admission::New(ticket) = journal.accept(log_id, 1, 0, BASE).unwrap()
+                        {
                             journal.sync(ticket).unwrap();
                         }
                     }
@@ -236,4 +250,45 @@ fn concurrent_acceptances_are_each_recorded_once_and_synced() {
         (0..8).flat_map(|thread| (0..25).map(move |n| thread * 100 + n)).collect();
     assert_eq!(ids, expected);
     assert_eq!(journal.live().len(), 200);
+}
+
+/// A `logId` is one run: a trigger that names a known id with another job or fire time (an
+/// admin that reused run ids after its database lost commits) is a conflict, not a duplicate,
+/// in this process and after a restart; a run journaled before fire times were recorded
+/// conflicts only for another job.
+#[test]
+fn a_known_log_id_for_another_job_or_fire_time_is_a_conflict() {
+    let dir = tempfile::tempdir().unwrap();
+    write_segments(dir.path(), &[(BASE / H, "accepted 7 10 1764000000000\n")]);
+    let (journal, _) = Journal::open(dir.path().to_owned(), BASE + 1, |_| None).unwrap();
+    let Admission::New(ticket) = journal.accept(1, 10, 5_000, BASE + 2).unwrap() else { panic!() };
+    journal.sync(ticket).unwrap();
+    let cases = [
+        ((1, 10, 5_000), Admission::Duplicate(RunState::Queued)),
+        ((1, 11, 5_000), Admission::Conflict(RunState::Queued)),
+        ((1, 10, 6_000), Admission::Conflict(RunState::Queued)),
+        ((7, 10, 6_000), Admission::Duplicate(RunState::Lost)),
+        ((7, 12, 6_000), Admission::Conflict(RunState::Lost)),
+    ];
+    let check = |journal: &Journal, when: &str| {
+        for ((log_id, job_id, fire_ms), expected) in cases {
+            let seen = journal.seen(log_id, job_id, fire_ms);
+            assert_eq!(seen, Some(expected), "{when}: seen {log_id} {job_id} {fire_ms}");
+            let accepted = journal.accept(log_id, job_id, fire_ms, BASE + 3).unwrap();
+            assert_eq!(accepted, expected, "{when}: accept {log_id} {job_id} {fire_ms}");
+        }
+    };
+    check(&journal, "before a restart");
+    drop(journal);
+    let (journal, _) = Journal::open(dir.path().to_owned(), BASE + 4, |_| None).unwrap();
+    let cases_after = cases.map(|(trigger, admission)| match (trigger.0, admission) {
+        (1, Admission::Duplicate(_)) => (trigger, Admission::Duplicate(RunState::Lost)),
+        (1, Admission::Conflict(_)) => (trigger, Admission::Conflict(RunState::Lost)),
+        _ => (trigger, admission),
+    });
+    for ((log_id, job_id, fire_ms), expected) in cases_after {
+        assert_eq!(journal.accept(log_id, job_id, fire_ms, BASE + 5).unwrap(), expected);
+    }
+    let text = std::fs::read_to_string(segment_path(dir.path(), BASE / H)).unwrap();
+    assert_eq!(text.lines().filter(|line| line.starts_with("accepted")).count(), 2, "{text}");
 }

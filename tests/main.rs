@@ -21,6 +21,8 @@ mod conformance;
 mod console;
 /// The console in headless Chromium against `wasmjob standalone` (skipped without chromium).
 mod console_browser;
+/// The Kubernetes manifests of `deploy/kubernetes/`, read into the API types, nothing unknown.
+mod deploy_manifests;
 /// The whole platform on 127.0.0.1: cron fires, manual triggers, logs, on each database.
 mod end_to_end;
 /// The executor's run lifecycle: duplicate triggers, restarts and kills, held runs, the outbox.

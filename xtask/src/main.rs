@@ -50,21 +50,42 @@ macro_rules! error {
     ($($arg:tt)*) => { Error(format!($($arg)*)) };
 }
 
-const USAGE: &str = "usage: cargo xtask dist [--no-image]
+const USAGE: &str = "usage: cargo xtask dist [--no-image] [--binary FILE]
 
   dist        builds into dist/: the static binary, its tarball, the Debian package and
-              (with podman, unless --no-image) the OCI image as an archive";
+              (with podman, unless --no-image) the OCI image as an archive
+  --binary    packages FILE instead of building the static binary (to try the packaging
+              with a binary built otherwise; the artifacts are then no release)";
+
+/// What `dist` was asked for.
+struct Options {
+    image: bool,
+    binary: Option<PathBuf>,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Options> {
+        let mut options = Options { image: true, binary: None };
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--no-image" => options.image = false,
+                "--binary" => {
+                    let file =
+                        args.next().ok_or_else(|| error!("--binary needs a file\n{USAGE}"))?;
+                    options.binary = Some(PathBuf::from(file));
+                }
+                unknown => return Err(error!("unknown option `{unknown}`\n{USAGE}")),
+            }
+        }
+        Ok(options)
+    }
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("dist") => {
-            let options = &args[1..];
-            match options.iter().find(|option| *option != "--no-image") {
-                Some(unknown) => Err(error!("unknown option `{unknown}`\n{USAGE}")),
-                None => dist(!options.iter().any(|option| option == "--no-image")),
-            }
-        }
+        Some("dist") => Options::parse(&args[1..]).and_then(|options| dist(&options)),
         _ => Err(error!("{USAGE}")),
     };
     match result {
@@ -252,37 +273,55 @@ impl Manifest {
     }
 }
 
-fn dist(with_image: bool) -> Result<()> {
+fn dist(options: &Options) -> Result<()> {
     let started = Instant::now();
     let root = root();
     let manifest = Manifest::read(&root)?;
     let dist = root.join("dist");
     fs::create_dir_all(&dist)?;
 
-    ensure_rust_target(TARGET)?;
     ensure_rust_target(WASM_TARGET)?;
-    ensure_musl_compiler()?;
-
-    run(cargo()
-        .current_dir(&root)
-        .args(["build", "--release", "--locked", "--package", "wasmjob", "--bin", "wasmjob"])
-        .args(["--target", TARGET]))?;
+    let built = match &options.binary {
+        Some(binary) => binary.clone(),
+        None => {
+            ensure_rust_target(TARGET)?;
+            ensure_musl_compiler()?;
+            run(cargo()
+                .current_dir(&root)
+                .args([
+                    "build",
+                    "--release",
+                    "--locked",
+                    "--package",
+                    "wasmjob",
+                    "--bin",
+                    "wasmjob",
+                ])
+                .args(["--target", TARGET, "--target-dir", "target"]))?;
+            root.join("target").join(TARGET).join("release/wasmjob")
+        }
+    };
     run(cargo()
         .current_dir(&root)
         .args(["build", "--release", "--locked", "--target", WASM_TARGET])
-        .args(["--manifest-path", "sample-jobs/Cargo.toml"]))?;
+        .args([
+            "--manifest-path",
+            "sample-jobs/Cargo.toml",
+            "--target-dir",
+            "sample-jobs/target",
+        ]))?;
 
     // The released binary: stripped (a third of the size), outside the target dir so that the
     // build's own output stays as cargo left it.
     let binary = dist.join("wasmjob");
-    install(&root.join("target").join(TARGET).join("release/wasmjob"), &binary, 0o755)?;
+    install(&built, &binary, 0o755)?;
     run(Command::new("strip").arg(&binary))?;
 
     let samples = sample_components(&root)?;
     let tarball = tarball(&root, &dist, &manifest, &binary, &samples)?;
     let deb = deb(&root, &dist, &manifest)?;
     let mut artifacts = vec![binary.clone(), tarball, deb];
-    if with_image {
+    if options.image {
         if exists("podman") {
             artifacts.push(image(&root, &dist, &manifest, &samples)?);
         } else {

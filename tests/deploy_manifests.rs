@@ -23,11 +23,11 @@ use serde_json::Value;
 /// One manifest document, typed.
 #[derive(Debug)]
 enum Object {
-    ConfigMap(ConfigMap),
+    ConfigMap(Box<ConfigMap>),
     Deployment(Box<Deployment>),
-    PodDisruptionBudget(PodDisruptionBudget),
-    Secret(Secret),
-    Service(Service),
+    PodDisruptionBudget(Box<PodDisruptionBudget>),
+    Secret(Box<Secret>),
+    Service(Box<Service>),
     StatefulSet(Box<StatefulSet>),
 }
 
@@ -75,12 +75,12 @@ fn check(document: &Value) -> Result<Object, String> {
         };
     }
     typed! {
-        ConfigMap => ConfigMap, Object::ConfigMap;
-        Deployment => Deployment, |d| Object::Deployment(Box::new(d));
-        PodDisruptionBudget => PodDisruptionBudget, Object::PodDisruptionBudget;
-        Secret => Secret, Object::Secret;
-        Service => Service, Object::Service;
-        StatefulSet => StatefulSet, |s| Object::StatefulSet(Box::new(s));
+        ConfigMap => ConfigMap, |o| Object::ConfigMap(Box::new(o));
+        Deployment => Deployment, |o| Object::Deployment(Box::new(o));
+        PodDisruptionBudget => PodDisruptionBudget, |o| Object::PodDisruptionBudget(Box::new(o));
+        Secret => Secret, |o| Object::Secret(Box::new(o));
+        Service => Service, |o| Object::Service(Box::new(o));
+        StatefulSet => StatefulSet, |o| Object::StatefulSet(Box::new(o));
     }
     Err(format!("`{api_version}` `{kind}` is not a kind these manifests use"))
 }
@@ -233,6 +233,34 @@ fn the_topology_is_the_documented_one() {
             _ => None,
         });
         assert!(budget.is_some(), "{name}: no PodDisruptionBudget covers its pods");
+    }
+
+    // The daemons' files: secrets as `_file` keys, never as values.
+    let config = objects
+        .iter()
+        .find_map(|(_, object)| match object {
+            Object::ConfigMap(map) if map.metadata.name.as_deref() == Some("wasmjob-config") => {
+                map.data.clone()
+            }
+            _ => None,
+        })
+        .expect("the wasmjob-config ConfigMap");
+    for (file, key) in [("admin.toml", "admin_token_file"), ("executor.toml", "access_token_file")]
+    {
+        let text = config.get(file).unwrap_or_else(|| panic!("wasmjob-config has no {file}"));
+        assert!(text.contains(key), "{file} takes its token from a file ({key})");
+        assert!(!text.contains("access_token =") && !text.contains("admin_token ="), "{file}");
+    }
+
+    // A StatefulSet's serviceName is a Service of the manifests.
+    for (file, object) in &objects {
+        if let Object::StatefulSet(set) = object {
+            let service_name = &set.spec.as_ref().unwrap().service_name;
+            let found = objects.iter().any(|(_, other)| {
+                matches!(other, Object::Service(service) if service.metadata.name.as_ref() == service_name.as_ref())
+            });
+            assert!(found, "{file}: no Service {service_name:?}");
+        }
     }
 
     // The tokens come from the Secret, shipped empty: nothing runs with a token of ours.

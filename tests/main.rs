@@ -23,6 +23,8 @@ mod console;
 mod console_browser;
 /// Between admin and executor: body limits, the outbox at stop, kills of lost runs, panics.
 mod delivery;
+/// The Kubernetes manifests of `deploy/kubernetes/`, read into the API types, nothing unknown.
+mod deploy_manifests;
 /// The whole platform on 127.0.0.1: cron fires, manual triggers, logs, on each database.
 mod end_to_end;
 /// The executor's run lifecycle: duplicate triggers, restarts and kills, held runs, the outbox.

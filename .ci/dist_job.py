@@ -85,19 +85,36 @@ def main():
 
     for index, admin in enumerate(args.admin):
         param = f"through admin {index + 1}"
-        status, triggered = call(admin, args.token, "POST", f"/jobs/{job['id']}/trigger", {"param": param})
-        if status != 200:
-            sys.exit(f"dist_job: triggering through {admin}: {status} {triggered}")
-        log_id = triggered["log_ids"][0]
-
-        def ended():
-            status, run = call(admin, args.token, "GET", f"/logs/{log_id}")
-            return run if status == 200 and run.get("handle_code") not in (0, None) else None
-
-        run = wait(f"run {log_id} to end", ended, args.timeout)
+        # A container network's names can fail to resolve for a moment while its containers
+        # start: a run that no executor took because its address was unreachable is tried
+        # again, a few times; any other outcome counts at once.
+        for attempt in range(1, UNREACHABLE_ATTEMPTS + 1):
+            run = run_once(admin, args.token, job["id"], param, args.timeout)
+            unreachable = run.get("trigger_code") == 500 and "unreachable" in run.get("trigger_msg", "")
+            if not unreachable or attempt == UNREACHABLE_ATTEMPTS:
+                break
+            print(f"dist_job: run {run['id']} found its executor unreachable; trying again")
+            time.sleep(2)
         if run.get("state") != "success" or run.get("handle_msg") != f"hello, {param}":
-            sys.exit(f"dist_job: run {log_id} through {admin} did not succeed: {json.dumps(run)}")
-        print(f"dist_job: run {log_id} through {admin}: {run['state']}, {run['handle_msg']!r}")
+            sys.exit(f"dist_job: run {run['id']} through {admin} did not succeed: {json.dumps(run)}")
+        print(f"dist_job: run {run['id']} through {admin}: {run['state']}, {run['handle_msg']!r}")
+
+
+UNREACHABLE_ATTEMPTS = 5
+
+
+def run_once(admin, token, job_id, param, timeout):
+    """Triggers the job once through `admin` and returns its run once it ended."""
+    status, triggered = call(admin, token, "POST", f"/jobs/{job_id}/trigger", {"param": param})
+    if status != 200:
+        sys.exit(f"dist_job: triggering through {admin}: {status} {triggered}")
+    log_id = triggered["log_ids"][0]
+
+    def ended():
+        status, run = call(admin, token, "GET", f"/logs/{log_id}")
+        return run if status == 200 and run.get("handle_code") not in (0, None) else None
+
+    return wait(f"run {log_id} to end", ended, timeout)
 
 
 if __name__ == "__main__":

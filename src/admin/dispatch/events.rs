@@ -77,7 +77,7 @@ impl Dispatcher {
             };
             let job = match known_job.take() {
                 Some(job) => job,
-                None => self.job(run.job_id).await?,
+                None => self.inner.cache.job(run.job_id).await?,
             };
             let facts = RunFacts {
                 state: run.state,

@@ -153,6 +153,14 @@ pub fn api_need(method: &str, route: &str) -> Need {
     }
 }
 
+/// Compares two secrets (tokens, CSRF values) in time that depends only on their lengths.
+pub fn constant_time_eq(given: &[u8], expected: &[u8]) -> bool {
+    if given.len() != expected.len() {
+        return false;
+    }
+    given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
 #[cfg(test)]
 mod tests {
     use expect_test::expect;
@@ -265,5 +273,12 @@ mod tests {
         assert_eq!(changes(&Principal::operator_token()), [1, 2, 3, 4]);
         assert_eq!("operator".parse::<Role>(), Ok(Role::Operator));
         assert!("root".parse::<Role>().is_err());
+    }
+
+    #[test]
+    fn secrets_compare() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
     }
 }

@@ -35,8 +35,7 @@ use crate::runtime::{Runtime, RuntimeConfig};
 use crate::storage::{Db, Unavailable};
 
 pub use self::accounts::{PasswordChecks, create_user_from_cli};
-pub use self::dispatch::{Dispatcher, RESULT_GRACE_MS};
-pub use self::http::router;
+pub use self::dispatch::{Cache, Dispatcher, RESULT_GRACE_MS};
 
 /// What the admin's handlers and loops share. Cheap to clone.
 #[derive(Clone)]
@@ -52,6 +51,9 @@ pub struct AppState {
     /// Digests of the modules this process validated: the same bytes uploaded again (to
     /// another job, say) are not compiled twice.
     pub validated_modules: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Jobs, groups, online executors and version digests as read recently, shared with the
+    /// dispatcher: a handler that changes a job forgets its copy here.
+    pub cache: Cache,
     /// Sends runs to executors and applies their results.
     pub dispatcher: Dispatcher,
     /// Wakes the scheduler when a job's schedule changed.
@@ -83,14 +85,17 @@ impl AppState {
         )?;
         let online_window_ms =
             3 * i64::try_from(config.heartbeat_interval.as_millis()).unwrap_or(30_000);
+        let cache = Cache::new(db.clone(), online_window_ms);
         Ok(AppState {
             dispatcher: Dispatcher::new(
                 db.clone(),
+                cache.clone(),
                 client,
                 online_window_ms,
                 config.run_retention_days,
             ),
             admission: Arc::new(admission::Admission::new(db.clone(), config.max_unfinished_runs)),
+            cache,
             db,
             config: Arc::new(config),
             validator: Arc::new(Runtime::new(RuntimeConfig::default())?),
@@ -152,17 +157,8 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
             router.oneshot(request)
         }))
     };
-    let server_shutdown = shutdown.clone();
-    let server = tokio::spawn(
-        async move {
-            let stopped = async move { server_shutdown.cancelled().await };
-            let served = crate::tls::serve(listener, tls, app, stopped).await;
-            if let Err(error) = served {
-                tracing::error!(%error, "admin API stopped");
-            }
-        }
-        .instrument(tracing::info_span!("admin_http")),
-    );
+    let span = tracing::info_span!("admin_http");
+    let server = crate::tls::spawn_server(listener, tls, app, shutdown.clone(), span, "admin API");
     let db = match connect(&config.database_url, &last_error, scheme, local_addr).await {
         Ok(db) => db,
         Err(error) => {
@@ -173,7 +169,7 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
     };
     // The state's token is the admin's, so open log streams end when the admin stops.
     let state = AppState { shutdown: shutdown.clone(), ..AppState::new(db, config)? };
-    let router = http::router(state.clone()).layer(tower_http::trace::TraceLayer::new_for_http());
+    let router = router(state.clone()).layer(tower_http::trace::TraceLayer::new_for_http());
     let _ = api.set(router);
     tracing::info!("admin listening on {scheme}://{local_addr}");
     let mut tasks = vec![server];
@@ -244,6 +240,11 @@ impl Admin {
         self.state.dispatcher.stop();
         self.state.db.close().await;
     }
+}
+
+/// The admin's router: its HTTP API (`http`) and the console (`console`).
+pub fn router(state: AppState) -> axum::Router {
+    http::routes(&state).merge(console::router()).with_state(state)
 }
 
 /// The current time in milliseconds since the Unix epoch: the admin's one clock.

@@ -46,6 +46,19 @@ use crate::runtime::{CacheStats, Level, PoolConfig, Runtime, RuntimeConfig};
 pub use self::journal::RESEND_WINDOW;
 pub use self::logs::{LogStore, format_lines as format_log_lines};
 
+/// The admins this executor reports to, and how they speak: every call names the application in
+/// `XXL-JOB-APPNAME` (older admins ignore it, 3.5 requires it), and the generation picks the
+/// callback form.
+#[derive(Debug, Clone)]
+pub struct AdminLink {
+    /// The admins' URLs, tried in order.
+    pub urls: Vec<String>,
+    /// This executor's application name.
+    pub app_name: String,
+    /// The admins' protocol generation (`--admin-protocol`).
+    pub generation: protocol::Generation,
+}
+
 /// The largest memory cap a job may ask for (a 32-bit wasm memory cannot grow past 4 GiB).
 pub const MAX_MEMORY_BYTES: usize = 4 << 30;
 
@@ -148,18 +161,11 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
             .unwrap_or(30_000),
     };
     let app = http::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
-    let server_shutdown = shutdown.clone();
-    let mut tasks = vec![tokio::spawn(
-        async move {
-            let stopped = async move { server_shutdown.cancelled().await };
-            let served = crate::tls::serve(listener, tls, app, stopped).await;
-            if let Err(error) = served {
-                tracing::error!(%error, "executor API stopped");
-            }
-        }
-        .instrument(tracing::info_span!("executor_http")),
-    )];
-    let admin_link = heartbeat::AdminLink {
+    let span = tracing::info_span!("executor_http");
+    let server =
+        crate::tls::spawn_server(listener, tls, app, shutdown.clone(), span, "executor API");
+    let mut tasks = vec![server];
+    let admin_link = AdminLink {
         urls: config.admin_urls.clone(),
         app_name: config.app_name.clone(),
         generation: config.admin_protocol,

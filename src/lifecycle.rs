@@ -171,6 +171,56 @@ impl Event {
     }
 }
 
+/// A run that no executor confirmed within this long after its first claim is not sent again:
+/// executors remember the runs they accepted for (at least) this long.
+pub const RESEND_WINDOW_MS: i64 = 3_600_000;
+
+/// What a dispatcher that holds a run's lease knows before it sends the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendFacts {
+    /// The run's job.
+    pub job_id: i64,
+    /// Whether the run is a schedule fire's (cron or misfire), not a manual, API, parent or
+    /// retry trigger.
+    pub scheduled: bool,
+    /// The run's job now, `None` once it was deleted.
+    pub job: Option<JobNow>,
+    /// The lease's fence: 1 for the run's first claim, more when a dispatcher took it over.
+    pub fence: i64,
+    /// How long ago (ms) the run was first claimed.
+    pub since_first_claim_ms: i64,
+}
+
+/// What [`SendFacts`] says of the run's job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobNow {
+    /// Whether its schedule is on.
+    pub running: bool,
+    /// Whether its schedule fires again after this run's fire (read only for a scheduled run of
+    /// a stopped job).
+    pub fires_again: bool,
+}
+
+/// Whether a claimed run is sent, or which event ends it instead (before any executor hears of
+/// it): the job was stopped before this fire was sent (skip), the job is gone (not sent), or an
+/// earlier holder's lease ran out so long ago that no executor would still answer for the run
+/// (lost).
+///
+/// A stopped job whose schedule has no fire after this one (a `ONCE` job, a cron whose years
+/// ran out) was stopped by this very fire, in the transaction that created the run: it is sent.
+pub fn before_send(facts: &SendFacts) -> Option<Event> {
+    match facts.job {
+        Some(job) if facts.scheduled && !job.running && job.fires_again => Some(Event::Skip {
+            reason: "skipped: the job was stopped before this fire was sent".to_owned(),
+        }),
+        None => Some(Event::NotSent { reason: format!("job {} no longer exists", facts.job_id) }),
+        Some(_) if facts.fence > 1 && facts.since_first_claim_ms > RESEND_WINDOW_MS => {
+            Some(Event::Lost { reason: "lost: no executor confirmed it within an hour".to_owned() })
+        }
+        Some(_) => None,
+    }
+}
+
 /// The transition `event` makes for `run` of `job`, or why it does not apply.
 pub fn transition(
     run: &RunFacts,

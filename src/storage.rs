@@ -17,6 +17,7 @@ mod batch;
 mod groups;
 mod jobs;
 mod modules;
+mod queued;
 mod registry;
 mod reports;
 mod runs;

@@ -68,6 +68,28 @@ pub async fn serve(
     }
 }
 
+/// Serves `app` on `listener` (see [`serve`]) in a task of its own, instrumented with `span`,
+/// until `shutdown` is cancelled; a serving error is logged as `{what} stopped`.
+pub fn spawn_server(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    app: Router,
+    shutdown: tokio_util::sync::CancellationToken,
+    span: tracing::Span,
+    what: &'static str,
+) -> tokio::task::JoinHandle<()> {
+    use tracing::Instrument;
+    tokio::spawn(
+        async move {
+            let stopped = async move { shutdown.cancelled().await };
+            if let Err(error) = serve(listener, tls, app, stopped).await {
+                tracing::error!(%error, "{what} stopped");
+            }
+        }
+        .instrument(span),
+    )
+}
+
 /// A listener whose connections have completed a TLS handshake.
 struct TlsListener {
     ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,

@@ -27,8 +27,8 @@ use wasmjob::protocol::{ACCESS_TOKEN_HEADER, REGISTRY_GROUP_EXECUTOR};
 use wasmjob::storage::testing::{drop_postgres_database, postgres_database};
 use wasmjob::storage::{Db, RunFilter};
 
-use crate::lifecycle::{manual_run, running_run};
 use crate::support::app::executor_config;
+use crate::support::runs::{manual_run, running_run};
 use crate::support::{ACCESS_TOKEN, ADMIN_TOKEN, Backend, backends, sample_job};
 
 /// One request of the battery.

@@ -6,8 +6,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::standalone::spawn_standalone;
 use crate::support::sample_job;
+use crate::support::standalone::spawn_standalone;
 
 /// Runs the client with the admin's URL and token from the environment.
 struct Client {

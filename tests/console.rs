@@ -10,8 +10,8 @@ use tower::ServiceExt;
 use wasmjob::admin::{AppState, router};
 use wasmjob::storage::Db;
 
-use crate::lifecycle::manual_run;
 use crate::support::ADMIN_TOKEN;
+use crate::support::runs::manual_run;
 
 const PASSWORD: &str = "a long enough password";
 

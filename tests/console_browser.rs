@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::standalone::spawn_standalone;
 use crate::support::browser::Browser;
 use crate::support::builders::{builders_dir, sample_source};
 use crate::support::sample_job;
+use crate::support::standalone::spawn_standalone;
 
 const ADMIN_PASSWORD: &str = "first admin password";
 const OPERATOR_PASSWORD: &str = "operator password";

@@ -309,17 +309,23 @@ async fn a_panic_while_accepting_strands_no_trigger() {
 struct LossyLink {
     url: String,
     calls: Arc<Mutex<Vec<(String, Value)>>>,
+    target: Arc<std::sync::OnceLock<String>>,
 }
 
 impl LossyLink {
-    async fn start(target: String) -> LossyLink {
+    /// A link on a port of its own, which passes calls on once [`LossyLink::forward_to`] says
+    /// where.
+    async fn start() -> LossyLink {
         let calls = Arc::new(Mutex::new(Vec::new()));
+        let target = Arc::new(std::sync::OnceLock::<String>::new());
         let lost_one = Arc::new(AtomicBool::new(false));
         let (seen, http) = (calls.clone(), reqwest::Client::new());
+        let to = target.clone();
         let pass_on = move |request: axum::extract::Request| {
-            let (seen, lost_one, http, target) =
-                (seen.clone(), lost_one.clone(), http.clone(), target.clone());
+            let (seen, lost_one, http, to) =
+                (seen.clone(), lost_one.clone(), http.clone(), to.clone());
             async move {
+                let target = to.get().expect("the link has somewhere to forward to");
                 let path = request.uri().path().to_owned();
                 let method = request.method().clone();
                 let token = request.headers().get("XXL-JOB-ACCESS-TOKEN").cloned();
@@ -346,7 +352,12 @@ impl LossyLink {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-        LossyLink { url, calls }
+        LossyLink { url, calls, target }
+    }
+
+    /// Where the link passes calls on (`http://host:port`).
+    fn forward_to(&self, target: String) {
+        self.target.set(target).expect("set once");
     }
 
     /// The bodies of the calls made to `path` so far.
@@ -370,13 +381,11 @@ async fn an_unconfirmed_run_is_killed_where_it_went() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = executor_config(&app.api.base, dir.path().join("executor"));
     config.app_name = "linked".to_owned();
-    let placeholder = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = placeholder.local_addr().unwrap().port();
-    drop(placeholder);
-    config.listen = format!("127.0.0.1:{port}").parse().unwrap();
-    let link = LossyLink::start(format!("http://127.0.0.1:{port}")).await;
+    let link = LossyLink::start().await;
     config.address = Some(link.url.clone());
     let executor = wasmjob::executor::start(config).await.unwrap();
+    let port = executor.local_addr.port();
+    link.forward_to(format!("http://127.0.0.1:{port}"));
     app.api
         .wait_until("the linked executor registers", || async {
             let (_, group) = app.api.get(&format!("/api/v1/groups/{group_id}")).await;

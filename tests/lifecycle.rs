@@ -8,53 +8,12 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use wasmjob::admin::{Admin, now_ms};
-use wasmjob::lifecycle::{self, Event, RunFacts};
+use wasmjob::lifecycle::Event;
 use wasmjob::model::{RunState, TriggerType};
-use wasmjob::storage::{Db, NewRun};
+use wasmjob::storage::NewRun;
 
+use crate::support::runs::{manual_run, running_run};
 use crate::support::{ACCESS_TOKEN, Backend, TestApp, backends, sample_job};
-
-pub fn manual_run(job_id: i64, at_ms: i64) -> NewRun {
-    NewRun {
-        job_id,
-        trigger_type: TriggerType::Manual,
-        trigger_time_ms: at_ms,
-        fire_time_ms: None,
-        param: "p".to_owned(),
-        executor_address: None,
-        shard_index: 0,
-        shard_total: 1,
-        sharding_items: Vec::new(),
-        attempt: 0,
-        version: None,
-        parent_run_id: None,
-    }
-}
-
-/// A run that `address` accepted at `at_ms`, as a dispatcher records it, for a job with
-/// `timeout_secs`.
-pub async fn running_run(
-    db: &Db,
-    run: &NewRun,
-    address: &str,
-    at_ms: i64,
-    timeout_secs: i64,
-) -> i64 {
-    let id = db.create_run(run, at_ms).await.unwrap().unwrap();
-    let claim = db.claim_run(id, "dead-admin", at_ms, at_ms).await.unwrap().unwrap();
-    let facts = RunFacts {
-        state: claim.run.state,
-        attempt: claim.run.attempt,
-        kill_requested: false,
-        trigger_type: claim.run.trigger_type,
-        from_fire: claim.run.fire_time_ms.is_some(),
-    };
-    let sent = Event::Sent { address: address.to_owned(), at_ms, timeout_secs, grace_ms: 0 };
-    let transition = lifecycle::transition(&facts, None, &sent).unwrap();
-    let lease = Some(("dead-admin", claim.fence));
-    db.apply_transition(id, &transition, lease, None, &[], at_ms).await.unwrap().unwrap();
-    id
-}
 
 fn admin(app: &TestApp) -> &Admin {
     app.admin.as_ref().unwrap()
@@ -130,6 +89,34 @@ async fn runs_past_their_deadline_time_out() {
     assert_eq!(
         (run["state"].as_str(), run["handle_code"].as_i64()),
         (Some("timed_out"), Some(502))
+    );
+    app.stop().await;
+}
+
+/// A result that names another fire time than its run's (the result of an earlier run that had
+/// the same id, in a database that lost commits) is acknowledged and not applied; the run's own
+/// result then is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_of_another_fire_under_the_same_id_is_not_applied() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let job_id = app.api.create_job(json!({"name": "reused id"})).await;
+    let db = &admin(&app).state.db;
+    let at = now_ms();
+    let id = running_run(db, &manual_run(job_id, at), "http://127.0.0.1:1", at, 0).await;
+    let earlier = at - 3_600_000;
+    let stale =
+        json!([{"logId": id, "logDateTim": earlier, "handleCode": 500, "handleMsg": "old"}]);
+    let reply = executor_api(&app, "/api/callback", stale).await;
+    assert_eq!(reply["code"], 200, "acknowledged, so that its executor forgets it: {reply}");
+    let (_, run) = app.api.get(&format!("/api/v1/logs/{id}")).await;
+    assert_eq!((run["state"].as_str(), run["handle_code"].as_i64()), (Some("running"), Some(0)));
+    let own = json!([{"logId": id, "logDateTim": at, "handleCode": 200, "handleMsg": "its own"}]);
+    let reply = executor_api(&app, "/api/callback", own).await;
+    assert_eq!(reply["code"], 200, "{reply}");
+    let (_, run) = app.api.get(&format!("/api/v1/logs/{id}")).await;
+    assert_eq!(
+        (run["state"].as_str(), run["handle_msg"].as_str()),
+        (Some("success"), Some("its own"))
     );
     app.stop().await;
 }

@@ -243,7 +243,7 @@ async fn a_redirected_log_stream_is_not_followed_and_the_stream_still_ends() {
     })
     .await;
 
-    let mut stream = crate::streaming::open_stream(&api, log_id, None).await;
+    let mut stream = crate::support::sse::open_stream(&api, log_id, None).await;
     let asked = |what: &'static str| {
         let requests = executor.requests();
         async move { requests.iter().any(|head| head.starts_with(what)).then_some(()) }

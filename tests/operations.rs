@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::standalone::spawn_standalone;
+use crate::support::standalone::spawn_standalone;
 use crate::support::{Api, sample_job};
 
 /// Runs `wasmjob args…` with `env` and none of the `WASMJOB_*` variables a developer may have set.
@@ -368,7 +368,7 @@ async fn a_backup_of_a_running_standalone_is_consistent_and_restores() {
     let output = wasmjob(&args, &[]);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("exists already"));
-    crate::standalone::stop_gracefully(standalone);
+    crate::support::standalone::stop_gracefully(standalone);
 
     // Restored: the copy is the database of a new data directory.
     let restored_dir = dir.path().join("restored");
@@ -390,7 +390,7 @@ async fn a_backup_of_a_running_standalone_is_consistent_and_restores() {
         api.post(&format!("/api/v1/jobs/{}/trigger", job_ids[1]), json!({"param": "z"})).await;
     let run_id = triggered["log_ids"][0].as_i64().unwrap();
     assert_eq!(api.finished_run(run_id).await["handle_code"], 200);
-    crate::standalone::stop_gracefully(restored);
+    crate::support::standalone::stop_gracefully(restored);
 }
 
 #[test]

@@ -6,7 +6,12 @@ pub mod browser;
 pub mod builders;
 pub mod checker;
 pub mod cluster;
+pub mod metrics;
+pub mod runs;
 mod sample_jobs;
+pub mod scenarios;
+pub mod sse;
+pub mod standalone;
 
 pub use app::{ACCESS_TOKEN, ADMIN_TOKEN, Api, Backend, TestApp, backends, wait_until};
 pub use sample_jobs::sample_job;

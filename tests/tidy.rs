@@ -51,6 +51,7 @@ fn layering_holds() {
         "src/lifecycle.rs",
         "src/lifecycle/",
         "src/schedule.rs",
+        "src/schedule/",
         "src/routing.rs",
         "src/routing/",
     ];
@@ -75,6 +76,9 @@ fn layering_holds() {
         if pure.iter().any(|prefix| path.starts_with(prefix)) {
             for name in io_crates {
                 assert!(!imports(name), "{path} is pure (sync, IO-free) but uses {name}");
+            }
+            for name in ["crate::protocol", "crate::admin", "crate::executor"] {
+                assert!(!text.contains(name), "{path} is pure but reaches into {name}");
             }
         }
         if path.starts_with("src/admin") {
@@ -178,4 +182,125 @@ fn one_http_client_to_executors() {
             "{path} builds its own HTTP client: call executors through protocol::Client"
         );
     }
+}
+
+/// The modules that the file of module `from` (text `text`) in a folder names among `siblings`,
+/// the other files of its folder: through `super::` or the folder's path from the crate root
+/// (`crate::admin::http::`), alone or in a `{..}` list. Comments are not read.
+fn sibling_imports(text: &str, folder_path: &str, siblings: &[String]) -> Vec<String> {
+    let code: String = text
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut named = Vec::new();
+    for prefix in ["super::".to_owned(), format!("{folder_path}::")] {
+        for (at, _) in code.match_indices(&prefix) {
+            let rest = &code[at + prefix.len()..];
+            // `super::name::…`, or `super::{a, b::c, …}`.
+            let names: Vec<&str> = match rest.strip_prefix('{') {
+                Some(list) => list[..list.find('}').unwrap_or(list.len())]
+                    .split([',', ' ', '\n', '{'])
+                    .map(|item| item.split("::").next().unwrap_or(""))
+                    .collect(),
+                None => {
+                    let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'));
+                    let name = &rest[..end.unwrap_or(rest.len())];
+                    // A path through the module (`name::item`), not an item of the parent.
+                    if rest[name.len()..].starts_with("::") { vec![name] } else { vec![] }
+                }
+            };
+            for name in names {
+                if siblings.iter().any(|sibling| sibling == name)
+                    && !named.contains(&name.to_owned())
+                {
+                    named.push(name.to_owned());
+                }
+            }
+        }
+    }
+    named
+}
+
+/// Within one folder of `src/`, the files' imports of one another form no circle: a folder's
+/// files can be read (and split further) from the one that imports none of the others.
+#[test]
+fn no_import_circle_between_files_of_one_folder() {
+    let mut folders = vec![root().join("src")];
+    let mut checked = 0;
+    while let Some(folder) = folders.pop() {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+                if stem != "mod" && stem != "tests" && stem != "main" && stem != "lib" {
+                    files.push((stem, std::fs::read_to_string(&path).unwrap()));
+                }
+            }
+        }
+        let relative = folder.strip_prefix(root().join("src")).unwrap().display().to_string();
+        let folder_path = if relative.is_empty() {
+            "crate".to_owned()
+        } else {
+            format!("crate::{}", relative.replace('/', "::"))
+        };
+        let names: Vec<String> = files.iter().map(|(name, _)| name.clone()).collect();
+        let edges: Vec<(String, Vec<String>)> = files
+            .iter()
+            .map(|(name, text)| {
+                let others: Vec<String> = names.iter().filter(|n| *n != name).cloned().collect();
+                (name.clone(), sibling_imports(text, &folder_path, &others))
+            })
+            .collect();
+        // Depth-first from every file; a file met again on the current path closes a circle.
+        fn visit(
+            name: &str,
+            edges: &[(String, Vec<String>)],
+            path: &mut Vec<String>,
+            done: &mut Vec<String>,
+        ) -> Option<Vec<String>> {
+            if let Some(start) = path.iter().position(|n| n == name) {
+                let mut circle = path[start..].to_vec();
+                circle.push(name.to_owned());
+                return Some(circle);
+            }
+            if done.iter().any(|n| n == name) {
+                return None;
+            }
+            path.push(name.to_owned());
+            let next = edges.iter().find(|(n, _)| n == name).map(|(_, to)| to.clone());
+            for to in next.unwrap_or_default() {
+                if let Some(circle) = visit(&to, edges, path, done) {
+                    return Some(circle);
+                }
+            }
+            path.pop();
+            done.push(name.to_owned());
+            None
+        }
+        let mut done = Vec::new();
+        for name in &names {
+            let circle = visit(name, &edges, &mut Vec::new(), &mut done);
+            assert!(
+                circle.is_none(),
+                "src/{relative}: the files import one another in a circle: {}",
+                circle.unwrap_or_default().join(" → ")
+            );
+        }
+        checked += edges.iter().filter(|(_, to)| !to.is_empty()).count();
+    }
+    assert!(checked > 20, "the check found only {checked} files that import a sibling");
+}
+
+#[test]
+fn the_import_circle_check_reads_the_forms_of_use() {
+    let siblings = ["batch", "runs", "audit"].map(str::to_owned);
+    let text = "//! [`x`](super::runs::X)\nuse super::batch::{Write, Written};\n\
+                use super::{Db, audit::{self, AuditEntry}};\nfn f() { super::runs::claim(); }\n";
+    assert_eq!(sibling_imports(text, "crate::storage", &siblings), ["batch", "audit", "runs"]);
+    let text = "use crate::storage::runs::NewRun;\nuse super::Db;\n// super::audit::X\n";
+    assert_eq!(sibling_imports(text, "crate::storage", &siblings), ["runs"]);
 }

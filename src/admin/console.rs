@@ -37,7 +37,7 @@ use super::accounts::{self, LoginError, SESSION_TTL_MS, cookie, new_secret, secr
 use super::http::auth::{SESSION_COOKIE, source};
 use super::{AppState, now_ms};
 use crate::access::Principal;
-use crate::protocol::constant_time_eq;
+use crate::access::constant_time_eq;
 
 /// The cookie that pairs the login form with the browser that loaded it.
 const LOGIN_CSRF_COOKIE: &str = "wasmjob_login";

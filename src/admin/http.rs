@@ -32,12 +32,13 @@ use axum::middleware;
 use self::error::ApiError;
 use super::AppState;
 
-/// The admin's router: operator API, executor API, health.
-pub fn router(state: AppState) -> Router {
+/// The admin's HTTP API: the operator API, the executor API, metrics and health, with the
+/// API's answer to an unknown route (`admin::router` adds the console).
+pub fn routes(state: &AppState) -> Router<AppState> {
     let operator = Router::new()
         .merge(groups::router())
         .merge(jobs::router())
-        .merge(versions::router(&state))
+        .merge(versions::router(state))
         .merge(logs::router())
         .merge(stream::router())
         .merge(executors::router())
@@ -53,11 +54,9 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .nest("/api/v1", operator)
         .merge(metrics)
-        .merge(executor_api::router(&state))
-        .merge(super::console::router())
+        .merge(executor_api::router(state))
         .merge(health::router())
         .fallback(|| async { ApiError::not_found("route_not_found", "route") })
-        .with_state(state)
 }
 
 /// Milliseconds since the epoch as RFC 3339 (UTC), or `None` for 0.

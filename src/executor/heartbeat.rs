@@ -11,25 +11,11 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::AdminLink;
 use super::journal::Journal;
 use super::outbox::Outbox;
-use crate::protocol::{
-    self, Generation, MAX_HELD_RUNS_PER_BEAT, REGISTRY_GROUP_EXECUTOR, RegistryParam,
-};
+use crate::protocol::{self, MAX_HELD_RUNS_PER_BEAT, REGISTRY_GROUP_EXECUTOR, RegistryParam};
 use crate::readiness::Pulse;
-
-/// The admins this executor reports to, and how they speak: every call names the application in
-/// `XXL-JOB-APPNAME` (older admins ignore it, 3.5 requires it), and the generation picks the
-/// callback form.
-#[derive(Debug, Clone)]
-pub struct AdminLink {
-    /// The admins' URLs, tried in order.
-    pub urls: Vec<String>,
-    /// This executor's application name.
-    pub app_name: String,
-    /// The admins' protocol generation (`--admin-protocol`).
-    pub generation: Generation,
-}
 
 /// Where the held runs are: the journal (queued and running) and the outbox (ended, not yet
 /// acknowledged).

@@ -31,19 +31,18 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::HeaderMap;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::de::DeserializeOwned;
 
 use super::logs::{LogStore, follow_json_lines};
 use super::worker::{Pushed, Workers};
+use crate::access::constant_time_eq;
 use crate::protocol::{
-    ACCESS_TOKEN_HEADER, JobIdParam, LogParam, LogResult, ReturnT, TriggerParam, constant_time_eq,
+    ACCESS_TOKEN_HEADER, JobIdParam, LogParam, LogResult, ProtocolJson, ReturnT, TriggerParam,
     run_reply,
 };
 use crate::readiness::{Pulse, Readiness};
@@ -121,11 +120,10 @@ async fn beat() -> Json<ReturnT<String>> {
     Json(ReturnT::success())
 }
 
-async fn idle_beat(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<String>> {
-    let param: JobIdParam = match parse(&body) {
-        Ok(param) => param,
-        Err(reply) => return reply,
-    };
+async fn idle_beat(
+    State(state): State<ExecutorState>,
+    ProtocolJson(param): ProtocolJson<JobIdParam>,
+) -> Json<ReturnT<String>> {
     if param.job_id <= 0 {
         return Json(ReturnT::fail("jobId must be a positive job id"));
     }
@@ -136,30 +134,18 @@ async fn idle_beat(State(state): State<ExecutorState>, body: Bytes) -> Json<Retu
     }
 }
 
-async fn run(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<String>> {
-    let param: TriggerParam = match parse(&body) {
-        Ok(param) => param,
-        Err(reply) => return reply,
-    };
+async fn run(
+    State(state): State<ExecutorState>,
+    ProtocolJson(param): ProtocolJson<TriggerParam>,
+) -> Json<ReturnT<String>> {
     let mut replies = accept(&state, vec![param]).await;
     Json(replies.pop().unwrap_or_else(|| ReturnT::fail("internal error: no reply")))
 }
 
 async fn runs(
     State(state): State<ExecutorState>,
-    body: Bytes,
+    ProtocolJson(params): ProtocolJson<Vec<TriggerParam>>,
 ) -> Json<ReturnT<Vec<ReturnT<String>>>> {
-    let params: Vec<TriggerParam> = match serde_json::from_slice(&body) {
-        Ok(params) => params,
-        Err(error) => {
-            return Json(ReturnT {
-                code: 500,
-                msg: Some(format!("invalid request body: {error}")),
-                content: None,
-                data: None,
-            });
-        }
-    };
     let replies = accept(&state, params).await;
     Json(ReturnT { code: 200, msg: None, content: Some(replies), data: None })
 }
@@ -249,11 +235,10 @@ fn reply(job_id: i64, log_id: i64, pushed: Result<Pushed, String>) -> ReturnT<St
     ReturnT { code: 200, msg: Some(message), content: content.clone(), data: content }
 }
 
-async fn kill(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<String>> {
-    let param: JobIdParam = match parse(&body) {
-        Ok(param) => param,
-        Err(reply) => return reply,
-    };
+async fn kill(
+    State(state): State<ExecutorState>,
+    ProtocolJson(param): ProtocolJson<JobIdParam>,
+) -> Json<ReturnT<String>> {
     if param.job_id <= 0 || param.log_id.is_some_and(|log_id| log_id <= 0) {
         return Json(ReturnT::fail("jobId (and logId, when given) must be positive ids"));
     }
@@ -272,18 +257,10 @@ async fn kill(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<S
     }
 }
 
-async fn log(State(state): State<ExecutorState>, body: Bytes) -> Json<ReturnT<LogResult>> {
-    let param: LogParam = match serde_json::from_slice(&body) {
-        Ok(param) => param,
-        Err(error) => {
-            return Json(ReturnT {
-                code: 500,
-                msg: Some(format!("invalid request body: {error}")),
-                content: None,
-                data: None,
-            });
-        }
-    };
+async fn log(
+    State(state): State<ExecutorState>,
+    ProtocolJson(param): ProtocolJson<LogParam>,
+) -> Json<ReturnT<LogResult>> {
     if param.log_id <= 0 {
         return Json(ReturnT {
             code: 500,
@@ -354,9 +331,4 @@ async fn metrics(State(state): State<ExecutorState>, headers: HeaderMap) -> Resp
     }
     let text = crate::metrics::executor().encode(&state.workers.levels());
     ([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
-}
-
-fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Json<ReturnT<String>>> {
-    serde_json::from_slice(body)
-        .map_err(|error| Json(ReturnT::fail(format!("invalid request body: {error}"))))
 }

@@ -39,8 +39,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::AdminLink;
 use super::group_sync::GroupSync;
-use super::heartbeat::AdminLink;
 use crate::protocol::{self, CallbackList, Generation, HandleCallbackParam, ProtocolError};
 
 /// The most results sent in one `/api/callback` (the admin's body limit fits the largest).

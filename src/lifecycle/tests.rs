@@ -563,3 +563,36 @@ fn messages_are_cleaned() {
     let cut = clean_message(&long);
     assert!(cut.len() <= MAX_MESSAGE_BYTES && cut.len() >= MAX_MESSAGE_BYTES - 1);
 }
+
+#[test]
+fn before_a_send() {
+    const HOUR: i64 = RESEND_WINDOW_MS;
+    let on = Some(JobNow { running: true, fires_again: true });
+    let stopped = Some(JobNow { running: false, fires_again: true });
+    let stopped_by_its_last_fire = Some(JobNow { running: false, fires_again: false });
+    // (scheduled, job, fence, since the first claim) → what happens instead of the send.
+    let table = [
+        (true, on, 1, 0, None),
+        (false, on, 1, 0, None),
+        (true, stopped, 1, 0, Some("skip")),
+        (false, stopped, 1, 0, None),
+        (true, stopped_by_its_last_fire, 1, 0, None),
+        (true, None, 1, 0, Some("not sent")),
+        (false, None, 2, HOUR + 1, Some("not sent")),
+        (true, on, 2, HOUR, None),
+        (true, on, 2, HOUR + 1, Some("lost")),
+        (false, on, 1, HOUR + 1, None),
+        (true, stopped, 2, HOUR + 1, Some("skip")),
+    ];
+    for (scheduled, job, fence, since_first_claim_ms, expected) in table {
+        let facts = SendFacts { job_id: 7, scheduled, job, fence, since_first_claim_ms };
+        let decided = before_send(&facts);
+        assert_eq!(decided.as_ref().map(Event::name), expected, "{facts:?}");
+    }
+    let gone =
+        SendFacts { job_id: 7, scheduled: true, job: None, fence: 1, since_first_claim_ms: 0 };
+    assert_eq!(
+        before_send(&gone),
+        Some(Event::NotSent { reason: "job 7 no longer exists".to_owned() })
+    );
+}

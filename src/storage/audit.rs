@@ -3,7 +3,6 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::batch::{Write, Written};
 use super::statement::{Exec, Statement};
 use super::{Db, Result};
 
@@ -47,14 +46,6 @@ pub struct AuditPage {
 }
 
 impl Db {
-    /// Appends `entry` at `now_ms`, committed with the lifecycle's other writes (see `batch`).
-    pub async fn record_audit(&self, entry: &AuditEntry, now_ms: i64) -> Result<()> {
-        match self.batch(Write::Audit { entry: entry.clone(), now_ms }).await? {
-            Written::Done(_) => Ok(()),
-            other => Err(other.unexpected()),
-        }
-    }
-
     /// Newest first, optionally of one actor and of actions starting with `action_prefix`.
     pub async fn list_audit(
         &self,

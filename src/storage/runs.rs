@@ -11,8 +11,6 @@
 
 use sqlx::{AnyConnection, Row};
 
-use super::audit::AuditEntry;
-use super::batch::{Write, Written};
 use super::reports::Deltas;
 use super::statement::{Cells, Exec, Statement};
 use super::{Db, Result, parse_column};
@@ -102,65 +100,12 @@ pub struct RunPage {
 }
 
 impl Db {
-    /// Creates one run outside a fire (manual, API, retry, parent). `None` when a run with the
-    /// same fire, shard and attempt exists already.
-    pub async fn create_run(&self, run: &NewRun, now_ms: i64) -> Result<Option<i64>> {
-        let mut ids = self.create_runs(std::slice::from_ref(run), now_ms).await?;
-        Ok(ids.pop().flatten())
-    }
-
-    /// Creates the runs of one trigger (a broadcast's shards) together: all or none. Each id
-    /// is `None` when a run with the same fire, shard and attempt exists already.
-    pub async fn create_runs(&self, runs: &[NewRun], now_ms: i64) -> Result<Vec<Option<i64>>> {
-        self.create_audited_runs(runs, now_ms, None).await
-    }
-
-    /// [`Db::create_runs`], recording `audit` (the trigger that asked for them) in the same
-    /// transaction, with the created runs' ids added to its after JSON as `log_ids`.
-    pub async fn create_audited_runs(
-        &self,
-        runs: &[NewRun],
-        now_ms: i64,
-        audit: Option<&AuditEntry>,
-    ) -> Result<Vec<Option<i64>>> {
-        let write = Write::CreateRuns { runs: runs.to_vec(), now_ms, audit: audit.cloned() };
-        match self.batch(write).await? {
-            Written::Ids(ids) => Ok(ids),
-            other => Err(other.unexpected()),
-        }
-    }
-
     /// The runs among `ids` that exist, in no particular order (one query per 500 ids). On
     /// SQLite a results batch reads the runs it is about to end on the group commit's
     /// connection, which just wrote them (`Db::select_by_ids`).
     pub async fn get_runs(&self, ids: &[i64]) -> Result<Vec<RunRecord>> {
         let rows = self.select_by_ids(&format!("select {COLUMNS} from runs"), ids).await?;
         rows.iter().map(run_from_row).collect()
-    }
-
-    /// Creates runs already claimed by `owner` until `lease_until_ms` (`dispatching`, fence 1),
-    /// for a dispatcher that sends them at once: one write instead of a creation and a claim.
-    /// Each claim is `None` when a run with the same fire, shard and attempt exists already.
-    /// Like [`Db::create_audited_runs`], all or none, with `audit` recorded in their transaction.
-    pub async fn create_claimed_runs(
-        &self,
-        runs: &[NewRun],
-        owner: &str,
-        now_ms: i64,
-        lease_until_ms: i64,
-        audit: Option<&AuditEntry>,
-    ) -> Result<Vec<Option<Claim>>> {
-        let write = Write::CreateClaimed {
-            runs: runs.to_vec(),
-            owner: owner.to_owned(),
-            now_ms,
-            lease_until_ms,
-            audit: audit.cloned(),
-        };
-        match self.batch(write).await? {
-            Written::Claims(claims) => Ok(claims),
-            other => Err(other.unexpected()),
-        }
     }
 
     /// Run `id`, if it exists.
@@ -242,83 +187,6 @@ impl Db {
             }
         }
         Ok(ids)
-    }
-
-    /// Takes the lease on run `id` for `owner` until `lease_until_ms`, if the run is pending or
-    /// its lease ran out before `now_ms`. Every claim bumps the run's fence.
-    pub async fn claim_run(
-        &self,
-        id: i64,
-        owner: &str,
-        now_ms: i64,
-        lease_until_ms: i64,
-    ) -> Result<Option<Claim>> {
-        let write = Write::Claim { id, owner: owner.to_owned(), now_ms, lease_until_ms };
-        match self.batch(write).await? {
-            Written::Claim(claim) => Ok(claim),
-            other => Err(other.unexpected()),
-        }
-    }
-
-    /// Extends `owner`'s lease on run `id` to `lease_until_ms`. False when the lease moved on
-    /// (another dispatcher claimed the run) or the run left `dispatching`.
-    pub async fn renew_lease(
-        &self,
-        id: i64,
-        owner: &str,
-        fence: i64,
-        lease_until_ms: i64,
-    ) -> Result<bool> {
-        let write = Write::Renew { id, owner: owner.to_owned(), fence, lease_until_ms };
-        match self.batch(write).await? {
-            Written::Done(done) => Ok(done),
-            other => Err(other.unexpected()),
-        }
-    }
-
-    /// Records the executor `owner` is about to send run `id` to, before it sends, so that a
-    /// dispatcher taking over after a crash sends it to the same executor. False when the lease
-    /// moved on.
-    pub async fn set_run_target(
-        &self,
-        id: i64,
-        owner: &str,
-        fence: i64,
-        address: &str,
-    ) -> Result<bool> {
-        let write =
-            Write::Target { id, owner: owner.to_owned(), fence, address: address.to_owned() };
-        match self.batch(write).await? {
-            Written::Done(done) => Ok(done),
-            other => Err(other.unexpected()),
-        }
-    }
-
-    /// Applies `transition` to run `id` and creates `follow_ups` (its retry or child runs), in
-    /// one transaction. The run must still be in `transition.from` and, with `lease`, still be
-    /// held by that owner and fence. Returns the updated run and the new runs' ids, or `None`
-    /// (and changes nothing) when the compare failed.
-    pub async fn apply_transition(
-        &self,
-        id: i64,
-        transition: &Transition,
-        lease: Option<(&str, i64)>,
-        fuel_used: Option<i64>,
-        follow_ups: &[NewRun],
-        now_ms: i64,
-    ) -> Result<Option<(RunRecord, Vec<i64>)>> {
-        let write = Write::Apply {
-            id,
-            transition: transition.clone(),
-            lease: lease.map(|(owner, fence)| (owner.to_owned(), fence)),
-            fuel_used,
-            follow_ups: follow_ups.to_vec(),
-            now_ms,
-        };
-        match self.batch(write).await? {
-            Written::Applied(applied) => Ok(applied),
-            other => Err(other.unexpected()),
-        }
     }
 
     /// Running runs whose admin deadline passed before `now_ms`, at most `limit`.

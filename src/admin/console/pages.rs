@@ -72,7 +72,7 @@ pub async fn dashboard(State(state): State<AppState>, signed: Signed) -> Page {
     let running = jobs.iter().filter(|job| job.running).count();
     let mut online = 0;
     for group in state.db.list_groups().await? {
-        online += state.dispatcher.online_addresses(&group, now).await?.len();
+        online += state.cache.online_addresses(&group, now).await?.len();
     }
     let midnight = now - now.rem_euclid(DAY_MS);
     let week_start = midnight - 6 * DAY_MS;
@@ -382,7 +382,7 @@ pub async fn executors(State(state): State<AppState>, signed: Signed) -> Page {
     let now = now_ms();
     let mut groups = Vec::new();
     for group in state.db.list_groups().await? {
-        let online = state.dispatcher.online_addresses(&group, now).await?;
+        let online = state.cache.online_addresses(&group, now).await?;
         groups.push(json!({
             "id": group.id, "name": group.app_name, "title": group.title,
             "address_type": group.address_type.as_str(), "online": online,

@@ -77,7 +77,7 @@ impl Dispatcher {
             };
             let job = match known_job.take() {
                 Some(job) => job,
-                None => self.job(run.job_id).await?,
+                None => self.inner.cache.job(run.job_id).await?,
             };
             let facts = RunFacts {
                 state: run.state,
@@ -237,16 +237,48 @@ impl Dispatcher {
             }
         };
         let mut applying = tokio::task::JoinSet::new();
+        let mut all_read = true;
         for result in results {
             let (this, result) = (self.clone(), result.clone());
-            let run = runs.remove(&result.log_id);
-            // A run the batch's read did not find does not exist (deleted past the retention,
-            // or never): its result has nothing to apply to, and is not read again alone (an
-            // XXL-JOB executor's batch after an outage holds tens of thousands).
-            if read && run.is_none() {
-                tracing::debug!("result for run {} that does not exist: ignored", result.log_id);
+            let run = match runs.remove(&result.log_id) {
+                Some(run) => run,
+                // A run the batch's read did not find does not exist (deleted past the
+                // retention, or never): its result has nothing to apply to, and is not read
+                // again alone (an XXL-JOB executor's batch after an outage holds tens of
+                // thousands).
+                None if read => {
+                    tracing::debug!(
+                        "result for run {} that does not exist: ignored",
+                        result.log_id
+                    );
+                    continue;
+                }
+                None => match self.inner.db.get_run(result.log_id).await {
+                    Ok(Some(run)) => run,
+                    Ok(None) => continue,
+                    Err(error) => {
+                        tracing::error!(%error, "reading run {} failed", result.log_id);
+                        all_read = false;
+                        continue;
+                    }
+                },
+            };
+            // The result of another run that had this id (a database restored from a copy, or
+            // one that lost synced commits, handed the id out again): acknowledged, so that its
+            // executor forgets it, and never applied to this run. Executors that send no fire
+            // time (0) are taken at their word.
+            if result.log_date_tim != 0 && result.log_date_tim != run.trigger_time_ms {
+                tracing::warn!(
+                    run.id = run.id,
+                    job.id = run.job_id,
+                    "a result for run {} of the fire at {} ms came for the run of {} ms: ignored",
+                    run.id,
+                    result.log_date_tim,
+                    run.trigger_time_ms
+                );
                 continue;
             }
+            let run = Some(run);
             if let Some(run) = run.as_ref().filter(|run| run.trigger_type == TriggerType::Cron) {
                 // When it started there, or, from an executor that does not say, when it took it.
                 let started = result.started_at.unwrap_or(run.dispatched_at_ms);
@@ -267,7 +299,7 @@ impl Dispatcher {
                 .instrument(span),
             );
         }
-        let mut all_applied = true;
+        let mut all_applied = all_read;
         let mut done = 0;
         while let Some(joined) = applying.join_next().await {
             done += 1;

@@ -12,11 +12,11 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::Actor;
 use super::error::{ApiError, ResultExt};
-use super::extract::{Json, Path, Query};
-use super::openapi::{
+use super::error::{
     BadRequest, Conflict, Forbidden, Internal, NotFound, TooLarge, Unauthorized, Unprocessable,
     UnsupportedMediaType,
 };
+use super::extract::{Json, Path, Query};
 use super::rfc3339;
 use crate::admin::{AppState, now_ms};
 use crate::storage::{AlarmDelivery, AlarmWebhook, NewAlarmWebhook};

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::error::ApiError;
+use super::error::{BadRequest, Forbidden, Internal, Unauthorized};
 use super::extract::Query;
-use super::openapi::{BadRequest, Forbidden, Internal, Unauthorized};
 use super::rfc3339;
 use crate::admin::AppState;
 use crate::storage::AuditRecord;

@@ -17,10 +17,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::error::ApiError;
+use crate::access::constant_time_eq;
 use crate::access::{Principal, api_need};
 use crate::admin::accounts::{self, cookie, principal, secret_hash};
 use crate::admin::{AppState, now_ms};
-use crate::protocol::constant_time_eq;
 use crate::storage::AuditEntry;
 
 /// The console's session cookie.

@@ -9,7 +9,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+pub use self::responses::{
+    BadGateway, BadRequest, Binary, Conflict, Forbidden, Internal, NotFound, Overloaded, TooLarge,
+    Unauthorized, Unprocessable, UnsupportedMediaType,
+};
 use crate::storage::StorageError;
+
+mod responses;
 
 /// An error answer of the operator API.
 #[derive(Debug, thiserror::Error)]

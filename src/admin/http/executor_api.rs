@@ -12,15 +12,15 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 use super::extract::Path;
+use crate::access::constant_time_eq;
 use crate::admin::dispatch::Peer;
 use crate::admin::{AppState, now_ms};
 use crate::protocol::{
-    ACCESS_TOKEN_HEADER, APP_NAME_HEADER, MAX_EXECUTOR_BODY_BYTES, REGISTRY_GROUP_EXECUTOR,
-    RegistryParam, ReturnT, constant_time_eq, parse_callbacks,
+    ACCESS_TOKEN_HEADER, APP_NAME_HEADER, MAX_EXECUTOR_BODY_BYTES, ProtocolJson,
+    REGISTRY_GROUP_EXECUTOR, RegistryParam, ReturnT, parse_callbacks,
 };
 use crate::storage;
 
@@ -54,11 +54,6 @@ async fn require_access_token(
     axum::Json(ReturnT::fail("The access token is wrong.")).into_response()
 }
 
-fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, axum::Json<ReturnT<String>>> {
-    serde_json::from_slice(body)
-        .map_err(|error| axum::Json(ReturnT::fail(format!("invalid request body: {error}"))))
-}
-
 fn check_registry(state: &AppState, param: &RegistryParam) -> Result<(), String> {
     if param.registry_group != REGISTRY_GROUP_EXECUTOR {
         return Err(format!("registryGroup `{}`: only EXECUTOR is accepted", param.registry_group));
@@ -82,12 +77,8 @@ fn check_registry(state: &AppState, param: &RegistryParam) -> Result<(), String>
 async fn registry(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Bytes,
+    ProtocolJson(param): ProtocolJson<RegistryParam>,
 ) -> axum::Json<ReturnT<String>> {
-    let param: RegistryParam = match parse(&body) {
-        Ok(param) => param,
-        Err(reply) => return reply,
-    };
     if let Err(reason) = check_registry(&state, &param) {
         return axum::Json(ReturnT::fail(reason));
     }
@@ -117,7 +108,7 @@ async fn registry(
         tracing::error!(%error, "registry failed");
         return axum::Json(ReturnT::fail("registry failed: internal error"));
     }
-    state.dispatcher.forget_online(&param.registry_key);
+    state.cache.forget_online(&param.registry_key);
     state.dispatcher.note_peer(address, peer);
     if let Some(held) = &param.held_runs {
         match state.dispatcher.reconcile(address, held).await {
@@ -135,12 +126,8 @@ async fn registry(
 
 async fn registry_remove(
     State(state): State<AppState>,
-    body: Bytes,
+    ProtocolJson(param): ProtocolJson<RegistryParam>,
 ) -> axum::Json<ReturnT<String>> {
-    let param: RegistryParam = match parse(&body) {
-        Ok(param) => param,
-        Err(reply) => return reply,
-    };
     if let Err(reason) = check_registry(&state, &param) {
         return axum::Json(ReturnT::fail(reason));
     }
@@ -148,7 +135,7 @@ async fn registry_remove(
     match state.db.remove_registration(REGISTRY_GROUP_EXECUTOR, &param.registry_key, address).await
     {
         Ok(()) => {
-            state.dispatcher.forget_online(&param.registry_key);
+            state.cache.forget_online(&param.registry_key);
             state.dispatcher.forget_peer(address);
             tracing::info!("executor {address} of `{}` deregistered", param.registry_key);
             axum::Json(ReturnT::success())

@@ -7,7 +7,7 @@ use axum::routing::get;
 use serde::Serialize;
 
 use super::error::ApiError;
-use super::openapi::{Internal, Unauthorized};
+use super::error::{Internal, Unauthorized};
 use super::rfc3339;
 use crate::admin::AppState;
 use crate::admin::dispatch::Peer;

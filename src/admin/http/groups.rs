@@ -8,11 +8,11 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::Actor;
 use super::error::{ApiError, ResultExt};
-use super::extract::{Json, Path};
-use super::openapi::{
+use super::error::{
     BadRequest, Conflict, Forbidden, Internal, NotFound, TooLarge, Unauthorized, Unprocessable,
     UnsupportedMediaType,
 };
+use super::extract::{Json, Path};
 use crate::admin::{AppState, now_ms};
 use crate::model::{AddressType, Group};
 
@@ -126,7 +126,7 @@ async fn get_group(
 }
 
 async fn respond(state: &AppState, group: Group) -> Result<GroupResponse, ApiError> {
-    let online_addresses = state.dispatcher.online_addresses(&group, now_ms()).await?;
+    let online_addresses = state.cache.online_addresses(&group, now_ms()).await?;
     Ok(GroupResponse {
         id: group.id,
         app_name: group.app_name,

@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::Actor;
 use super::error::{ApiError, ResultExt};
-use super::extract::{Json, Path, Query};
-use super::openapi::{
+use super::error::{
     BadRequest, Conflict, Forbidden, Internal, NotFound, Overloaded, TooLarge, Unauthorized,
     Unprocessable, UnsupportedMediaType,
 };
+use super::extract::{Json, Path, Query};
 use super::rfc3339;
 use crate::admin::admission::AdmitError;
 use crate::admin::dispatch::{PlannedTrigger, TriggerError};
@@ -197,7 +197,7 @@ async fn update_job(
             ));
         }
     };
-    state.dispatcher.forget_job(id);
+    state.cache.forget_job(id);
     state.scheduler_wake.notify_one();
     let updated = JobResponse::from(updated);
     actor.audit(&state, "job.update", format!("job {id}"), Some(&before), Some(&updated)).await;
@@ -247,7 +247,7 @@ async fn delete_job(
     if !state.db.delete_job(id).await? {
         return Err(job_not_found(id));
     }
-    state.dispatcher.forget_job(id);
+    state.cache.forget_job(id);
     actor.audit(&state, "job.delete", format!("job {id}"), Some(&before), None).await;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -279,7 +279,7 @@ async fn start_job(
         ApiError::bad_request("no_fire_time", "the schedule has no fire time in the future")
     })?;
     state.db.set_job_running(id, Some(next), now).await?;
-    state.dispatcher.forget_job(id);
+    state.cache.forget_job(id);
     state.scheduler_wake.notify_one();
     let started = JobResponse::from(load(&state, id).await?);
     let before = JobResponse::from(job);
@@ -301,7 +301,7 @@ async fn stop_job(
     if !state.db.set_job_running(id, None, now_ms()).await? {
         return Err(job_not_found(id));
     }
-    state.dispatcher.forget_job(id);
+    state.cache.forget_job(id);
     let stopped = JobResponse::from(load(&state, id).await?);
     actor.audit(&state, "job.stop", format!("job {id}"), Some(&before), Some(&stopped)).await;
     Ok(axum::Json(stopped))
@@ -348,7 +348,7 @@ async fn trigger_job(
     }
     // A trigger is hot (an API client may send thousands a second): the job comes from the
     // dispatcher's cache, which this admin's own changes invalidate at once.
-    let job = state.dispatcher.job(id).await.map_err(ApiError::Internal)?;
+    let job = state.cache.job(id).await.map_err(ApiError::Internal)?;
     let job = job.ok_or_else(|| job_not_found(id))?;
     actor.require_group(job.spec.group_id)?;
     let param = body.param.unwrap_or_else(|| job.spec.param.clone());

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::Actor;
 use super::error::ApiError;
+use super::error::{BadGateway, BadRequest, Forbidden, Internal, NotFound, Unauthorized};
 use super::extract::{Path, Query};
-use super::openapi::{BadGateway, BadRequest, Forbidden, Internal, NotFound, Unauthorized};
 use super::rfc3339;
 use crate::admin::AppState;
 use crate::model::{RunRecord, RunState, code};

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use super::error::ApiError;
-use super::openapi::{Internal, Unauthorized};
+use super::error::{Internal, Unauthorized};
 use crate::admin::{AppState, now_ms};
 use crate::metrics::{self, AdminLevels};
 use crate::model::RunState;
@@ -32,7 +32,7 @@ async fn scrape(State(state): State<AppState>) -> Result<Response, ApiError> {
     let now = now_ms();
     let mut levels = AdminLevels::default();
     for group in state.db.list_groups().await? {
-        let online = state.dispatcher.online_addresses(&group, now).await?;
+        let online = state.cache.online_addresses(&group, now).await?;
         levels.online_executors.push((group.app_name.clone(), online.len() as i64));
     }
     for run_state in [RunState::Pending, RunState::Dispatching, RunState::Running] {

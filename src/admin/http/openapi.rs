@@ -2,15 +2,16 @@
 //! `GET /api/v1/openapi.json` (for any signed-in caller, like every `/api/v1` read).
 //!
 //! The handlers carry `#[utoipa::path]` attributes, their DTOs derive `ToSchema` (queries
-//! `IntoParams`), and [`ApiDoc`] lists the handlers. The error answers are the types below: one
-//! per status of [`ApiError`](super::error::ApiError), each with the one error body. The test at
+//! `IntoParams`), and [`ApiDoc`] lists the handlers. The error answers are the types of
+//! `error/responses.rs`: one per status of [`ApiError`](super::error::ApiError), each with the
+//! one error body. The test at
 //! the bottom of this file and `tests/openapi.rs` check that the document and the router agree.
 //! It describes; it validates nothing at run time.
 //!
 //! To add a route to the document:
 //! 1. Put `#[utoipa::path(post, path = "/things/{id}", tag = "things", params(..), request_body = ..)]` on its handler, the path as routed without `/api/v1`.
 //! 2. Derive `ToSchema` on its request and response DTOs (`IntoParams` on a query, with `#[into_params(parameter_in = Query)]`).
-//! 3. In `responses(..)`, list the success and every error the handler and its extractors can return: [`Unauthorized`] always, [`Forbidden`] for a change (CSRF) or a role rule, [`BadRequest`] for a path or query, [`Internal`] if it reads the database.
+//! 3. In `responses(..)`, list the success and every error the handler and its extractors can return: `Unauthorized` always, `Forbidden` for a change (CSRF) or a role rule, `BadRequest` for a path or query, `Internal` if it reads the database.
 //! 4. Add the handler to `paths(..)` of [`ApiDoc`].
 //! 5. `cargo test openapi` fails while a routed method is not in the document, or the reverse.
 
@@ -19,14 +20,8 @@ use axum::routing::get;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-pub use self::responses::{
-    BadGateway, BadRequest, Binary, Conflict, Forbidden, Internal, NotFound, Overloaded, TooLarge,
-    Unauthorized, Unprocessable, UnsupportedMediaType,
-};
-use super::error::ErrorBody;
+use super::error::{ErrorBody, Unauthorized};
 use crate::admin::AppState;
-
-mod responses;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/openapi.json", get(openapi_document))

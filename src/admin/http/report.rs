@@ -8,8 +8,8 @@ use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
+use super::error::{BadRequest, Internal, Unauthorized};
 use super::extract::Query;
-use super::openapi::{BadRequest, Internal, Unauthorized};
 use crate::admin::{AppState, now_ms};
 use crate::storage::{DAY_MS, DayCounts};
 
@@ -121,7 +121,7 @@ async fn get_dashboard(
     let jobs = state.db.list_jobs(None).await?;
     let mut executors_online = 0;
     for group in state.db.list_groups().await? {
-        executors_online += state.dispatcher.online_addresses(&group, now).await?.len();
+        executors_online += state.cache.online_addresses(&group, now).await?.len();
     }
     let today = state.db.report_days(now, now).await?.pop().unwrap_or_default();
     let mut top_failing = Vec::new();

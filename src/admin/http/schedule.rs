@@ -15,8 +15,8 @@ use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
+use super::error::{BadRequest, Unauthorized};
 use super::extract::Query;
-use super::openapi::{BadRequest, Unauthorized};
 use crate::admin::{AppState, now_ms};
 use crate::model::ScheduleType;
 use crate::schedule::Schedule;

@@ -39,8 +39,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::error::ApiError;
+use super::error::{BadRequest, Internal, NotFound, Unauthorized};
 use super::extract::{Path, Query};
-use super::openapi::{BadRequest, Internal, NotFound, Unauthorized};
 use crate::admin::AppState;
 use crate::model::{RunRecord, code};
 use crate::protocol::{LogParam, LogResult};

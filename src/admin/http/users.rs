@@ -10,11 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::{API_TOKEN_PREFIX, Actor};
 use super::error::{ApiError, ResultExt};
-use super::extract::{Json, Path};
-use super::openapi::{
+use super::error::{
     BadRequest, Conflict, Forbidden, Internal, NotFound, TooLarge, Unauthorized, Unprocessable,
     UnsupportedMediaType,
 };
+use super::extract::{Json, Path};
 use super::rfc3339;
 use crate::access::Role;
 use crate::admin::accounts::{

@@ -24,11 +24,11 @@ use sha2::{Digest, Sha256};
 
 use super::auth::Actor;
 use super::error::ApiError;
-use super::extract::{Path, Query};
-use super::openapi::{
+use super::error::{
     BadRequest, Binary, Forbidden, Internal, NotFound, TooLarge, Unauthorized, Unprocessable,
     UnsupportedMediaType,
 };
+use super::extract::{Path, Query};
 use super::rfc3339;
 use crate::admin::builders::{self, BuildError};
 use crate::admin::{AppState, now_ms};
@@ -154,7 +154,7 @@ async fn upload_version(
         keep: i64::from(state.config.max_versions_per_job),
     };
     let version = state.db.add_job_version(id, new, now_ms()).await?;
-    state.dispatcher.forget_job(id);
+    state.cache.forget_job(id);
     tracing::info!(job.id = id, module.sha256 = %info.sha256, "job {id}: version {} uploaded", version.version);
     let active = Some(version.version);
     let version = VersionResponse::new(version, active);
@@ -305,7 +305,7 @@ async fn activate_version(
             format!("version {version} of job {id}"),
         ));
     }
-    state.dispatcher.forget_job(id);
+    state.cache.forget_job(id);
     let found = state.db.get_job_version(id, version).await?;
     let found = found.ok_or_else(|| {
         ApiError::not_found("version_not_found", format!("version {version} of job {id}"))

@@ -9,7 +9,7 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, Schema, SchemaFormat, Type};
 use utoipa::{IntoResponses, PartialSchema, ToSchema};
 
-use crate::admin::http::error::ErrorBody;
+use super::ErrorBody;
 
 /// 400: the path, query or body is malformed or a field is invalid (codes such as
 /// `invalid_path`, `invalid_query`, `malformed_json`, `invalid_job`).

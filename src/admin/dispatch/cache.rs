@@ -1,0 +1,310 @@
+//! The dispatcher's read-through copies of what runs need on the hot path: jobs, groups, the
+//! groups' online executors and version digests. One [`Cache`] is shared by the dispatcher and
+//! the HTTP handlers (through `AppState`), so that a handler that changes a job forgets the copy
+//! the dispatcher would send with.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::admin::now_ms;
+use crate::model::{AddressType, Group, Job};
+use crate::protocol::REGISTRY_GROUP_EXECUTOR;
+use crate::storage::Db;
+
+/// How long a read of a group's online executors is reused. Heartbeats come every few seconds
+/// and an executor is offline only after three missed ones, so routing on a view this old
+/// changes nothing an operator can tell; it saves a registry query per run.
+const ONLINE_TTL_MS: i64 = 1_000;
+/// The most cached version digests before the cache starts over.
+const MAX_CACHED_VERSIONS: usize = 100_000;
+/// How long a job or a group read on the hot path (sending a run, applying its result) is
+/// reused. This admin forgets its copy the moment it changes one through its API; a change
+/// made through another admin of the same database is seen within this long.
+const CACHE_TTL_MS: i64 = 1_000;
+/// A job whose copy is this old when it is used is read again in the background, together with
+/// the other jobs in use, while its copy is still served: a job in use is read once per interval
+/// with the others, instead of each alone, and by the many callers that find its copy expired at
+/// once (a thousand jobs triggered every second were a thousand reads a second, a twentieth of
+/// the admin's time).
+const REFRESH_AFTER_MS: i64 = CACHE_TTL_MS * 3 / 4;
+/// How long the background read waits for more jobs to read with the first.
+const REFRESH_GATHER: Duration = Duration::from_millis(50);
+/// The most cached jobs or groups before a cache starts over.
+const MAX_CACHED: usize = 200_000;
+
+/// A cached copy and when it was read (ms).
+type Cached<T> = (i64, T);
+
+/// Jobs, groups, online executors and version digests as read recently. Cheap to clone.
+#[derive(Clone)]
+pub struct Cache {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: Db,
+    /// An executor is online if it beat within this long (ms).
+    online_window_ms: i64,
+    /// Module digests by (job, version): versions are immutable, so entries never go stale.
+    versions: Mutex<HashMap<(i64, i64), String>>,
+    /// Online addresses by application name, with when they were read.
+    online: Mutex<HashMap<String, Cached<Vec<String>>>>,
+    /// Jobs, with when they were read.
+    jobs: Mutex<HashMap<i64, Cached<Option<Arc<Job>>>>>,
+    /// Jobs in use whose copy is older than [`REFRESH_AFTER_MS`], to be read again together.
+    refresh: Mutex<HashSet<i64>>,
+    /// Whether a task is about to read `refresh`.
+    refreshing: AtomicBool,
+    /// Groups, with when they were read.
+    groups: Mutex<HashMap<i64, Cached<Option<Group>>>>,
+}
+
+impl Cache {
+    /// A cache over `db`; an executor is online if it beat within `online_window_ms`.
+    pub fn new(db: Db, online_window_ms: i64) -> Cache {
+        let inner = Inner {
+            db,
+            online_window_ms,
+            versions: Mutex::default(),
+            online: Mutex::default(),
+            jobs: Mutex::default(),
+            refresh: Mutex::default(),
+            refreshing: AtomicBool::new(false),
+            groups: Mutex::default(),
+        };
+        Cache { inner: Arc::new(inner) }
+    }
+
+    /// The addresses runs of `group` may go to now: heartbeats for `AUTO`, configuration for `MANUAL`.
+    pub async fn online_addresses(
+        &self,
+        group: &Group,
+        now_ms: i64,
+    ) -> anyhow::Result<Vec<String>> {
+        if group.address_type == AddressType::Manual {
+            return Ok(group.addresses.clone());
+        }
+        let cached = self.inner.online.lock().ok().and_then(|online| {
+            let (read_at, addresses) = online.get(&group.app_name)?;
+            (now_ms - read_at < ONLINE_TTL_MS && *read_at <= now_ms).then(|| addresses.clone())
+        });
+        if let Some(addresses) = cached {
+            return Ok(addresses);
+        }
+        let since = now_ms - self.inner.online_window_ms;
+        let addresses =
+            self.inner.db.online_addresses(REGISTRY_GROUP_EXECUTOR, &group.app_name, since).await?;
+        if let Ok(mut online) = self.inner.online.lock() {
+            online.insert(group.app_name.clone(), (now_ms, addresses.clone()));
+        }
+        Ok(addresses)
+    }
+
+    /// Forgets the cached online executors of `app_name` (one registered or left).
+    pub fn forget_online(&self, app_name: &str) {
+        if let Ok(mut online) = self.inner.online.lock() {
+            online.remove(app_name);
+        }
+    }
+
+    /// Job `id` as read at most [`CACHE_TTL_MS`] ago (`None`: it does not exist), shared with
+    /// the cache.
+    pub async fn job(&self, id: i64) -> anyhow::Result<Option<Arc<Job>>> {
+        let now = now_ms();
+        if let Some((read_at, job)) = cached_at(&self.inner.jobs, id, now) {
+            if now - read_at >= REFRESH_AFTER_MS {
+                self.refresh_job(id);
+            }
+            return Ok(job);
+        }
+        let job = self.inner.db.get_job(id).await?.map(Arc::new);
+        remember(&self.inner.jobs, id, now, job.clone());
+        Ok(job)
+    }
+
+    /// Has job `id` read again, with the other jobs asked for meanwhile, by a task that waits
+    /// [`REFRESH_GATHER`] for them.
+    fn refresh_job(&self, id: i64) {
+        let Ok(mut refresh) = self.inner.refresh.lock() else { return };
+        refresh.insert(id);
+        if self.inner.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(REFRESH_GATHER).await;
+            let ids = match this.inner.refresh.lock() {
+                Ok(mut refresh) => {
+                    this.inner.refreshing.store(false, Ordering::Release);
+                    refresh.drain().collect::<Vec<_>>()
+                }
+                Err(_) => return,
+            };
+            if let Err(error) = this.refresh_jobs(&ids).await {
+                tracing::warn!(error = format!("{error:#}"), "reading cached jobs again failed");
+            }
+        });
+    }
+
+    /// Reads jobs `ids` again, with one query, into the copies still cached. A copy forgotten
+    /// meanwhile (this admin changed the job) or read since the query began stays as it is.
+    async fn refresh_jobs(&self, ids: &[i64]) -> anyhow::Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let started = now_ms();
+        let read = self.inner.db.get_jobs(ids).await?;
+        let mut read: HashMap<i64, Arc<Job>> =
+            read.into_iter().map(|job| (job.id, Arc::new(job))).collect();
+        let Ok(mut jobs) = self.inner.jobs.lock() else { return Ok(()) };
+        for id in ids {
+            if let Some(entry) = jobs.get_mut(id).filter(|(read_at, _)| *read_at < started) {
+                *entry = (started, read.remove(id));
+            }
+        }
+        Ok(())
+    }
+
+    /// Group `id` as read at most [`CACHE_TTL_MS`] ago (`None`: it does not exist).
+    pub async fn group(&self, id: i64) -> anyhow::Result<Option<Group>> {
+        let now = now_ms();
+        if let Some((_, group)) = cached_at(&self.inner.groups, id, now) {
+            return Ok(group);
+        }
+        let group = self.inner.db.get_group(id).await?;
+        remember(&self.inner.groups, id, now, group.clone());
+        Ok(group)
+    }
+
+    /// Forgets the cached copy of job `id`: call it after changing the job.
+    pub fn forget_job(&self, id: i64) {
+        if let Ok(mut jobs) = self.inner.jobs.lock() {
+            jobs.remove(&id);
+        }
+    }
+
+    /// The digest of version `version` of job `job_id`.
+    pub async fn version_digest(
+        &self,
+        job_id: i64,
+        version: i64,
+    ) -> anyhow::Result<Option<String>> {
+        let cached = self
+            .inner
+            .versions
+            .lock()
+            .ok()
+            .and_then(|versions| versions.get(&(job_id, version)).cloned());
+        if cached.is_some() {
+            return Ok(cached);
+        }
+        let Some(found) = self.inner.db.get_job_version(job_id, version).await? else {
+            return Ok(None);
+        };
+        if let Ok(mut versions) = self.inner.versions.lock() {
+            if versions.len() >= MAX_CACHED_VERSIONS {
+                versions.clear();
+            }
+            versions.insert((job_id, version), found.sha256.clone());
+        }
+        Ok(Some(found.sha256))
+    }
+}
+
+/// The entry `id` of `cache`, with when it was read, if that was within [`CACHE_TTL_MS`] of
+/// `now_ms`.
+fn cached_at<T: Clone>(
+    cache: &Mutex<HashMap<i64, Cached<T>>>,
+    id: i64,
+    now_ms: i64,
+) -> Option<Cached<T>> {
+    let cache = cache.lock().ok()?;
+    let (read_at, value) = cache.get(&id)?;
+    (now_ms - read_at < CACHE_TTL_MS && *read_at <= now_ms).then(|| (*read_at, value.clone()))
+}
+
+fn remember<T>(cache: &Mutex<HashMap<i64, Cached<T>>>, id: i64, now_ms: i64, value: T) {
+    if let Ok(mut cache) = cache.lock() {
+        if cache.len() >= MAX_CACHED {
+            cache.clear();
+        }
+        cache.insert(id, (now_ms, value));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{
+        BlockStrategy, GlueType, JobSpec, MisfireStrategy, RouteStrategy, ScheduleType,
+        ShardingStrategy,
+    };
+
+    /// The name of job `id` in the cache, or `None` when it holds no copy.
+    fn cached_name(cache: &Cache, id: i64) -> Option<Option<String>> {
+        let jobs = cache.inner.jobs.lock().unwrap();
+        jobs.get(&id).map(|(_, job)| job.as_ref().map(|job| job.spec.name.clone()))
+    }
+
+    #[tokio::test]
+    async fn jobs_in_use_are_read_again_together_before_their_copies_expire() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("cache.db").display());
+        let db = Db::connect(&url).await.unwrap();
+        let cache = Cache::new(db.clone(), 90_000);
+        let group = db.ensure_group("default", "Default", 0).await.unwrap();
+        let spec = JobSpec {
+            group_id: group.id,
+            name: "first".to_owned(),
+            schedule_type: ScheduleType::None,
+            schedule_conf: String::new(),
+            time_zone: None,
+            misfire_strategy: MisfireStrategy::DoNothing,
+            misfire_threshold_ms: 5_000,
+            route_strategy: RouteStrategy::First,
+            block_strategy: BlockStrategy::SerialExecution,
+            timeout_secs: 0,
+            retry_count: 0,
+            glue_type: GlueType::GlueWasm,
+            handler: None,
+            param: String::new(),
+            child_job_ids: Vec::new(),
+            alarm_email: None,
+            fuel_limit: None,
+            memory_limit_mb: None,
+            sharding_total_count: 0,
+            sharding_item_parameters: String::new(),
+            sharding_strategy: ShardingStrategy::AverageAllocation,
+            alarm_silence_secs: 0,
+        };
+        let (one, two) =
+            (db.create_job(&spec, 1).await.unwrap(), db.create_job(&spec, 1).await.unwrap());
+        for job in [&one, &two] {
+            assert_eq!(cache.job(job.id).await.unwrap().unwrap().spec.name, "first");
+        }
+        // Another admin renames one and deletes the other.
+        let renamed = JobSpec { name: "renamed".to_owned(), ..spec.clone() };
+        db.update_job(one.id, &renamed, 0, 2).await.unwrap().unwrap();
+        assert!(db.delete_job(two.id).await.unwrap());
+        // Copies half as old as they may get are still served, and both are read again together.
+        let half_old = now_ms() - REFRESH_AFTER_MS;
+        for (read_at, _) in cache.inner.jobs.lock().unwrap().values_mut() {
+            *read_at = half_old;
+        }
+        assert_eq!(cache.job(one.id).await.unwrap().unwrap().spec.name, "first");
+        assert_eq!(cache.job(two.id).await.unwrap().unwrap().spec.name, "first");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while cached_name(&cache, two.id) != Some(None) {
+            assert!(std::time::Instant::now() < deadline, "the copies were not read again");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(cached_name(&cache, one.id), Some(Some("renamed".to_owned())));
+        // A copy this admin forgot (it changed the job) is not brought back by a read that
+        // began before the change.
+        cache.forget_job(one.id);
+        cache.refresh_jobs(&[one.id]).await.unwrap();
+        assert_eq!(cached_name(&cache, one.id), None);
+    }
+}

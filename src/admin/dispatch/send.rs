@@ -1,0 +1,451 @@
+//! Sending a run under its lease: the timer that sends it at its instant (ahead of it to
+//! executors that hold early triggers), the claim, the decision before the send
+//! (`lifecycle::before_send`), routing and recording the executor, posting `/run` while the
+//! lease is renewed, and the handshake with the result: an accepted send is recorded with the
+//! run's result when that comes within [`SENT_RECORD_WAIT`], in one write.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use tracing::Instrument;
+
+use super::sender::PostError;
+use super::{Dispatcher, LEASE_MS, now_ms};
+use crate::failpoint;
+use crate::lifecycle::{self, Event, JobNow, SendFacts};
+use crate::model::{GlueType, Job, RunRecord, TriggerType};
+use crate::protocol::{GLUE_WASM, ShardingItemParam, TriggerParam, run_reply};
+use crate::schedule::Schedule;
+use crate::storage::{Claim, Fired};
+
+/// How often a dispatcher renews the lease of a run it is sending.
+const LEASE_RENEWAL: Duration = Duration::from_millis(5_000);
+/// How long before its instant a scheduled run is sent to an executor that holds early triggers
+/// (within the scheduler's lookahead, which creates the run before this).
+const SEND_AHEAD_MS: i64 = 500;
+/// How long past a job's timeout the admin waits for a run's result before it ends the run.
+pub const RESULT_GRACE_MS: i64 = 60_000;
+/// How long the record of a send an executor accepted waits for the run's result: a run that
+/// ends within it gets one write saying both (its result, with the acceptance), not two.
+const SENT_RECORD_WAIT: Duration = Duration::from_millis(1_000);
+
+/// A send posted to an executor, or accepted by it, that its dispatcher has not recorded yet.
+pub(super) struct Unrecorded {
+    /// The executor.
+    address: String,
+    /// When it accepted the run (ms); `None` while the post waits for its answer.
+    pub(super) at_ms: Option<i64>,
+    /// Wakes the dispatcher to record it now.
+    wake: Option<tokio::sync::oneshot::Sender<()>>,
+    /// A kill asked for it to be recorded without waiting.
+    record_now: bool,
+}
+
+impl Dispatcher {
+    /// Sends run `run_id` at `due_ms` (now if that has passed).
+    pub fn send_at(&self, run_id: i64, due_ms: i64) {
+        self.send_created_at(Fired::Pending(run_id), due_ms);
+    }
+
+    /// Sends a newly created run at `due_ms` (now if that has passed): a pending one is claimed
+    /// first. A run routed at its creation to an executor that holds early triggers is sent
+    /// [`SEND_AHEAD_MS`] before its instant with `notBefore`, so that the send is over when the
+    /// instant comes and the executor starts it on time. A claimed run whose timer a stop
+    /// cancels stays claimed until its lease runs out; the sweep sends it then.
+    pub fn send_created_at(&self, run: Fired, due_ms: i64) {
+        let this = self.clone();
+        let run_id = run.id();
+        // The job and the executor are recorded once known (`send_claimed`), so that every
+        // line of the run's dispatch names them.
+        let span = tracing::info_span!(
+            "dispatch",
+            run.id = run_id,
+            job.id = tracing::field::Empty,
+            executor = tracing::field::Empty
+        );
+        tokio::spawn(
+            async move {
+                let ahead = match &run {
+                    Fired::Claimed(claim) if due_ms > now_ms() => {
+                        match claim.run.executor_address.as_deref() {
+                            Some(address) => {
+                                this.peer(address).await.is_some_and(|peer| peer.holds_triggers)
+                            }
+                            None => false,
+                        }
+                    }
+                    _ => false,
+                };
+                let send_at = if ahead { due_ms - SEND_AHEAD_MS } else { due_ms };
+                let wait = u64::try_from(send_at - now_ms()).unwrap_or(0);
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(wait)) => {}
+                    () = this.inner.timers.cancelled() => return,
+                }
+                let sent = match run {
+                    Fired::Pending(run_id) => this.send(run_id).await,
+                    Fired::Claimed(claim) => this.send_claimed(*claim).await,
+                };
+                if let Err(error) = sent {
+                    tracing::error!(
+                        error = format!("{error:#}"),
+                        "dispatching run {run_id} failed"
+                    );
+                }
+            }
+            .instrument(span),
+        );
+    }
+
+    /// Claims run `run_id` and sends it to an executor, recording what came of it.
+    pub async fn send(&self, run_id: i64) -> anyhow::Result<()> {
+        let now = now_ms();
+        let owner = self.inner.owner.as_str();
+        let claim = self.inner.db.claim_run(run_id, owner, now, now + LEASE_MS).await?;
+        match claim {
+            Some(claim) => self.send_claimed(claim).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Sends a run this admin holds the lease of, recording what came of it.
+    async fn send_claimed(&self, Claim { run, fence }: Claim) -> anyhow::Result<()> {
+        let now = now_ms();
+        let owner = self.inner.owner.as_str();
+        let lease = (owner, fence);
+        tracing::Span::current().record("job.id", run.job_id);
+        let job = self.inner.cache.job(run.job_id).await?;
+        let scheduled = matches!(run.trigger_type, TriggerType::Cron | TriggerType::Misfire);
+        let facts = SendFacts {
+            job_id: run.job_id,
+            scheduled,
+            job: job.as_deref().map(|job| JobNow {
+                running: job.running,
+                // Parsed only where it decides: a scheduled run of a stopped job.
+                fires_again: scheduled && !job.running && has_fire_after(job, &run),
+            }),
+            fence,
+            since_first_claim_ms: now - run.first_claimed_at_ms,
+        };
+        let event = match (lifecycle::before_send(&facts), job.as_deref()) {
+            (Some(instead), _) => instead,
+            // `before_send` ends every run whose job is gone.
+            (None, None) => return Ok(()),
+            (None, Some(job)) => {
+                let sent = tokio::select! {
+                    sent = self.send_to_executor(job, &run, lease) => sent,
+                    () = self.keep_lease(run.id, lease) => {
+                        tracing::warn!(job.id = run.job_id, "run {}: lease lost while sending", run.id);
+                        self.forget_send(run.id);
+                        return Ok(());
+                    }
+                };
+                if !matches!(&sent, Sent::Accepted { reply, .. } if reply.as_deref() != Some(run_reply::LOST))
+                {
+                    self.forget_send(run.id);
+                }
+                match sent {
+                    Sent::Accepted { address, reply }
+                        if reply.as_deref() == Some(run_reply::LOST) =>
+                    {
+                        Event::Lost {
+                            reason: format!("lost: {address} accepted it before a restart"),
+                        }
+                    }
+                    Sent::Accepted { address, .. } => {
+                        tracing::Span::current().record("executor", address.as_str());
+                        tracing::info!(job.id = run.job_id, "run {} sent to {address}", run.id);
+                        let at_ms = now_ms();
+                        if !self.await_result(run.id, at_ms).await {
+                            // Its result came first and was recorded with the acceptance.
+                            return Ok(());
+                        }
+                        Event::Sent {
+                            address,
+                            at_ms,
+                            timeout_secs: job.spec.timeout_secs,
+                            grace_ms: RESULT_GRACE_MS,
+                        }
+                    }
+                    Sent::Refused(reason) => {
+                        crate::metrics::admin().dispatch_failures.inc();
+                        tracing::warn!(job.id = run.job_id, "run {} not sent: {reason}", run.id);
+                        Event::NotSent { reason }
+                    }
+                    Sent::Unconfirmed(reason) => {
+                        crate::metrics::admin().dispatch_failures.inc();
+                        tracing::warn!(job.id = run.job_id, "run {} unconfirmed: {reason}", run.id);
+                        Event::Lost { reason: format!("lost: {reason}") }
+                    }
+                    Sent::LeaseLost => return Ok(()),
+                }
+            }
+        };
+        let run_id = run.id;
+        self.apply_to(run_id, Some(run), Some(job), event, Some(lease), None).await?;
+        Ok(())
+    }
+
+    /// Notes that run `run_id` is being posted to `address`, so that a result that arrives
+    /// before the executor's answer is read records the send with itself.
+    fn hold_send(&self, run_id: i64, address: &str) {
+        let posting =
+            Unrecorded { address: address.to_owned(), at_ms: None, wake: None, record_now: false };
+        if let Ok(mut sends) = self.inner.unrecorded.lock() {
+            sends.insert(run_id, posting);
+        }
+    }
+
+    /// Forgets the send of run `run_id` (not accepted: its outcome is recorded as it is).
+    fn forget_send(&self, run_id: i64) {
+        if let Ok(mut sends) = self.inner.unrecorded.lock() {
+            sends.remove(&run_id);
+        }
+    }
+
+    /// Holds back the record of run `run_id`'s acceptance at `at_ms` until the run's result
+    /// arrives, a kill or this admin's stop wants it recorded, or [`SENT_RECORD_WAIT`] passes.
+    /// Whether it is still to be recorded: not when the result took it
+    /// ([`Dispatcher::take_unrecorded_send`]) to record both in one write, before or after the
+    /// executor's answer.
+    ///
+    /// Meanwhile the run stays `dispatching` under this admin's lease, as between a send and
+    /// its record; a crash then leaves it to the sweep, which sends it again to the same
+    /// executor, and the executor answers with where the run is.
+    async fn await_result(&self, run_id: i64, at_ms: i64) -> bool {
+        let (wake, woken) = tokio::sync::oneshot::channel();
+        {
+            let Ok(mut sends) = self.inner.unrecorded.lock() else { return true };
+            let Some(send) = sends.get_mut(&run_id) else { return false };
+            if send.record_now {
+                sends.remove(&run_id);
+                return true;
+            }
+            send.at_ms = Some(at_ms);
+            send.wake = Some(wake);
+        }
+        tokio::select! {
+            _ = woken => {}
+            () = tokio::time::sleep(SENT_RECORD_WAIT) => {}
+            () = self.inner.timers.cancelled() => {}
+        }
+        self.inner.unrecorded.lock().ok().and_then(|mut sends| sends.remove(&run_id)).is_some()
+    }
+
+    /// Takes the send of run `run_id` that its sender has not recorded: the executor and when
+    /// it accepted the run (when the result came before the executor's answer was read, the
+    /// run's start `started_at_ms`, by which it had taken it, else now). The sender then records
+    /// nothing, and the caller records the acceptance with the run's result.
+    pub(super) fn take_unrecorded_send(
+        &self,
+        run_id: i64,
+        started_at_ms: Option<i64>,
+    ) -> Option<(String, i64)> {
+        let taken = self.inner.unrecorded.lock().ok()?.remove(&run_id)?;
+        Some((taken.address, taken.at_ms.or(started_at_ms).unwrap_or_else(now_ms)))
+    }
+
+    /// Has the sender of run `run_id` record its acceptance without waiting (a kill is
+    /// delivered with that record).
+    pub(super) fn record_send_now(&self, run_id: i64) {
+        let wake = self.inner.unrecorded.lock().ok().and_then(|mut sends| {
+            let send = sends.get_mut(&run_id)?;
+            send.record_now = true;
+            send.wake.take()
+        });
+        if let Some(wake) = wake {
+            let _ = wake.send(());
+        }
+    }
+
+    /// Renews the lease on run `run_id` until it cannot (the lease moved on, or the run left
+    /// `dispatching`); a database error is logged and retried at the next renewal.
+    async fn keep_lease(&self, run_id: i64, (owner, fence): (&str, i64)) {
+        loop {
+            tokio::time::sleep(LEASE_RENEWAL).await;
+            match self.inner.db.renew_lease(run_id, owner, fence, now_ms() + LEASE_MS).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(error) => tracing::warn!(%error, "renewing the lease of run {run_id} failed"),
+            }
+        }
+    }
+
+    /// Routes run `run` (unless it carries its executor), records the choice under the lease,
+    /// and posts `/run`.
+    async fn send_to_executor(&self, job: &Job, run: &RunRecord, lease: (&str, i64)) -> Sent {
+        let resent = lease.1 > 1;
+        let address = match &run.executor_address {
+            Some(address) => address.clone(),
+            None => {
+                let routed = match self.route_run(job).await {
+                    Ok(address) => address,
+                    Err(reason) => return Sent::Refused(reason),
+                };
+                match self.inner.db.set_run_target(run.id, lease.0, lease.1, &routed).await {
+                    Ok(true) => routed,
+                    Ok(false) => return Sent::LeaseLost,
+                    Err(error) => return Sent::Refused(format!("recording the executor: {error}")),
+                }
+            }
+        };
+        let param = match trigger_param(job, run) {
+            Ok(param) => param,
+            Err(error) => return Sent::Refused(format!("{error:#}")),
+        };
+        // The sender speaks to the executor as its stored registration says (`peers.rs`).
+        self.peer(&address).await;
+        failpoint::hit("dispatch.before_send");
+        self.hold_send(run.id, &address);
+        match self.inner.senders.post(&address, param).await {
+            Ok(reply) => {
+                failpoint::hit("dispatch.after_send");
+                Sent::Accepted { address, reply }
+            }
+            // The executor answered and did not take it.
+            Err(PostError::Refused(reason)) => Sent::Refused(reason),
+            // Nothing reached the executor, and no earlier holder may have sent it either.
+            Err(PostError::Unreachable(reason)) if !resent => {
+                Sent::Refused(format!("{address} is unreachable: {reason}"))
+            }
+            Err(PostError::Unreachable(reason) | PostError::NoAnswer(reason)) => {
+                Sent::Unconfirmed(format!("no answer from {address} to /run: {reason}"))
+            }
+        }
+    }
+}
+
+/// What came of posting `/run`.
+enum Sent {
+    /// The executor took it (now, or before: `reply` says which, for wasmjob executors).
+    Accepted { address: String, reply: Option<String> },
+    /// No executor took it.
+    Refused(String),
+    /// The request may have reached the executor, but no answer came: nobody knows whether it
+    /// runs, so it must not be sent anywhere else.
+    Unconfirmed(String),
+    /// Another dispatcher holds the run now.
+    LeaseLost,
+}
+
+/// Whether the schedule of `job` fires again after the fire of `run`.
+fn has_fire_after(job: &Job, run: &RunRecord) -> bool {
+    let spec = &job.spec;
+    let fire_ms = run.fire_time_ms.unwrap_or(run.trigger_time_ms);
+    Schedule::parse(spec.schedule_type, &spec.schedule_conf, spec.time_zone.as_deref())
+        .map_or(true, |schedule| schedule.next_after(fire_ms).is_some())
+}
+
+fn trigger_param(job: &Job, run: &RunRecord) -> anyhow::Result<TriggerParam> {
+    // A GLUE_PYTHON or GLUE_JAVASCRIPT job runs the component its source was built into, sent
+    // exactly as a GLUE_WASM one: the source text never travels to an executor.
+    let (glue_source, handler) = match job.spec.glue_type {
+        GlueType::GlueWasm | GlueType::GluePython | GlueType::GlueJavascript => {
+            let sha256 = run
+                .sha256
+                .clone()
+                .with_context(|| format!("job {} has no module version: upload one", job.id))?;
+            (sha256, String::new())
+        }
+        GlueType::Bean => (String::new(), job.spec.handler.clone().unwrap_or_default()),
+    };
+    Ok(TriggerParam {
+        job_id: job.id,
+        executor_handler: handler,
+        executor_params: run.param.clone(),
+        executor_block_strategy: job.spec.block_strategy.as_str().to_owned(),
+        executor_timeout: job.spec.timeout_secs,
+        log_id: run.id,
+        log_date_time: run.trigger_time_ms,
+        glue_type: if job.spec.glue_type.runs_a_version() {
+            GLUE_WASM.to_owned()
+        } else {
+            "BEAN".to_owned()
+        },
+        glue_source,
+        glue_updatetime: 0,
+        broadcast_index: run.shard_index,
+        broadcast_total: run.shard_total,
+        sharding_items: (!run.sharding_items.is_empty()).then(|| {
+            run.sharding_items
+                .iter()
+                .map(|item| ShardingItemParam {
+                    item: item.item,
+                    parameter: item.parameter.clone(),
+                })
+                .collect()
+        }),
+        attempt: Some(run.attempt),
+        fuel_limit: job.spec.fuel_limit,
+        memory_limit_mb: job.spec.memory_limit_mb,
+        // Sent ahead of its instant (`send_created_at`): it must not start before it.
+        not_before: (run.trigger_time_ms > now_ms()).then_some(run.trigger_time_ms),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::admin::dispatch::Cache;
+    use crate::protocol;
+    use crate::storage::Db;
+
+    /// A dispatcher over a fresh SQLite database (kept while the directory lives).
+    async fn dispatcher() -> (Dispatcher, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("dispatch.db").display());
+        let db = Db::connect(&url).await.unwrap();
+        let client = protocol::Client::new("dispatch-test-token-5c1e9a", Duration::from_secs(1));
+        let cache = Cache::new(db.clone(), 90_000);
+        (Dispatcher::new(db, cache, client.unwrap(), 90_000, None), dir)
+    }
+
+    /// Posts `run_id` and, once its executor accepted it at 500, holds back the record; returns
+    /// once it is held.
+    async fn held(dispatcher: &Dispatcher, run_id: i64) -> tokio::task::JoinHandle<bool> {
+        dispatcher.hold_send(run_id, "http://e:1");
+        let sender = dispatcher.clone();
+        let waiting = tokio::spawn(async move { sender.await_result(run_id, 500).await });
+        let accepted = |sends: &HashMap<i64, Unrecorded>| sends[&run_id].at_ms.is_some();
+        while !accepted(&dispatcher.inner.unrecorded.lock().unwrap()) {
+            tokio::task::yield_now().await;
+        }
+        waiting
+    }
+
+    #[tokio::test]
+    async fn an_accepted_send_is_recorded_unless_its_result_takes_it() {
+        let (dispatcher, _dir) = dispatcher().await;
+        // The result comes first: it takes the acceptance, and the sender records nothing.
+        let waiting = held(&dispatcher, 1).await;
+        let taken = dispatcher.take_unrecorded_send(1, Some(700));
+        assert_eq!(taken, Some(("http://e:1".to_owned(), 500)));
+        assert!(!waiting.await.unwrap());
+        // The result comes before the executor's answer is read: it records the send, as of
+        // the run's start, and the sender, once it reads the answer, records nothing.
+        dispatcher.hold_send(5, "http://e:1");
+        let taken = dispatcher.take_unrecorded_send(5, Some(700));
+        assert_eq!(taken, Some(("http://e:1".to_owned(), 700)));
+        assert!(!dispatcher.await_result(5, 800).await);
+        // A kill during the post has the acceptance recorded as soon as it is read.
+        dispatcher.hold_send(6, "http://e:1");
+        dispatcher.record_send_now(6);
+        assert!(dispatcher.await_result(6, 800).await);
+        // A kill has it recorded now; a result after that finds nothing to take.
+        let waiting = held(&dispatcher, 2).await;
+        dispatcher.record_send_now(2);
+        assert!(waiting.await.unwrap());
+        assert_eq!(dispatcher.take_unrecorded_send(2, None), None);
+        // No result within the wait: the sender records it.
+        let waiting = held(&dispatcher, 3).await;
+        assert!(waiting.await.unwrap());
+        assert_eq!(dispatcher.take_unrecorded_send(3, None), None);
+        // A stopping admin records what it holds.
+        let waiting = held(&dispatcher, 4).await;
+        dispatcher.stop();
+        assert!(waiting.await.unwrap());
+        assert!(dispatcher.inner.unrecorded.lock().unwrap().is_empty());
+    }
+}

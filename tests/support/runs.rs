@@ -1,0 +1,49 @@
+//! Runs placed in a starting state through storage and `lifecycle`, as a dispatcher that then
+//! died would have left them.
+
+use wasmjob::lifecycle::{self, Event, RunFacts};
+use wasmjob::model::TriggerType;
+use wasmjob::storage::{Db, NewRun};
+
+/// A manual run of job `job_id` at `at_ms`, with param `p`.
+pub fn manual_run(job_id: i64, at_ms: i64) -> NewRun {
+    NewRun {
+        job_id,
+        trigger_type: TriggerType::Manual,
+        trigger_time_ms: at_ms,
+        fire_time_ms: None,
+        param: "p".to_owned(),
+        executor_address: None,
+        shard_index: 0,
+        shard_total: 1,
+        sharding_items: Vec::new(),
+        attempt: 0,
+        version: None,
+        parent_run_id: None,
+    }
+}
+
+/// A run that `address` accepted at `at_ms`, as a dispatcher records it, for a job with
+/// `timeout_secs`.
+pub async fn running_run(
+    db: &Db,
+    run: &NewRun,
+    address: &str,
+    at_ms: i64,
+    timeout_secs: i64,
+) -> i64 {
+    let id = db.create_run(run, at_ms).await.unwrap().unwrap();
+    let claim = db.claim_run(id, "dead-admin", at_ms, at_ms).await.unwrap().unwrap();
+    let facts = RunFacts {
+        state: claim.run.state,
+        attempt: claim.run.attempt,
+        kill_requested: false,
+        trigger_type: claim.run.trigger_type,
+        from_fire: claim.run.fire_time_ms.is_some(),
+    };
+    let sent = Event::Sent { address: address.to_owned(), at_ms, timeout_secs, grace_ms: 0 };
+    let transition = lifecycle::transition(&facts, None, &sent).unwrap();
+    let lease = Some(("dead-admin", claim.fence));
+    db.apply_transition(id, &transition, lease, None, &[], at_ms).await.unwrap().unwrap();
+    id
+}

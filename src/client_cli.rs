@@ -12,6 +12,7 @@
 //! is only a client: it knows the API's JSON, never the admin's code.
 
 pub mod config_file;
+mod table;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -572,65 +573,7 @@ fn unavailable(base: &str, error: &reqwest::Error) -> ClientError {
     ClientError::new(ExitKind::Unavailable, format!("{base}: {error}"))
 }
 
-/// A JSON value as a table cell: strings bare, null empty, arrays comma-joined.
-fn cell(value: &Value) -> String {
-    match value {
-        Value::Null => String::new(),
-        Value::String(text) => text.replace('\n', " "),
-        Value::Array(items) => items.iter().map(cell).collect::<Vec<_>>().join(","),
-        other => other.to_string(),
-    }
-}
-
-/// Columns padded to their widest cell, two spaces apart, no trailing spaces.
-fn render_table(header: &[String], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in std::iter::once(header).chain(rows.iter().map(Vec::as_slice)) {
-        let line: Vec<String> =
-            row.iter().zip(&widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
-}
-
-/// Percent-encodes a query value.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (byte as char).to_string()
-            }
-            other => format!("%{other:02X}"),
-        })
-        .collect()
-}
-
 #[cfg(test)]
-mod tests {
-    use expect_test::expect;
+mod tests;
 
-    use super::*;
-
-    #[test]
-    fn tables_align_and_cells_flatten() {
-        let header = vec!["ID".to_owned(), "NAME".to_owned(), "ADDRESSES".to_owned()];
-        let rows = vec![
-            vec!["1".to_owned(), "hello".to_owned(), cell(&json!(["a", "b"]))],
-            vec!["12".to_owned(), cell(&json!("two\nlines")), cell(&Value::Null)],
-        ];
-        expect![[r#"
-            ID  NAME       ADDRESSES
-            1   hello      a,b
-            12  two lines
-        "#]]
-        .assert_eq(&render_table(&header, &rows));
-        assert_eq!(encode("by hand/ü"), "by%20hand%2F%C3%BC");
-    }
-}
+use self::table::{cell, encode, render_table};

@@ -20,6 +20,7 @@ mod modules;
 mod queued;
 mod registry;
 mod reports;
+mod run_writes;
 mod runs;
 mod sqlite_writer;
 mod statement;

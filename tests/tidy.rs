@@ -304,3 +304,16 @@ fn the_import_circle_check_reads_the_forms_of_use() {
     let text = "use crate::storage::runs::NewRun;\nuse super::Db;\n// super::audit::X\n";
     assert_eq!(sibling_imports(text, "crate::storage", &siblings), ["runs"]);
 }
+
+/// A source file is read in one sitting: none is longer than 600 lines, tests aside (split a
+/// longer one by what its parts do, as `admin/dispatch/` is split by the run's phases).
+#[test]
+fn no_source_file_is_longer_than_600_lines() {
+    for (path, text) in source("src") {
+        if path.ends_with("/tests.rs") || path.contains("/tests/") {
+            continue;
+        }
+        let lines = text.lines().count();
+        assert!(lines <= 600, "{path}: {lines} lines");
+    }
+}

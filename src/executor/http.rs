@@ -20,7 +20,7 @@
 //!
 //! `GET /log/stream?logId=&logDateTim=&fromLineNum=` is wasmjob's push extension of `/log`: the
 //! same pages as JSON lines, each sent as soon as the run writes (an empty one every
-//! [`super::logs::FOLLOW_IDLE`] while it is quiet), the last with `isEnd`.
+//! `logs::follow::FOLLOW_IDLE` while it is quiet), the last with `isEnd`.
 //!
 //! `GET /metrics` is the executor's Prometheus metrics (`crate::metrics`), for the access token
 //! in either header or as `Authorization: Bearer`.

@@ -51,8 +51,13 @@ use super::modules::Modules;
 use super::outbox::Outbox;
 use crate::config::RunDefaults;
 use crate::model::{BlockStrategy, code};
-use crate::protocol::{HandleCallbackParam, MAX_HOLD_MS, MAX_RESULT_MESSAGE_BYTES, TriggerParam};
-use crate::runtime::{Level, LogSink, RunLimits, RunOutcome, Runtime, ShardingItem, Trigger};
+use crate::protocol::{HandleCallbackParam, MAX_HOLD_MS, TriggerParam};
+use crate::runtime::{Level, LogSink, Runtime};
+
+mod held;
+mod run;
+
+use self::run::{finish, journal_starts, store_results};
 
 /// How long a worker waits for work before it ends.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -219,106 +224,6 @@ impl Workers {
         drop(map);
         worker.notify.notify_one();
         Ok(Pushed::Accepted(ticket))
-    }
-
-    /// Accepts `param` to be held until `until` (after `now`): journaled, kept outside its job's
-    /// queue, and queued at `until` by one timer for all the runs of that instant. Called by
-    /// `push`, under the map's lock.
-    fn hold(&self, param: TriggerParam, now: i64, until: i64) -> Result<Pushed, String> {
-        let bytes = held_size(&param);
-        self.check_bytes(bytes, 0)?;
-        let ticket = match self.journal_accept(&param)? {
-            Pushed::Accepted(ticket) => ticket,
-            duplicate => return Ok(duplicate),
-        };
-        self.ctx.logs.started(param.log_id, param.log_date_time);
-        if let Ok(mut log) = self.ctx.logs.open(param.log_id, param.log_date_time) {
-            let ahead = until - now;
-            log.line(
-                Level::Info,
-                &format!(
-                    "run {} of job {} accepted {ahead} ms ahead of its instant: held until then",
-                    param.log_id, param.job_id
-                ),
-            );
-        }
-        let log_id = param.log_id;
-        let first_of_its_instant = {
-            let mut held = lock(&self.held);
-            held.runs.insert(log_id, Queued { param, ticket, bytes, started_at: None });
-            // Counted once held, as in `push`.
-            self.ctx.held_bytes.fetch_add(bytes, Ordering::SeqCst);
-            let runs = held.instants.entry(until).or_default();
-            runs.push(log_id);
-            runs.len() == 1
-        };
-        if first_of_its_instant {
-            let this = self.clone();
-            // Ends at the instant, at most `MAX_HOLD_MS` from now; a stop kills the runs it
-            // would queue, and it then finds none.
-            let span = tracing::info_span!("held", instant = until);
-            tokio::spawn(
-                async move {
-                    let wait = u64::try_from(until - journal::now_ms()).unwrap_or(0);
-                    tokio::time::sleep(Duration::from_millis(wait)).await;
-                    // Off the async runtime: a refusal or a cover stores a result.
-                    let _ = tokio::task::spawn_blocking(move || this.release(until)).await;
-                }
-                .instrument(span),
-            );
-        }
-        Ok(Pushed::Accepted(ticket))
-    }
-
-    /// Queues the runs held until `instant`, in the order they arrived, as `push` would have
-    /// then; a refusal by its block strategy or a full queue ends a run failed. A run a kill
-    /// took first is not there. Blocks on file writes (a refusal's result, the starts).
-    ///
-    /// A run whose job's queue is idle is taken by its worker next, so its start is journaled
-    /// here, with the other such runs of the instant in one write: the runs of one instant all
-    /// start at it, instead of each start waiting for the guests that started before it.
-    fn release(&self, instant: i64) {
-        let mut map = lock(&self.map);
-        let mut held = lock(&self.held);
-        let ids = held.instants.remove(&instant).unwrap_or_default();
-        let runs: Vec<Queued> = ids.iter().filter_map(|id| held.runs.remove(id)).collect();
-        drop(held);
-        let mut refused = Vec::new();
-        let mut admitted = Vec::with_capacity(runs.len());
-        for queued in runs {
-            let job_id = queued.param.job_id;
-            let worker = map.entry(job_id).or_insert_with(|| self.spawn(job_id)).clone();
-            let queue = lock(&worker.queue);
-            match self.admit(&queue, &queued.param, block_strategy(&queued.param)) {
-                // Only `push` and this enqueue, both under the map's lock, which is held until
-                // every run here is queued: an idle queue stays idle until then.
-                Ok(covering) => {
-                    let idle = queue.running.is_none() && queue.pending.is_empty();
-                    drop(queue);
-                    admitted.push((worker, queued, covering, idle));
-                }
-                Err(reason) => refused.push((queued, reason)),
-            }
-        }
-        let starting = admitted.iter().filter(|(_, _, _, idle)| *idle);
-        let log_ids: Vec<i64> =
-            starting.clone().map(|(_, queued, ..)| queued.param.log_id).collect();
-        let tickets = starting.map(|(_, queued, ..)| queued.ticket);
-        let started_at = journal::now_ms();
-        let journaled = journal_starts(&self.ctx.journal, tickets, &log_ids, started_at).is_ok();
-        for (worker, mut queued, covering, idle) in admitted {
-            if idle && journaled {
-                queued.started_at = Some(started_at);
-            }
-            let mut queue = lock(&worker.queue);
-            self.enqueue(&mut queue, queued, covering);
-            drop(queue);
-            worker.notify.notify_one();
-        }
-        drop(map);
-        for (queued, reason) in &refused {
-            self.report_unrun(queued, reason);
-        }
     }
 
     /// Whether job's queue takes `param` now by its block strategy and the queue's bound: `Ok`
@@ -562,160 +467,9 @@ impl Workers {
         tokio::spawn(this.work(job_id, worker.clone()).instrument(span));
         worker
     }
-
-    async fn work(self, job_id: i64, worker: Arc<Worker>) {
-        loop {
-            let next = {
-                let mut queue = lock(&worker.queue);
-                queue.pending.pop_front().map(|queued| {
-                    let cancel = CancellationToken::new();
-                    queue.running = Some((queued.param.log_id, cancel.clone()));
-                    (queued, cancel)
-                })
-            };
-            if let Some((queued, cancel)) = next {
-                let span = tracing::info_span!("run", run.id = queued.param.log_id);
-                self.execute(queued, cancel).instrument(span).await;
-                lock(&worker.queue).running = None;
-                continue;
-            }
-            tokio::select! {
-                () = worker.notify.notified() => {}
-                () = tokio::time::sleep(IDLE_TIMEOUT) => {
-                    // Lock order: the map, then the queue (as in `push`), so no trigger slips in
-                    // between the emptiness check and the removal.
-                    let mut map = lock(&self.map);
-                    let idle = {
-                        let queue = lock(&worker.queue);
-                        queue.pending.is_empty() && queue.running.is_none()
-                    };
-                    if idle {
-                        if map.get(&job_id).is_some_and(|current| Arc::ptr_eq(current, &worker)) {
-                            map.remove(&job_id);
-                        }
-                        return;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Reports a run that was accepted but will never run.
-    fn report_unrun(&self, queued: &Queued, reason: &str) {
-        let param = &queued.param;
-        if let Ok(mut log) = self.ctx.logs.open(param.log_id, param.log_date_time) {
-            log.line(Level::Warn, reason);
-        }
-        finish(&self.ctx, param, queued.bytes, code::FAILURE, reason, None, None);
-    }
 }
 
-impl Workers {
-    /// Runs one trigger to its end and reports the result.
-    async fn execute(&self, queued: Queued, cancel: CancellationToken) {
-        let ctx = &self.ctx;
-        let Queued { param, ticket, bytes, started_at } = queued;
-        // A run starts only once its acceptance is durable, so a restart never forgets a run
-        // that began. This is normally already true (the `/run` answer waited for it). A run
-        // released at its instant may have been journaled as started then.
-        let recorded = match started_at {
-            Some(_) => Some(Ok(())),
-            None => self.io.starts.call((ticket, param.log_id)).await,
-        };
-        let not_recorded = match recorded {
-            Some(Ok(())) => None,
-            Some(Err(error)) => Some(error),
-            None => Some("the journal's writer failed".to_owned()),
-        };
-        if let Some(error) = not_recorded {
-            tracing::error!(%error, "run {} not started: its acceptance is not durable", param.log_id);
-            let reason = format!("host error: the run could not be recorded durably: {error}");
-            self.end(&param, bytes, code::FAILURE, reason, None, None).await;
-            return;
-        }
-        // The start: its journal line is written, and nothing but the guest is left to do.
-        let started_at = started_at.unwrap_or_else(journal::now_ms);
-        ctx.logs.running(param.log_id);
-        let mut log = match ctx.logs.open(param.log_id, param.log_date_time) {
-            Ok(log) => log,
-            Err(error) => {
-                tracing::error!(%error, "cannot open the log of run {}", param.log_id);
-                let reason = format!("host error: cannot open the run log: {error}");
-                self.end(&param, bytes, code::FAILURE, reason, None, Some(started_at)).await;
-                return;
-            }
-        };
-        let source =
-            if param.glue_type == "BEAN" { &param.executor_handler } else { &param.glue_source };
-        log.line(
-            Level::Info,
-            &format!(
-                "run {} of job {} started: {} {source}, param `{}`",
-                param.log_id, param.job_id, param.glue_type, param.executor_params
-            ),
-        );
-        let started = std::time::Instant::now();
-        // A kill must not wait for a slow admin or a long compilation: the run ends as killed
-        // at once, and a compilation already under way finishes on its blocking thread for the
-        // cache.
-        let resolve =
-            ctx.modules.resolve(&param.glue_type, &param.glue_source, &param.executor_handler);
-        let resolved = tokio::select! {
-            resolved = resolve => Some(resolved),
-            () = cancel.cancelled() => None,
-        };
-        let outcome = match resolved {
-            Some(Ok(job)) => {
-                let limits = limits(&ctx.defaults, &param);
-                let (trigger, items) = (trigger(&param), sharding_items(&param));
-                if ctx.runtime.free_slots() == Some(0) {
-                    let total = ctx.defaults.max_concurrent_runs;
-                    log.line(
-                        Level::Info,
-                        &format!("waiting for a run slot: all {total} are in use"),
-                    );
-                }
-                ctx.runtime.run(&job, trigger, items, &limits, Box::new(log.clone()), &cancel).await
-            }
-            Some(Err(error)) => RunOutcome::Host(format!("module unavailable: {error:#}")),
-            None => {
-                log.line(Level::Warn, "killed while its module was being fetched or compiled");
-                RunOutcome::Killed
-            }
-        };
-        let level = if outcome.handle_code() == code::SUCCESS { Level::Info } else { Level::Error };
-        log.line(level, &format!("run ended in {} ms: {outcome}", started.elapsed().as_millis()));
-        tracing::info!(
-            handle.code = outcome.handle_code(),
-            "run {} ended: {outcome}",
-            param.log_id
-        );
-        let fuel_used = match &outcome {
-            RunOutcome::Success { fuel_used, .. } => {
-                fuel_used.and_then(|fuel| i64::try_from(fuel).ok())
-            }
-            _ => None,
-        };
-        let (handle_code, handle_msg) = (outcome.handle_code(), outcome.handle_msg());
-        self.end(&param, bytes, handle_code, handle_msg, fuel_used, Some(started_at)).await;
-    }
-
-    /// [`finish`], batched with other runs' ends off the async runtime (it syncs files).
-    async fn end(
-        &self,
-        param: &TriggerParam,
-        bytes: usize,
-        handle_code: i32,
-        handle_msg: String,
-        fuel_used: Option<i64>,
-        started_at: Option<i64>,
-    ) {
-        let result = result(param, handle_code, &handle_msg, fuel_used, started_at);
-        if self.io.ends.call((result, bytes)).await.is_none() {
-            tracing::error!("reporting the result of run {} failed", param.log_id);
-        }
-    }
-}
+impl Workers {}
 
 /// The refusal of a trigger whose `logId` was accepted here for another job or fire time: the
 /// admin reused a run id (its database lost its last commits), so this is not the run the
@@ -740,110 +494,12 @@ fn conflict(param: &TriggerParam, state: RunState) -> String {
     )
 }
 
-/// Queues the result of a run for the admin, journals its end and closes its log; the `bytes`
-/// the run held are released first, so an admin that sees the result finds the room free.
-fn finish(
-    ctx: &RunContext,
-    param: &TriggerParam,
-    bytes: usize,
-    handle_code: i32,
-    handle_msg: &str,
-    fuel_used: Option<i64>,
-    started_at: Option<i64>,
-) {
-    let result = result(param, handle_code, handle_msg, fuel_used, started_at);
-    store_results(ctx, &[(result, bytes)]);
-}
-
 /// Locks `mutex`, also after a panic while it was held. The workers' table, the queues and the
 /// held runs stay whole at every step of the code that changes them (an entry is added or
 /// removed in one call), so after a panic they are used as they are: a poisoned lock refusing
 /// every later trigger of the executor, or of a job, would be the worse outcome.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The result of a run for the admin, its message cut to [`MAX_RESULT_MESSAGE_BYTES`] (so a
-/// callback batch has a bound the admin's body limit fits).
-fn result(
-    param: &TriggerParam,
-    handle_code: i32,
-    handle_msg: &str,
-    fuel_used: Option<i64>,
-    started_at: Option<i64>,
-) -> HandleCallbackParam {
-    let mut cut = handle_msg.len().min(MAX_RESULT_MESSAGE_BYTES);
-    while !handle_msg.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    HandleCallbackParam {
-        log_id: param.log_id,
-        log_date_tim: param.log_date_time,
-        handle_code,
-        handle_msg: Some(handle_msg[..cut].to_owned()),
-        fuel_used,
-        started_at,
-        execute_result: None,
-    }
-}
-
-/// [`finish`] for runs' `(result, bytes held)`, with one outbox sync for all.
-fn store_results(ctx: &RunContext, ended: &[(HandleCallbackParam, usize)]) {
-    for (_, bytes) in ended {
-        ctx.held_bytes.fetch_sub(*bytes, Ordering::SeqCst);
-        crate::failpoint::hit("executor.before_report");
-    }
-    let results: Vec<HandleCallbackParam> =
-        ended.iter().map(|(result, _)| result.clone()).collect();
-    let stored = ctx.outbox.push_all(&results);
-    let now = journal::now_ms();
-    let in_outbox: Vec<(i64, i32)> = results
-        .iter()
-        .zip(&stored)
-        .filter(|(_, stored)| stored.is_ok())
-        .map(|(result, _)| (result.log_id, result.handle_code))
-        .collect();
-    if let Err(error) = ctx.journal.finished_all(&in_outbox, now) {
-        let count = in_outbox.len();
-        tracing::error!(%error, "cannot journal the end of {count} runs");
-    }
-    for (result, stored) in results.iter().zip(stored) {
-        let log_id = result.log_id;
-        match stored {
-            Ok(()) => {}
-            Err(error) => {
-                tracing::error!(
-                    %error,
-                    run.id = log_id,
-                    "cannot store the result of run {log_id} on disk: it is kept in memory and \
-                     sent directly, and is lost if this executor stops before an admin takes it",
-                );
-                ctx.journal.reported_in_memory(log_id);
-            }
-        }
-    }
-    let log_ids: Vec<i64> = results.iter().map(|result| result.log_id).collect();
-    ctx.logs.finished_all(&log_ids);
-}
-
-/// Journals the start of the runs `log_ids` once their acceptances (`tickets`) are durable,
-/// with one sync and one write. Blocks on the files.
-fn journal_starts(
-    journal: &Journal,
-    tickets: impl IntoIterator<Item = Ticket>,
-    log_ids: &[i64],
-    now_ms: i64,
-) -> Result<(), String> {
-    // A sync makes every line written before it durable: the last ticket stands for all.
-    if let Some(last) = tickets.into_iter().max() {
-        journal.sync(last).map_err(|error| error.to_string())?;
-    }
-    if let Err(error) = journal.started_all(log_ids, now_ms) {
-        // The runs go on: without these lines a restart counts them lost, which they would be.
-        let count = log_ids.len();
-        tracing::error!(%error, "cannot journal the start of {count} runs");
-    }
-    Ok(())
 }
 
 /// The trigger's block strategy (`SERIAL_EXECUTION` when it names none we know).
@@ -868,41 +524,4 @@ fn held_size(param: &TriggerParam) -> usize {
     .sum::<usize>()
         + item_bytes
         + 256
-}
-
-fn limits(defaults: &RunDefaults, param: &TriggerParam) -> RunLimits {
-    let fuel = param.fuel_limit.and_then(|fuel| u64::try_from(fuel).ok()).filter(|fuel| *fuel > 0);
-    let memory = param
-        .memory_limit_mb
-        .and_then(|mb| usize::try_from(mb).ok())
-        .filter(|mb| *mb > 0)
-        .map(|mb| mb.saturating_mul(1024 * 1024));
-    let timeout = u64::try_from(param.executor_timeout)
-        .ok()
-        .filter(|secs| *secs > 0)
-        .map(Duration::from_secs);
-    RunLimits {
-        fuel: fuel.unwrap_or(defaults.fuel),
-        timeout,
-        memory_bytes: memory.unwrap_or(defaults.memory_bytes),
-        ..RunLimits::default()
-    }
-}
-
-fn trigger(param: &TriggerParam) -> Trigger {
-    Trigger {
-        job_id: param.job_id,
-        log_id: param.log_id,
-        param: param.executor_params.clone(),
-        shard_index: u32::try_from(param.broadcast_index).unwrap_or(0),
-        shard_total: u32::try_from(param.broadcast_total).unwrap_or(1).max(1),
-        trigger_time_ms: param.log_date_time,
-        attempt: param.attempt.and_then(|attempt| u32::try_from(attempt).ok()).unwrap_or(0),
-    }
-}
-
-/// The run's sharding items, for the guest's `sharding` import (none for a job not sharded).
-fn sharding_items(param: &TriggerParam) -> Vec<ShardingItem> {
-    let items = param.sharding_items.iter().flatten();
-    items.map(|item| ShardingItem { item: item.item, parameter: item.parameter.clone() }).collect()
 }

@@ -18,7 +18,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::audit::{self, AuditEntry};
 use super::reports::Deltas;
-use super::runs::{self, Claim, Insert, NewRun, Update};
+use super::run_writes::{self, Insert, Update};
+use super::runs::{Claim, NewRun};
 use super::sqlite_writer::{self, SqliteWriter};
 use super::statement::Exec;
 use super::{Db, Result, StorageError};
@@ -301,7 +302,7 @@ async fn run_grouped(
     }
     // The report's changes of the inserts and the updates are one statement, after both.
     let mut deltas = Deltas::default();
-    let mut created = runs::insert_many_with(exec, &inserts, &mut deltas).await?.into_iter();
+    let mut created = run_writes::insert_many_with(exec, &inserts, &mut deltas).await?.into_iter();
     let mut trigger_entries = Vec::new();
     for (index, count, claimed) in creators {
         let runs: Vec<Option<Claim>> = created.by_ref().take(count).collect();
@@ -320,7 +321,7 @@ async fn run_grouped(
     audit::insert_many(exec, &entries).await?;
     for round in super::distinct_rounds(plain.iter().map(|(_, update)| update.id)) {
         let updates: Vec<Update<'_>> = round.iter().map(|&at| plain[at].1).collect();
-        let updated = runs::update_many_with(exec, &updates, &mut deltas).await?;
+        let updated = run_writes::update_many_with(exec, &updates, &mut deltas).await?;
         let mut updated: HashMap<i64, RunRecord> =
             updated.into_iter().map(|run| (run.id, run)).collect();
         for at in round {
@@ -366,7 +367,7 @@ fn created_ids(created: &[Option<Claim>]) -> Vec<i64> {
     created.iter().flatten().map(|claim| claim.run.id).collect()
 }
 
-/// `write` as an update for [`runs::update_many`], if it is a transition without follow-up
+/// `write` as an update for [`run_writes::update_many`], if it is a transition without follow-up
 /// runs, a next fire to set or an alarm to raise.
 fn plain_update(write: &Write) -> Option<Update<'_>> {
     let Write::Apply { id, transition, lease, fuel_used, follow_ups, now_ms } = write else {
@@ -413,7 +414,7 @@ async fn execute(conn: &mut AnyConnection, write: &Write) -> Result<Written> {
         Write::CreateRuns { runs, now_ms, .. } => {
             let inserts: Vec<_> =
                 runs.iter().map(|run| Insert { run, claim: None, now_ms: *now_ms }).collect();
-            let created = runs::insert_many(conn, &inserts).await?;
+            let created = run_writes::insert_many(conn, &inserts).await?;
             record_creation_audit(conn, write, &created).await?;
             Written::Ids(created.into_iter().map(|created| created.map(|c| c.run.id)).collect())
         }
@@ -421,18 +422,18 @@ async fn execute(conn: &mut AnyConnection, write: &Write) -> Result<Written> {
             let claim = Some((owner.as_str(), *lease_until_ms));
             let inserts: Vec<_> =
                 runs.iter().map(|run| Insert { run, claim, now_ms: *now_ms }).collect();
-            let created = runs::insert_many(conn, &inserts).await?;
+            let created = run_writes::insert_many(conn, &inserts).await?;
             record_creation_audit(conn, write, &created).await?;
             Written::Claims(created)
         }
         Write::Claim { id, owner, now_ms, lease_until_ms } => {
-            Written::Claim(runs::claim(conn, *id, owner, *now_ms, *lease_until_ms).await?)
+            Written::Claim(run_writes::claim(conn, *id, owner, *now_ms, *lease_until_ms).await?)
         }
         Write::Renew { id, owner, fence, lease_until_ms } => {
-            Written::Done(runs::renew(conn, *id, owner, *fence, *lease_until_ms).await?)
+            Written::Done(run_writes::renew(conn, *id, owner, *fence, *lease_until_ms).await?)
         }
         Write::Target { id, owner, fence, address } => {
-            Written::Done(runs::target(conn, *id, owner, *fence, address).await?)
+            Written::Done(run_writes::target(conn, *id, owner, *fence, address).await?)
         }
         Write::Audit { entry, now_ms } => {
             audit::insert_many(&mut Exec::Sqlx(conn), &[(entry, *now_ms)]).await?;
@@ -442,7 +443,7 @@ async fn execute(conn: &mut AnyConnection, write: &Write) -> Result<Written> {
             let lease = lease.as_ref().map(|(owner, fence)| (owner.as_str(), *fence));
             let update =
                 Update { id: *id, transition, lease, fuel_used: *fuel_used, now_ms: *now_ms };
-            Written::Applied(runs::apply(conn, &update, follow_ups).await?)
+            Written::Applied(run_writes::apply(conn, &update, follow_ups).await?)
         }
     })
 }

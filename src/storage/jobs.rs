@@ -2,7 +2,8 @@
 
 use sqlx::{AnyConnection, Row};
 
-use super::runs::{Claim, Insert, NewRun, insert_many};
+use super::run_writes::{Insert, insert_many};
+use super::runs::{Claim, NewRun};
 use super::statement::Cells;
 use super::{Db, Dialect, Result, parse_column, split_list};
 use crate::model::{Job, JobSpec, child_job_cycle};

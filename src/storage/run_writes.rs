@@ -1,0 +1,485 @@
+//! What a group commit (`batch`) runs for the run lifecycle's writes: claims, lease renewals,
+//! targets and transitions as updates, many rows to a statement, and new runs as inserts, each
+//! told apart in a multi-row insert by its identity.
+
+use sqlx::{AnyConnection, Row};
+
+use super::reports::Deltas;
+use super::runs::{COLUMNS, Claim, NewRun, UNFINISHED, format_items, run_from_row};
+use super::statement::{Cells, Exec, Statement};
+use super::{Result, parse_column};
+use crate::lifecycle::Transition;
+use crate::model::{RunRecord, RunState, TriggerType};
+
+/// Claims run `id` on `conn` (see [`Db::claim_run`](super::Db::claim_run)).
+pub(super) async fn claim(
+    conn: &mut AnyConnection,
+    id: i64,
+    owner: &str,
+    now_ms: i64,
+    lease_until_ms: i64,
+) -> Result<Option<Claim>> {
+    let row = sqlx::query(&format!(
+        "update runs set state = 'dispatching', lease_owner = $1, lease_until = $2,
+            fence = fence + 1, claimed_at = case when claimed_at = 0 then $3 else claimed_at end
+         where id = $4 and (state = 'pending' or (state = 'dispatching' and lease_until < $3))
+         returning {COLUMNS}, fence"
+    ))
+    .bind(owner)
+    .bind(lease_until_ms)
+    .bind(now_ms)
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    Ok(Some(Claim { run: run_from_row(&row)?, fence: row.try_get("fence")? }))
+}
+
+/// Renews a lease on `conn` (see [`Db::renew_lease`](super::Db::renew_lease)).
+pub(super) async fn renew(
+    conn: &mut AnyConnection,
+    id: i64,
+    owner: &str,
+    fence: i64,
+    lease_until_ms: i64,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "update runs set lease_until = $1
+         where id = $2 and state = 'dispatching' and lease_owner = $3 and fence = $4",
+    )
+    .bind(lease_until_ms)
+    .bind(id)
+    .bind(owner)
+    .bind(fence)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Records a run's executor on `conn` (see [`Db::set_run_target`](super::Db::set_run_target)).
+pub(super) async fn target(
+    conn: &mut AnyConnection,
+    id: i64,
+    owner: &str,
+    fence: i64,
+    address: &str,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "update runs set executor_address = $1
+         where id = $2 and state = 'dispatching' and lease_owner = $3 and fence = $4",
+    )
+    .bind(address)
+    .bind(id)
+    .bind(owner)
+    .bind(fence)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Applies a transition and creates its follow-ups on `conn`, which must be inside a
+/// transaction or savepoint (see [`Db::apply_transition`](super::Db::apply_transition)).
+pub(super) async fn apply(
+    conn: &mut AnyConnection,
+    update: &Update<'_>,
+    follow_ups: &[NewRun],
+) -> Result<Option<(RunRecord, Vec<i64>)>> {
+    let Some(run) = update_many(conn, std::slice::from_ref(update)).await?.pop() else {
+        return Ok(None);
+    };
+    let mut ids = Vec::with_capacity(follow_ups.len());
+    for follow_up in follow_ups {
+        if let Some(id) = insert_run(conn, follow_up, update.now_ms).await? {
+            ids.push(id);
+        }
+    }
+    let delay = update.transition.next_fire_delay_ms;
+    if let (Some(delay_ms), Some(fire_ms)) = (delay, run.fire_time_ms) {
+        let next_fire_ms = update.now_ms.saturating_add(delay_ms);
+        schedule_after_fire(conn, run.job_id, fire_ms, next_fire_ms, update.now_ms).await?;
+    }
+    if update.transition.alarm {
+        super::alarms::insert_run_failed(conn, &run, update.now_ms).await?;
+    }
+    Ok(Some((run, ids)))
+}
+
+/// One run's transition to record: the compare-and-set of [`update_many`].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Update<'a> {
+    pub id: i64,
+    pub transition: &'a Transition,
+    /// The lease (owner, fence) the run must still be under.
+    pub lease: Option<(&'a str, i64)>,
+    pub fuel_used: Option<i64>,
+    pub now_ms: i64,
+}
+
+/// The parameters of one row of [`update_many`]'s `values` list.
+const UPDATE_PARAMS: usize = 17;
+/// The most rows in one update statement.
+const MAX_UPDATE_ROWS: usize = 256;
+
+/// Records each of `updates` (of distinct runs) whose compare holds, a statement for many, and
+/// returns those runs as they are now.
+pub(super) async fn update_many(
+    conn: &mut AnyConnection,
+    updates: &[Update<'_>],
+) -> Result<Vec<RunRecord>> {
+    let mut deltas = Deltas::default();
+    let mut exec = Exec::Sqlx(conn);
+    let updated = update_many_with(&mut exec, updates, &mut deltas).await?;
+    deltas.write(&mut exec).await?;
+    Ok(updated)
+}
+
+/// [`update_many`], adding the runs it ends to `deltas` instead of to the report: the caller
+/// writes them in the same transaction.
+pub(super) async fn update_many_with(
+    exec: &mut Exec<'_>,
+    updates: &[Update<'_>],
+    deltas: &mut Deltas,
+) -> Result<Vec<RunRecord>> {
+    let mut updated = Vec::with_capacity(updates.len());
+    let mut rest = updates;
+    for rows in super::statement_sizes(updates.len(), MAX_UPDATE_ROWS) {
+        updated.extend(update_rows(exec, &rest[..rows], deltas).await?);
+        rest = &rest[rows..];
+    }
+    Ok(updated)
+}
+
+async fn update_rows(
+    exec: &mut Exec<'_>,
+    updates: &[Update<'_>],
+    deltas: &mut Deltas,
+) -> Result<Vec<RunRecord>> {
+    const TYPES: [&str; UPDATE_PARAMS] = [
+        "bigint", "text", "bigint", "text", "text", "bigint", "bigint", "bigint", "text", "bigint",
+        "bigint", "bigint", "text", "text", "bigint", "bigint", "bigint",
+    ];
+    let sql = super::statement::shaped(exec, "update runs", updates.len(), || {
+        let p = exec.placeholder();
+        let values = (0..updates.len())
+            .map(|row| {
+                let cells = TYPES.iter().enumerate().map(|(column, kind)| {
+                    format!("cast({} as {kind})", p(row * UPDATE_PARAMS + column + 1))
+                });
+                format!("({})", cells.collect::<Vec<_>>().join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        // v.column1 id, 2 to, 3 trigger code, 4 trigger msg, 5 executor, 6 dispatched at,
+        // 7 deadline, 8 handle code, 9 handle msg, 10 now, 11 fuel used, 12 request kill,
+        // 13 from, 14 lease owner ('' for none), 15 fence, 16 kill requested before, 17 started
+        // at.
+        format!(
+            "update runs set state = v.column2,
+                trigger_code = coalesce(v.column3, runs.trigger_code),
+                trigger_msg = coalesce(v.column4, runs.trigger_msg),
+                executor_address = coalesce(v.column5, runs.executor_address),
+                dispatched_at = coalesce(v.column6, runs.dispatched_at),
+                deadline = coalesce(v.column7, runs.deadline),
+                handle_code = coalesce(v.column8, runs.handle_code),
+                handle_msg = coalesce(v.column9, runs.handle_msg),
+                handle_time = case when v.column8 is null then runs.handle_time else v.column10 end,
+                fuel_used = coalesce(v.column11, runs.fuel_used),
+                kill_requested = case when v.column12 = 1 then 1 else runs.kill_requested end,
+                lease_owner = case when v.column2 = 'dispatching' then runs.lease_owner else null end,
+                started_at = coalesce(v.column17, runs.started_at)
+             from (values {values}) as v
+             where runs.id = v.column1 and runs.state = v.column13
+                and runs.kill_requested = v.column16
+                and (v.column14 = '' or (runs.lease_owner = v.column14 and runs.fence = v.column15))
+             returning {COLUMNS}, created_at"
+        )
+    });
+    let mut statement = Statement::new(sql);
+    for update in updates {
+        let transition = update.transition;
+        let (handle_code, handle_msg) = match &transition.handle {
+            Some((code, msg)) => (Some(i64::from(*code)), Some(msg.as_str())),
+            None => (None, None),
+        };
+        let (dispatched_at, deadline) = transition.dispatched.unzip();
+        let (owner, fence) = update.lease.unzip();
+        statement
+            .bind(update.id)
+            .bind(transition.to.as_str())
+            .bind(transition.trigger_code.map(i64::from))
+            .bind(transition.trigger_msg.as_deref())
+            .bind(transition.executor_address.as_deref())
+            .bind(dispatched_at)
+            .bind(deadline)
+            .bind(handle_code)
+            .bind(handle_msg)
+            .bind(update.now_ms)
+            .bind(update.fuel_used)
+            .bind(i64::from(transition.request_kill))
+            .bind(transition.from.as_str())
+            .bind(owner.unwrap_or(""))
+            .bind(fence.unwrap_or(0))
+            .bind(i64::from(transition.kill_requested_before))
+            .bind(transition.started_at);
+    }
+    let rows = exec.fetch_all(&statement).await?;
+    let runs = rows.iter().map(run_from_row).collect::<Result<Vec<_>>>()?;
+    // A transition never leaves an ended state: each ended run here ended in this statement.
+    let created_at = rows.iter().map(|row| row.required_int("created_at"));
+    let ended = created_at.zip(&runs).map(|(at, run)| Ok((at?, run.state, run.job_id)));
+    deltas.ended(ended.collect::<Result<Vec<_>>>()?);
+    Ok(runs)
+}
+
+/// Sets the next fire of `FIX_DELAY` job `job_id` to `next_fire_ms` if it is running, waits for
+/// its fire at `fire_ms` to end, and no run of that fire is unfinished any more.
+///
+/// Two runs of one fire (shards) may end in concurrent transactions on PostgreSQL. Each first
+/// locks the job's row with a no-op update, and only then looks at the fire's other runs with a
+/// fresh statement: whichever locks second sees the first's run ended (it committed before
+/// releasing the lock), so the last run to end always sets the next fire.
+async fn schedule_after_fire(
+    conn: &mut AnyConnection,
+    job_id: i64,
+    fire_ms: i64,
+    next_fire_ms: i64,
+    now_ms: i64,
+) -> Result<()> {
+    sqlx::query("update jobs set next_fire_ms = next_fire_ms where id = $1")
+        .bind(job_id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(&format!(
+        "update jobs set next_fire_ms = $1, updated_at = $2
+         where id = $3 and running = 1 and next_fire_ms = 0 and schedule_type = 'FIX_DELAY'
+            and not exists (select 1 from runs where job_id = $3 and fire_time = $4 and {UNFINISHED})"
+    ))
+    .bind(next_fire_ms)
+    .bind(now_ms)
+    .bind(job_id)
+    .bind(fire_ms)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Inserts `run` on `conn`; `None` when the same fire, shard and attempt exist already.
+pub(super) async fn insert_run(
+    conn: &mut AnyConnection,
+    run: &NewRun,
+    now_ms: i64,
+) -> Result<Option<i64>> {
+    let insert = Insert { run, claim: None, now_ms };
+    let mut created = insert_many(conn, std::slice::from_ref(&insert)).await?;
+    Ok(created.pop().flatten().map(|created| created.run.id))
+}
+
+/// A run to create with [`insert_many`]: pending, or with `claim` (owner, lease end)
+/// `dispatching` under fence 1.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Insert<'a> {
+    pub run: &'a NewRun,
+    pub claim: Option<(&'a str, i64)>,
+    pub now_ms: i64,
+}
+
+/// The parameters of one row of an insert.
+const INSERT_PARAMS: usize = 19;
+/// The most rows in one insert statement.
+const MAX_INSERT_ROWS: usize = 512;
+
+/// Inserts `inserts`, each answered with the run as created (and its fence), or `None` when the
+/// same fire, shard and attempt exist already.
+pub(super) async fn insert_many(
+    conn: &mut AnyConnection,
+    inserts: &[Insert<'_>],
+) -> Result<Vec<Option<Claim>>> {
+    let mut deltas = Deltas::default();
+    let mut exec = Exec::Sqlx(conn);
+    let created = insert_many_with(&mut exec, inserts, &mut deltas).await?;
+    deltas.write(&mut exec).await?;
+    Ok(created)
+}
+
+/// [`insert_many`], adding the runs it creates to `deltas` instead of to the report: the caller
+/// writes them in the same transaction.
+pub(super) async fn insert_many_with(
+    exec: &mut Exec<'_>,
+    inserts: &[Insert<'_>],
+    deltas: &mut Deltas,
+) -> Result<Vec<Option<Claim>>> {
+    let mut created = Vec::with_capacity(inserts.len());
+    let mut rest = inserts;
+    for rows in super::statement_sizes(inserts.len(), MAX_INSERT_ROWS) {
+        created.extend(insert_rows(exec, &rest[..rows], deltas).await?);
+        rest = &rest[rows..];
+    }
+    Ok(created)
+}
+
+async fn insert_rows(
+    exec: &mut Exec<'_>,
+    inserts: &[Insert<'_>],
+    deltas: &mut Deltas,
+) -> Result<Vec<Option<Claim>>> {
+    let sql = super::statement::shaped(exec, "insert into runs", inserts.len(), || {
+        let p = exec.placeholder();
+        let values = (0..inserts.len())
+            .map(|row| {
+                let cells = (1..=INSERT_PARAMS).map(|n| p(row * INSERT_PARAMS + n));
+                format!("({})", cells.collect::<Vec<_>>().join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "insert into runs (job_id, executor_address, trigger_type, trigger_time, fire_time,
+                param, shard_index, shard_total, attempt, version, sha256, parent_run_id,
+                created_at, sharding_items, state, lease_owner, lease_until, fence, claimed_at)
+             values {values}
+             on conflict (job_id, fire_time, shard_index, attempt) where fire_time is not null
+                do nothing
+             returning id, {IDENTITY}"
+        )
+    });
+    let mut statement = Statement::new(sql);
+    for Insert { run, claim, now_ms } in inserts {
+        let (version, sha256) = match &run.version {
+            Some((version, sha256)) => (Some(*version), Some(sha256.as_str())),
+            None => (None, None),
+        };
+        let (state, fence, claimed_at) = match claim {
+            Some(_) => (RunState::Dispatching, 1, *now_ms),
+            None => (RunState::Pending, 0, 0),
+        };
+        let (owner, lease_until_ms) = claim.unzip();
+        statement
+            .bind(run.job_id)
+            .bind(run.executor_address.as_deref())
+            .bind(run.trigger_type.as_str())
+            .bind(run.trigger_time_ms)
+            .bind(run.fire_time_ms)
+            .bind(run.param.as_str())
+            .bind(run.shard_index)
+            .bind(run.shard_total)
+            .bind(run.attempt)
+            .bind(version)
+            .bind(sha256)
+            .bind(run.parent_run_id)
+            .bind(*now_ms)
+            .bind(format_items(&run.sharding_items))
+            .bind(state.as_str())
+            .bind(owner)
+            .bind(lease_until_ms.unwrap_or(0))
+            .bind(fence)
+            .bind(claimed_at);
+    }
+    // The rows come back in no promised order: each goes to the first unanswered insert it
+    // matches. Inserts that match the same rows are alike in everything stored for them. A
+    // new row holds what was inserted and the columns' defaults, so only its id and what tells
+    // it from the others come back.
+    let mut created: Vec<Option<Claim>> = vec![None; inserts.len()];
+    for row in exec.fetch_all(&statement).await? {
+        let id = row.required_int("id")?;
+        let identity = identity_from_row(&row)?;
+        let slot = inserts
+            .iter()
+            .zip(&created)
+            .position(|(insert, created)| created.is_none() && identity.is(insert.run));
+        match slot {
+            Some(slot) => created[slot] = Some(inserted(&inserts[slot], id)),
+            None => {
+                let message = format!("inserted run {id} matches no insert");
+                return Err(super::StorageError::Corrupt(message));
+            }
+        }
+    }
+    let created_at = inserts.iter().zip(&created).filter(|(_, created)| created.is_some());
+    deltas.created(created_at.map(|(insert, _)| insert.now_ms));
+    Ok(created)
+}
+
+/// The columns that tell apart the rows of one insert (see [`RowIdentity`]).
+const IDENTITY: &str =
+    "job_id, fire_time, shard_index, attempt, trigger_time, trigger_type, parent_run_id,
+    executor_address, param";
+
+/// What tells a new run's row from the others of its insert: the unique key and what else two
+/// runs of one job inserted together may differ in.
+struct RowIdentity {
+    job_id: i64,
+    fire_time_ms: Option<i64>,
+    shard_index: i64,
+    attempt: i64,
+    trigger_time_ms: i64,
+    trigger_type: TriggerType,
+    parent_run_id: Option<i64>,
+    executor_address: Option<String>,
+    param: String,
+}
+
+impl RowIdentity {
+    /// Whether this is the row stored for `new`.
+    fn is(&self, new: &NewRun) -> bool {
+        new.job_id == self.job_id
+            && new.fire_time_ms == self.fire_time_ms
+            && new.shard_index == self.shard_index
+            && new.attempt == self.attempt
+            && new.trigger_time_ms == self.trigger_time_ms
+            && new.trigger_type == self.trigger_type
+            && new.parent_run_id == self.parent_run_id
+            && new.executor_address == self.executor_address
+            && new.param == self.param
+    }
+}
+
+fn identity_from_row(row: &impl Cells) -> Result<RowIdentity> {
+    Ok(RowIdentity {
+        job_id: row.required_int("job_id")?,
+        fire_time_ms: row.int("fire_time")?,
+        shard_index: row.required_int("shard_index")?,
+        attempt: row.required_int("attempt")?,
+        trigger_time_ms: row.required_int("trigger_time")?,
+        trigger_type: parse_column(row, "trigger_type")?,
+        parent_run_id: row.int("parent_run_id")?,
+        executor_address: row.text("executor_address")?,
+        param: row.required_text("param")?,
+    })
+}
+
+/// The run `insert` created as row `id`: what was inserted, and the columns' defaults.
+fn inserted(insert: &Insert<'_>, id: i64) -> Claim {
+    let Insert { run, claim, now_ms } = insert;
+    let (state, fence, first_claimed_at_ms) = match claim {
+        Some(_) => (RunState::Dispatching, 1, *now_ms),
+        None => (RunState::Pending, 0, 0),
+    };
+    let (version, sha256) = run.version.clone().unzip();
+    let run = RunRecord {
+        id,
+        job_id: run.job_id,
+        executor_address: run.executor_address.clone(),
+        trigger_type: run.trigger_type,
+        trigger_time_ms: run.trigger_time_ms,
+        fire_time_ms: run.fire_time_ms,
+        param: run.param.clone(),
+        trigger_code: 0,
+        trigger_msg: String::new(),
+        handle_time_ms: 0,
+        handle_code: 0,
+        handle_msg: String::new(),
+        shard_index: run.shard_index,
+        shard_total: run.shard_total,
+        sharding_items: run.sharding_items.clone(),
+        attempt: run.attempt,
+        version,
+        sha256,
+        fuel_used: None,
+        state,
+        parent_run_id: run.parent_run_id,
+        kill_requested: false,
+        dispatched_at_ms: 0,
+        started_at_ms: 0,
+        first_claimed_at_ms,
+    };
+    Claim { run, fence }
+}

@@ -323,7 +323,9 @@ async fn java_executor_against_our_admin(g: &'static str) {
         Some(list) => &mut list[0],
         None => &mut callback[0],
     };
+    // A Java executor echoes the trigger's `logDateTime` as the result's `logDateTim`.
     entry["logId"] = json!(log_id);
+    entry["logDateTim"] = sent.body["logDateTime"].clone();
     let reply = post(&api.url("/xxl-job-admin/api/callback"), &callback, app_header).await;
     assert_parses(g, "reply", &reply);
     assert_eq!(reply["code"], 200, "{g}: {reply}");

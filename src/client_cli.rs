@@ -28,8 +28,8 @@ use crate::cli::client::{
 /// What a client command was asked to do.
 #[derive(Debug)]
 pub enum ClientCommand {
-    /// `wasmjob job …`.
-    Job(ConnectArgs, JobCommand),
+    /// `wasmjob job …` (boxed: a job's fields make it the largest by far).
+    Job(ConnectArgs, Box<JobCommand>),
     /// `wasmjob run …`.
     Run(ConnectArgs, RunCommand),
     /// `wasmjob log RUN [--follow]`.
@@ -49,7 +49,7 @@ impl ClientCommand {
     ) -> Result<ClientCommand, Box<crate::cli::Command>> {
         use crate::cli::Command;
         Ok(match command {
-            Command::Job(args) => ClientCommand::Job(args.connect, args.command),
+            Command::Job(args) => ClientCommand::Job(args.connect, Box::new(args.command)),
             Command::Run(args) => ClientCommand::Run(args.connect, args.command),
             Command::Log(args) => ClientCommand::Log(args),
             Command::Version(args) => ClientCommand::Version(args.connect, args.command),
@@ -105,7 +105,7 @@ pub async fn run(command: ClientCommand) -> ExitCode {
 
 async fn dispatch(command: ClientCommand) -> Result<(), ClientError> {
     match command {
-        ClientCommand::Job(connect, command) => job(&Api::new(&connect)?, command).await,
+        ClientCommand::Job(connect, command) => job(&Api::new(&connect)?, *command).await,
         ClientCommand::Run(connect, command) => run_command(&Api::new(&connect)?, command).await,
         ClientCommand::Log(args) => log(&Api::new(&args.connect)?, args.run, args.follow).await,
         ClientCommand::Version(connect, command) => version(&Api::new(&connect)?, command).await,
@@ -196,6 +196,9 @@ const JOB_BODY_FIELDS: &[&str] = &[
     "block_strategy",
     "timeout_secs",
     "retry_count",
+    "retry_interval_secs",
+    "retry_backoff",
+    "retry_max_interval_secs",
     "glue_type",
     "handler",
     "param",
@@ -207,6 +210,8 @@ const JOB_BODY_FIELDS: &[&str] = &[
     "sharding_total_count",
     "sharding_item_parameters",
     "sharding_strategy",
+    "alarm_silence_secs",
+    "max_concurrent_runs",
 ];
 
 fn set_fields(body: &mut Map<String, Value>, fields: &JobFields) {
@@ -219,6 +224,9 @@ fn set_fields(body: &mut Map<String, Value>, fields: &JobFields) {
         route_strategy,
         timeout_secs,
         retry_count,
+        retry_interval_secs,
+        retry_backoff,
+        retry_max_interval_secs,
         glue_type,
         handler,
     } = fields.clone();
@@ -231,6 +239,9 @@ fn set_fields(body: &mut Map<String, Value>, fields: &JobFields) {
         ("route_strategy", route_strategy.map(Value::from)),
         ("timeout_secs", timeout_secs.map(Value::from)),
         ("retry_count", retry_count.map(Value::from)),
+        ("retry_interval_secs", retry_interval_secs.map(Value::from)),
+        ("retry_backoff", retry_backoff.map(Value::from)),
+        ("retry_max_interval_secs", retry_max_interval_secs.map(Value::from)),
         ("glue_type", glue_type.map(Value::from)),
         ("handler", handler.map(Value::from)),
     ];

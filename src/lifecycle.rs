@@ -26,6 +26,8 @@
 
 use crate::model::{RunState, TriggerType, code};
 
+pub mod retry;
+
 /// The longest message kept for a run (trigger or handle message), in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
 
@@ -67,6 +69,12 @@ pub enum Event {
     Kill,
     /// Its job was stopped before this scheduled fire was sent.
     Skip {
+        /// Why.
+        reason: String,
+    },
+    /// Its job's or group's concurrency cap is reached and the job's block strategy
+    /// (`DISCARD_LATER`) discards the run that found no room.
+    Discard {
         /// Why.
         reason: String,
     },
@@ -165,6 +173,7 @@ impl Event {
             Event::Result { .. } => "result",
             Event::Kill => "kill",
             Event::Skip { .. } => "skip",
+            Event::Discard { .. } => "discard",
             Event::Lost { .. } => "lost",
             Event::DeadlinePassed => "deadline passed",
         }
@@ -316,6 +325,10 @@ pub fn transition(
         {
             // Skipped is no failure: nothing raises an alarm or counts it as failed. XXL-JOB
             // has no such state; its handle code says "success" with the reason.
+            ended(base, run, job, RunState::Skipped, code::SUCCESS, reason)
+        }
+        // Discarded at a cap: never sent, so no failure either.
+        (Pending, Event::Discard { reason }) => {
             ended(base, run, job, RunState::Skipped, code::SUCCESS, reason)
         }
         // A lost run may still be held where it went (its send was never confirmed, the

@@ -77,6 +77,16 @@ spelled_enum! {
 }
 
 spelled_enum! {
+    /// How the wait before a failed run's retry grows with each attempt.
+    pub enum RetryBackoff {
+        /// The same interval before every retry.
+        Fixed => "FIXED",
+        /// The interval doubles with each retry: interval × 2^(attempt - 1).
+        Exponential => "EXPONENTIAL",
+    }
+}
+
+spelled_enum! {
     /// What the scheduler does with a fire it noticed too late.
     pub enum MisfireStrategy {
         /// Skip the missed fire and wait for the next one.
@@ -230,7 +240,8 @@ spelled_enum! {
         Killed => "killed",
         /// Its executor no longer holds it (restarted, gone, or never confirmed it).
         Lost => "lost",
-        /// Never sent on purpose: its job was stopped before the fire went out.
+        /// Never sent on purpose: its job was stopped before the fire went out, or its job's
+        /// concurrency cap was reached and its block strategy is `DISCARD_LATER`.
         Skipped => "skipped",
     }
 }
@@ -267,6 +278,8 @@ pub struct Group {
     pub address_type: AddressType,
     /// The configured addresses (used when `address_type` is `MANUAL`).
     pub addresses: Vec<String>,
+    /// The most runs of all its jobs dispatching or running at once; 0 means no cap.
+    pub max_concurrent_runs: i64,
 }
 
 /// What an operator says about a job: what to run, when, and how to route and run it.
@@ -294,6 +307,12 @@ pub struct JobSpec {
     pub timeout_secs: i64,
     /// How many times a failed run is tried again.
     pub retry_count: i64,
+    /// The wait before the first retry, in seconds; 0 retries at once.
+    pub retry_interval_secs: i64,
+    /// How the wait grows with each further retry.
+    pub retry_backoff: RetryBackoff,
+    /// The longest wait before a retry, in seconds; 0 means [`MAX_RETRY_INTERVAL_SECS`].
+    pub retry_max_interval_secs: i64,
     /// Where the handler comes from.
     pub glue_type: GlueType,
     /// For `BEAN`, the handler's name.
@@ -317,11 +336,21 @@ pub struct JobSpec {
     pub sharding_item_parameters: String,
     /// ElasticJob sharding: how items are spread over the executors.
     pub sharding_strategy: ShardingStrategy,
+    /// The most of its runs dispatching or running at once, on all executors together; 0 means
+    /// no cap. Past it a run waits, pending, or as the block strategy says.
+    pub max_concurrent_runs: i64,
 }
 
 /// The most child jobs a job may have ([`JobSpec::child_job_ids`], each listed once): one
 /// success creates a run of each in one transaction.
 pub const MAX_CHILD_JOBS: usize = 100;
+
+/// The longest wait before a retry ([`JobSpec::retry_interval_secs`] and
+/// [`JobSpec::retry_max_interval_secs`]): one day.
+pub const MAX_RETRY_INTERVAL_SECS: i64 = 86_400;
+
+/// The largest concurrency cap of a job or a group ([`JobSpec::max_concurrent_runs`]).
+pub const MAX_CONCURRENT_RUNS_CAP: i64 = 10_000;
 
 /// The default [`JobSpec::alarm_silence_secs`]: one alarm per job per five minutes.
 pub const DEFAULT_ALARM_SILENCE_SECS: i64 = 300;
@@ -433,6 +462,9 @@ pub struct RunRecord {
     pub started_at_ms: i64,
     /// When it was first claimed for sending (ms), 0 if never.
     pub first_claimed_at_ms: i64,
+    /// Pending because its job or group is at its concurrency cap: it is claimed when a run of
+    /// that job or group ends.
+    pub held: bool,
 }
 
 /// Finds a cycle that giving job `job_id` (`None` for a new job) the children `children` would

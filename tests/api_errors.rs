@@ -237,6 +237,76 @@ async fn schedule_and_sharding_fields_are_checked() {
     "#]].assert_eq(&out);
 }
 
+/// The retry and concurrency fields of a job: each bad value gets a 400 naming the field, and
+/// the good ones come back as stored, defaults included.
+#[tokio::test]
+async fn retry_and_cap_fields_are_checked() {
+    let (app, _db, _dir) = app().await;
+    let bodies = [
+        r#""retry_interval_secs":-1"#,
+        r#""retry_interval_secs":86401"#,
+        r#""retry_max_interval_secs":86401"#,
+        r#""retry_interval_secs":60,"retry_max_interval_secs":30"#,
+        r#""retry_backoff":"LINEAR""#,
+        r#""retry_backoff":"fixed""#,
+        r#""retry_interval_secs":"soon""#,
+        r#""retry_count":3"#,
+        r#""retry_count":3,"retry_interval_secs":10,"retry_backoff":"EXPONENTIAL","retry_max_interval_secs":300"#,
+        r#""retry_interval_secs":86400,"retry_backoff":"FIXED""#,
+        r#""max_concurrent_runs":-1"#,
+        r#""max_concurrent_runs":10001"#,
+        r#""max_concurrent_runs":1,"block_strategy":"DISCARD_LATER""#,
+    ];
+    let mut out = String::new();
+    for fields in bodies {
+        let body = format!(r#"{{"group_id":1,"name":"x","schedule_type":"NONE",{fields}}}"#);
+        let (status, job) = send(&app, case("POST", "/api/v1/jobs").json(&body)).await;
+        let shown = if status == StatusCode::CREATED {
+            let keys = [
+                "retry_count",
+                "retry_interval_secs",
+                "retry_backoff",
+                "retry_max_interval_secs",
+                "max_concurrent_runs",
+                "block_strategy",
+            ];
+            let values: Vec<String> = keys.iter().map(|key| job[key].to_string()).collect();
+            values.join(" ")
+        } else {
+            format!("{} {}", status.as_u16(), job["message"])
+        };
+        out.push_str(&format!("{fields}\n  {shown}\n"));
+    }
+    expect_test::expect![[r#"
+        "retry_interval_secs":-1
+          400 "retry_interval_secs: 0 to 86400 (one day)"
+        "retry_interval_secs":86401
+          400 "retry_interval_secs: 0 to 86400 (one day)"
+        "retry_max_interval_secs":86401
+          400 "retry_max_interval_secs: 0 to 86400 (one day)"
+        "retry_interval_secs":60,"retry_max_interval_secs":30
+          400 "retry_max_interval_secs: at least retry_interval_secs, or 0 for no cap but a day"
+        "retry_backoff":"LINEAR"
+          400 "retry_backoff: unknown RetryBackoff `LINEAR`, expected one of: FIXED, EXPONENTIAL"
+        "retry_backoff":"fixed"
+          400 "retry_backoff: unknown RetryBackoff `fixed`, expected one of: FIXED, EXPONENTIAL"
+        "retry_interval_secs":"soon"
+          422 "Failed to deserialize the JSON body into the target type: retry_interval_secs: invalid type: string \"soon\", expected i64"
+        "retry_count":3
+          3 0 "FIXED" 0 0 "SERIAL_EXECUTION"
+        "retry_count":3,"retry_interval_secs":10,"retry_backoff":"EXPONENTIAL","retry_max_interval_secs":300
+          3 10 "EXPONENTIAL" 300 0 "SERIAL_EXECUTION"
+        "retry_interval_secs":86400,"retry_backoff":"FIXED"
+          0 86400 "FIXED" 0 0 "SERIAL_EXECUTION"
+        "max_concurrent_runs":-1
+          400 "max_concurrent_runs: 0 (no cap) to 10000"
+        "max_concurrent_runs":10001
+          400 "max_concurrent_runs: 0 (no cap) to 10000"
+        "max_concurrent_runs":1,"block_strategy":"DISCARD_LATER"
+          0 0 "FIXED" 0 1 "DISCARD_LATER"
+    "#]].assert_eq(&out);
+}
+
 #[tokio::test]
 async fn messages_name_the_problem() {
     let (app, _db, _dir) = app().await;

@@ -171,10 +171,51 @@ async fn two_admins_one_killed_repeatedly_on_postgres() {
     scenario.run(Some(url)).await.assert_clean();
 }
 
+/// Jobs capped at one run in flight, fired every second on two executors with runs that take
+/// longer than a second, so that without the cap each run would overlap the next on the other
+/// executor; the admin and an executor are killed again and again. No two runs of a job ever
+/// execute at once (`overlapping_runs`), and every other figure stays 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capped_job_never_runs_twice_at_once_through_kills() {
+    let scenario = Scenario {
+        executors: 2,
+        workload: Workload {
+            plain: 3,
+            sample: "sleeper",
+            param: "1200",
+            failing: 0,
+            parents: 0,
+            route: "ROUND",
+            max_concurrent_runs: 1,
+            ..Workload::default()
+        },
+        crashes: &[
+            (
+                Role::Admin(0),
+                &[
+                    Crash::sigkill(4_000),
+                    Crash::at("dispatch.after_send=abort@4", 5_000),
+                    Crash::sigkill(3_500),
+                ],
+            ),
+            (Role::Executor(1), &[Crash::sigkill(3_000), Crash::sigkill(4_500)]),
+        ],
+        chaos_for: Duration::from_secs(20),
+        ..Scenario::new("capped jobs through admin and executor kills")
+    };
+    let outcome = scenario.run(None).await;
+    outcome.assert_clean();
+    assert!(
+        !outcome.report.skipped.iter().any(|(figure, _)| *figure == "overlapping_runs"),
+        "the overlap figure was judged"
+    );
+}
+
 /// A cluster, its jobs, who dies when, and for how long it all runs.
 struct Scenario<'a> {
     name: &'static str,
     admins: usize,
+    executors: usize,
     /// The admin the test talks to: one that is never killed.
     api_admin: usize,
     workload: Workload,
@@ -203,6 +244,8 @@ struct Workload {
     /// `BEAN` jobs naming the executors' own copy of the sample (no upload: a fast setup for
     /// many jobs), instead of `GLUE_WASM` with an uploaded version.
     bean: bool,
+    /// The plain jobs' concurrency cap (0: none).
+    max_concurrent_runs: i64,
 }
 
 impl Default for Workload {
@@ -216,6 +259,7 @@ impl Default for Workload {
             cron: "* * * * * ?",
             route: "FIRST",
             bean: false,
+            max_concurrent_runs: 0,
         }
     }
 }
@@ -276,6 +320,7 @@ impl Scenario<'_> {
         Scenario {
             name,
             admins: 1,
+            executors: 1,
             api_admin: 0,
             workload: Workload::default(),
             crashes: &[],
@@ -287,13 +332,13 @@ impl Scenario<'_> {
 
     async fn run(&self, postgres_url: Option<String>) -> Outcome {
         let _serial = SERIAL.lock().await;
-        let mut cluster = Cluster::start(postgres_url, self.admins, 1).await;
+        let mut cluster = Cluster::start(postgres_url, self.admins, self.executors).await;
         let api = cluster.api_of(self.api_admin);
         let hung = match self.hung_executor {
             true => Some(HungExecutor::start(&cluster).await),
             false => None,
         };
-        let expected = 1 + usize::from(hung.is_some());
+        let expected = self.executors + usize::from(hung.is_some());
         api.wait_for_executors(expected).await;
         let jobs = create_jobs(&api, &self.workload).await;
 
@@ -320,6 +365,7 @@ impl Scenario<'_> {
         let check = Check {
             database_url: cluster.database_url.clone(),
             executor_dirs: cluster.executor_dirs(),
+            executor_deaths: cluster.executors.iter().map(|proc| proc.deaths.clone()).collect(),
             windows,
             end_margin_ms: END_MARGIN_MS,
             terminal_bound_ms: TERMINAL_BOUND_MS,
@@ -459,6 +505,7 @@ async fn create_jobs(api: &Api, workload: &Workload) -> Vec<i64> {
         (workload.failing, "fail", "on purpose", 1),
         (workload.parents, "hello", "parent", 0),
     ];
+    let caps = [workload.max_concurrent_runs, 0, 0];
     let mut cron_jobs = Vec::new();
     for (kind_idx, (count, sample, param, retry_count)) in kinds.into_iter().enumerate() {
         for n in 0..count {
@@ -482,6 +529,7 @@ async fn create_jobs(api: &Api, workload: &Workload) -> Vec<i64> {
                 "child_job_ids": children,
                 "timeout_secs": TIMEOUT_SECS,
                 "param": param,
+                "max_concurrent_runs": caps[kind_idx],
             });
             cron_jobs.push(create_job(api, workload, sample, fields).await);
         }

@@ -13,6 +13,8 @@ mod alarms;
 mod api_errors;
 /// The bad-input battery against every API: no 5xx, no panic, no state changed.
 mod bad_input;
+/// Concurrency caps of jobs and groups: held runs, their release in order, the block strategies.
+mod caps;
 /// The command-line client as real processes against `wasmjob standalone`, `--follow` included.
 mod cli;
 /// XXL-JOB wire conformance per generation (2.2 to 3.5), both directions, from recorded bodies.
@@ -47,6 +49,8 @@ mod operations;
 mod power_loss;
 /// The daily report and the dashboard summary, counted from real runs.
 mod report;
+/// Retry intervals and backoff through a real standalone process, across a killed admin.
+mod retry_backoff;
 /// The sandbox through the real executor: hostile jobs, kills, block strategies, the cache.
 mod sandbox;
 /// `GET /api/v1/schedule/preview` through the router: fire times, DST, every refusal.

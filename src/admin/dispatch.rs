@@ -30,6 +30,7 @@
 //! - `sweep.rs`: the periodic pass that finds work whose owner died or whose executor went away.
 
 mod cache;
+mod caps;
 mod events;
 mod peers;
 mod plan;

@@ -131,6 +131,15 @@ pub struct JobFields {
     pub timeout_secs: Option<i64>,
     #[arg(long)]
     pub retry_count: Option<i64>,
+    /// Seconds before the first retry (0: at once).
+    #[arg(long)]
+    pub retry_interval_secs: Option<i64>,
+    /// `FIXED` or `EXPONENTIAL` (the interval doubles with each retry).
+    #[arg(long)]
+    pub retry_backoff: Option<String>,
+    /// The longest wait before a retry, in seconds (0: one day).
+    #[arg(long)]
+    pub retry_max_interval_secs: Option<i64>,
     /// `GLUE_WASM` (default), `GLUE_PYTHON`, `GLUE_JAVASCRIPT` or `BEAN`.
     #[arg(long)]
     pub glue_type: Option<String>,

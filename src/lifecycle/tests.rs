@@ -5,6 +5,8 @@ use expect_test::{Expect, expect};
 
 use super::*;
 
+mod fix_delay;
+
 fn events() -> Vec<Event> {
     vec![
         Event::Claim,
@@ -15,6 +17,7 @@ fn events() -> Vec<Event> {
             grace_ms: 100,
         },
         Event::NotSent { reason: "refused".to_owned() },
+        Event::Discard { reason: "at its cap".to_owned() },
         Event::Result {
             handle_code: 200,
             message: "ok".to_owned(),
@@ -118,106 +121,115 @@ fn first_try_of_a_job_with_a_retry_and_children() {
         FIRST_TRY,
         Some(&JOB),
         expect![[r#"
-        pending + claim -> dispatching
-        pending + sent -> illegal
-        pending + not sent -> illegal
-        pending + result 200 -> illegal
-        pending + result 200 (accepted unrecorded) -> illegal
-        pending + result 500 -> illegal
-        pending + result 502 -> illegal
-        pending + kill -> killed handle 500 `killed before it was sent`
-        pending + skip -> skipped handle 200 `stopped`
-        pending + lost -> illegal
-        pending + deadline passed -> illegal
-        dispatching + claim -> dispatching
-        dispatching + sent -> running trigger 200, `sent to http://e1`, dispatched 1000 deadline 6100
-        dispatching + not sent -> failed trigger 500, `refused`, handle 500 `trigger failed: refused`, +retry
-        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +children
-        dispatching + result 200 (accepted unrecorded) -> success trigger 200, `sent to http://e1`, dispatched 850 deadline 0, handle 200 `ok`, +children
-        dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +retry
-        dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
-        dispatching + kill -> dispatching +kill requested
-        dispatching + skip -> skipped handle 200 `stopped`
-        dispatching + lost -> lost handle 500 `gone`, +retry, +send kill
-        dispatching + deadline passed -> illegal
-        running + claim -> illegal
-        running + sent -> illegal
-        running + not sent -> illegal
-        running + result 200 -> success handle 200 `ok`, +children
-        running + result 200 (accepted unrecorded) -> success handle 200 `ok`, +children
-        running + result 500 -> failed handle 500 `boom`, +retry
-        running + result 502 -> timed_out handle 502 `slow`, +retry
-        running + kill -> running +kill requested, +send kill
-        running + skip -> illegal
-        running + lost -> lost handle 500 `gone`, +retry, +send kill
-        running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +retry, +send kill
-        success + claim -> illegal
-        success + sent -> illegal
-        success + not sent -> illegal
-        success + result 200 -> illegal
-        success + result 200 (accepted unrecorded) -> illegal
-        success + result 500 -> illegal
-        success + result 502 -> illegal
-        success + kill -> illegal
-        success + skip -> illegal
-        success + lost -> illegal
-        success + deadline passed -> illegal
-        failed + claim -> illegal
-        failed + sent -> illegal
-        failed + not sent -> illegal
-        failed + result 200 -> illegal
-        failed + result 200 (accepted unrecorded) -> illegal
-        failed + result 500 -> illegal
-        failed + result 502 -> illegal
-        failed + kill -> illegal
-        failed + skip -> illegal
-        failed + lost -> illegal
-        failed + deadline passed -> illegal
-        timed_out + claim -> illegal
-        timed_out + sent -> illegal
-        timed_out + not sent -> illegal
-        timed_out + result 200 -> illegal
-        timed_out + result 200 (accepted unrecorded) -> illegal
-        timed_out + result 500 -> illegal
-        timed_out + result 502 -> illegal
-        timed_out + kill -> illegal
-        timed_out + skip -> illegal
-        timed_out + lost -> illegal
-        timed_out + deadline passed -> illegal
-        killed + claim -> illegal
-        killed + sent -> illegal
-        killed + not sent -> illegal
-        killed + result 200 -> illegal
-        killed + result 200 (accepted unrecorded) -> illegal
-        killed + result 500 -> illegal
-        killed + result 502 -> illegal
-        killed + kill -> illegal
-        killed + skip -> illegal
-        killed + lost -> illegal
-        killed + deadline passed -> illegal
-        lost + claim -> illegal
-        lost + sent -> illegal
-        lost + not sent -> illegal
-        lost + result 200 -> illegal
-        lost + result 200 (accepted unrecorded) -> illegal
-        lost + result 500 -> illegal
-        lost + result 502 -> illegal
-        lost + kill -> illegal
-        lost + skip -> illegal
-        lost + lost -> illegal
-        lost + deadline passed -> illegal
-        skipped + claim -> illegal
-        skipped + sent -> illegal
-        skipped + not sent -> illegal
-        skipped + result 200 -> illegal
-        skipped + result 200 (accepted unrecorded) -> illegal
-        skipped + result 500 -> illegal
-        skipped + result 502 -> illegal
-        skipped + kill -> illegal
-        skipped + skip -> illegal
-        skipped + lost -> illegal
-        skipped + deadline passed -> illegal
-    "#]],
+            pending + claim -> dispatching
+            pending + sent -> illegal
+            pending + not sent -> illegal
+            pending + discard -> skipped handle 200 `at its cap`
+            pending + result 200 -> illegal
+            pending + result 200 (accepted unrecorded) -> illegal
+            pending + result 500 -> illegal
+            pending + result 502 -> illegal
+            pending + kill -> killed handle 500 `killed before it was sent`
+            pending + skip -> skipped handle 200 `stopped`
+            pending + lost -> illegal
+            pending + deadline passed -> illegal
+            dispatching + claim -> dispatching
+            dispatching + sent -> running trigger 200, `sent to http://e1`, dispatched 1000 deadline 6100
+            dispatching + not sent -> failed trigger 500, `refused`, handle 500 `trigger failed: refused`, +retry
+            dispatching + discard -> illegal
+            dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +children
+            dispatching + result 200 (accepted unrecorded) -> success trigger 200, `sent to http://e1`, dispatched 850 deadline 0, handle 200 `ok`, +children
+            dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +retry
+            dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
+            dispatching + kill -> dispatching +kill requested
+            dispatching + skip -> skipped handle 200 `stopped`
+            dispatching + lost -> lost handle 500 `gone`, +retry, +send kill
+            dispatching + deadline passed -> illegal
+            running + claim -> illegal
+            running + sent -> illegal
+            running + not sent -> illegal
+            running + discard -> illegal
+            running + result 200 -> success handle 200 `ok`, +children
+            running + result 200 (accepted unrecorded) -> success handle 200 `ok`, +children
+            running + result 500 -> failed handle 500 `boom`, +retry
+            running + result 502 -> timed_out handle 502 `slow`, +retry
+            running + kill -> running +kill requested, +send kill
+            running + skip -> illegal
+            running + lost -> lost handle 500 `gone`, +retry, +send kill
+            running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +retry, +send kill
+            success + claim -> illegal
+            success + sent -> illegal
+            success + not sent -> illegal
+            success + discard -> illegal
+            success + result 200 -> illegal
+            success + result 200 (accepted unrecorded) -> illegal
+            success + result 500 -> illegal
+            success + result 502 -> illegal
+            success + kill -> illegal
+            success + skip -> illegal
+            success + lost -> illegal
+            success + deadline passed -> illegal
+            failed + claim -> illegal
+            failed + sent -> illegal
+            failed + not sent -> illegal
+            failed + discard -> illegal
+            failed + result 200 -> illegal
+            failed + result 200 (accepted unrecorded) -> illegal
+            failed + result 500 -> illegal
+            failed + result 502 -> illegal
+            failed + kill -> illegal
+            failed + skip -> illegal
+            failed + lost -> illegal
+            failed + deadline passed -> illegal
+            timed_out + claim -> illegal
+            timed_out + sent -> illegal
+            timed_out + not sent -> illegal
+            timed_out + discard -> illegal
+            timed_out + result 200 -> illegal
+            timed_out + result 200 (accepted unrecorded) -> illegal
+            timed_out + result 500 -> illegal
+            timed_out + result 502 -> illegal
+            timed_out + kill -> illegal
+            timed_out + skip -> illegal
+            timed_out + lost -> illegal
+            timed_out + deadline passed -> illegal
+            killed + claim -> illegal
+            killed + sent -> illegal
+            killed + not sent -> illegal
+            killed + discard -> illegal
+            killed + result 200 -> illegal
+            killed + result 200 (accepted unrecorded) -> illegal
+            killed + result 500 -> illegal
+            killed + result 502 -> illegal
+            killed + kill -> illegal
+            killed + skip -> illegal
+            killed + lost -> illegal
+            killed + deadline passed -> illegal
+            lost + claim -> illegal
+            lost + sent -> illegal
+            lost + not sent -> illegal
+            lost + discard -> illegal
+            lost + result 200 -> illegal
+            lost + result 200 (accepted unrecorded) -> illegal
+            lost + result 500 -> illegal
+            lost + result 502 -> illegal
+            lost + kill -> illegal
+            lost + skip -> illegal
+            lost + lost -> illegal
+            lost + deadline passed -> illegal
+            skipped + claim -> illegal
+            skipped + sent -> illegal
+            skipped + not sent -> illegal
+            skipped + discard -> illegal
+            skipped + result 200 -> illegal
+            skipped + result 200 (accepted unrecorded) -> illegal
+            skipped + result 500 -> illegal
+            skipped + result 502 -> illegal
+            skipped + kill -> illegal
+            skipped + skip -> illegal
+            skipped + lost -> illegal
+            skipped + deadline passed -> illegal
+        "#]],
     );
 }
 
@@ -227,106 +239,115 @@ fn a_kill_was_requested() {
         RunFacts { kill_requested: true, ..FIRST_TRY },
         Some(&JOB),
         expect![[r#"
-        pending + claim -> dispatching
-        pending + sent -> illegal
-        pending + not sent -> illegal
-        pending + result 200 -> illegal
-        pending + result 200 (accepted unrecorded) -> illegal
-        pending + result 500 -> illegal
-        pending + result 502 -> illegal
-        pending + kill -> killed handle 500 `killed before it was sent`
-        pending + skip -> skipped handle 200 `stopped`
-        pending + lost -> illegal
-        pending + deadline passed -> illegal
-        dispatching + claim -> dispatching
-        dispatching + sent -> running trigger 200, `sent to http://e1`, dispatched 1000 deadline 6100, +send kill
-        dispatching + not sent -> killed trigger 500, `refused`, handle 500 `trigger failed: refused`
-        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +children
-        dispatching + result 200 (accepted unrecorded) -> success trigger 200, `sent to http://e1`, dispatched 850 deadline 0, handle 200 `ok`, +children
-        dispatching + result 500 -> killed trigger 200, handle 500 `boom`
-        dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
-        dispatching + kill -> illegal
-        dispatching + skip -> skipped handle 200 `stopped`
-        dispatching + lost -> lost handle 500 `gone`, +retry, +send kill
-        dispatching + deadline passed -> illegal
-        running + claim -> illegal
-        running + sent -> illegal
-        running + not sent -> illegal
-        running + result 200 -> success handle 200 `ok`, +children
-        running + result 200 (accepted unrecorded) -> success handle 200 `ok`, +children
-        running + result 500 -> killed handle 500 `boom`
-        running + result 502 -> timed_out handle 502 `slow`, +retry
-        running + kill -> running +kill requested, +send kill
-        running + skip -> illegal
-        running + lost -> lost handle 500 `gone`, +retry, +send kill
-        running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +retry, +send kill
-        success + claim -> illegal
-        success + sent -> illegal
-        success + not sent -> illegal
-        success + result 200 -> illegal
-        success + result 200 (accepted unrecorded) -> illegal
-        success + result 500 -> illegal
-        success + result 502 -> illegal
-        success + kill -> illegal
-        success + skip -> illegal
-        success + lost -> illegal
-        success + deadline passed -> illegal
-        failed + claim -> illegal
-        failed + sent -> illegal
-        failed + not sent -> illegal
-        failed + result 200 -> illegal
-        failed + result 200 (accepted unrecorded) -> illegal
-        failed + result 500 -> illegal
-        failed + result 502 -> illegal
-        failed + kill -> illegal
-        failed + skip -> illegal
-        failed + lost -> illegal
-        failed + deadline passed -> illegal
-        timed_out + claim -> illegal
-        timed_out + sent -> illegal
-        timed_out + not sent -> illegal
-        timed_out + result 200 -> illegal
-        timed_out + result 200 (accepted unrecorded) -> illegal
-        timed_out + result 500 -> illegal
-        timed_out + result 502 -> illegal
-        timed_out + kill -> illegal
-        timed_out + skip -> illegal
-        timed_out + lost -> illegal
-        timed_out + deadline passed -> illegal
-        killed + claim -> illegal
-        killed + sent -> illegal
-        killed + not sent -> illegal
-        killed + result 200 -> illegal
-        killed + result 200 (accepted unrecorded) -> illegal
-        killed + result 500 -> illegal
-        killed + result 502 -> illegal
-        killed + kill -> illegal
-        killed + skip -> illegal
-        killed + lost -> illegal
-        killed + deadline passed -> illegal
-        lost + claim -> illegal
-        lost + sent -> illegal
-        lost + not sent -> illegal
-        lost + result 200 -> illegal
-        lost + result 200 (accepted unrecorded) -> illegal
-        lost + result 500 -> illegal
-        lost + result 502 -> illegal
-        lost + kill -> illegal
-        lost + skip -> illegal
-        lost + lost -> illegal
-        lost + deadline passed -> illegal
-        skipped + claim -> illegal
-        skipped + sent -> illegal
-        skipped + not sent -> illegal
-        skipped + result 200 -> illegal
-        skipped + result 200 (accepted unrecorded) -> illegal
-        skipped + result 500 -> illegal
-        skipped + result 502 -> illegal
-        skipped + kill -> illegal
-        skipped + skip -> illegal
-        skipped + lost -> illegal
-        skipped + deadline passed -> illegal
-    "#]],
+            pending + claim -> dispatching
+            pending + sent -> illegal
+            pending + not sent -> illegal
+            pending + discard -> skipped handle 200 `at its cap`
+            pending + result 200 -> illegal
+            pending + result 200 (accepted unrecorded) -> illegal
+            pending + result 500 -> illegal
+            pending + result 502 -> illegal
+            pending + kill -> killed handle 500 `killed before it was sent`
+            pending + skip -> skipped handle 200 `stopped`
+            pending + lost -> illegal
+            pending + deadline passed -> illegal
+            dispatching + claim -> dispatching
+            dispatching + sent -> running trigger 200, `sent to http://e1`, dispatched 1000 deadline 6100, +send kill
+            dispatching + not sent -> killed trigger 500, `refused`, handle 500 `trigger failed: refused`
+            dispatching + discard -> illegal
+            dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +children
+            dispatching + result 200 (accepted unrecorded) -> success trigger 200, `sent to http://e1`, dispatched 850 deadline 0, handle 200 `ok`, +children
+            dispatching + result 500 -> killed trigger 200, handle 500 `boom`
+            dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
+            dispatching + kill -> illegal
+            dispatching + skip -> skipped handle 200 `stopped`
+            dispatching + lost -> lost handle 500 `gone`, +retry, +send kill
+            dispatching + deadline passed -> illegal
+            running + claim -> illegal
+            running + sent -> illegal
+            running + not sent -> illegal
+            running + discard -> illegal
+            running + result 200 -> success handle 200 `ok`, +children
+            running + result 200 (accepted unrecorded) -> success handle 200 `ok`, +children
+            running + result 500 -> killed handle 500 `boom`
+            running + result 502 -> timed_out handle 502 `slow`, +retry
+            running + kill -> running +kill requested, +send kill
+            running + skip -> illegal
+            running + lost -> lost handle 500 `gone`, +retry, +send kill
+            running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +retry, +send kill
+            success + claim -> illegal
+            success + sent -> illegal
+            success + not sent -> illegal
+            success + discard -> illegal
+            success + result 200 -> illegal
+            success + result 200 (accepted unrecorded) -> illegal
+            success + result 500 -> illegal
+            success + result 502 -> illegal
+            success + kill -> illegal
+            success + skip -> illegal
+            success + lost -> illegal
+            success + deadline passed -> illegal
+            failed + claim -> illegal
+            failed + sent -> illegal
+            failed + not sent -> illegal
+            failed + discard -> illegal
+            failed + result 200 -> illegal
+            failed + result 200 (accepted unrecorded) -> illegal
+            failed + result 500 -> illegal
+            failed + result 502 -> illegal
+            failed + kill -> illegal
+            failed + skip -> illegal
+            failed + lost -> illegal
+            failed + deadline passed -> illegal
+            timed_out + claim -> illegal
+            timed_out + sent -> illegal
+            timed_out + not sent -> illegal
+            timed_out + discard -> illegal
+            timed_out + result 200 -> illegal
+            timed_out + result 200 (accepted unrecorded) -> illegal
+            timed_out + result 500 -> illegal
+            timed_out + result 502 -> illegal
+            timed_out + kill -> illegal
+            timed_out + skip -> illegal
+            timed_out + lost -> illegal
+            timed_out + deadline passed -> illegal
+            killed + claim -> illegal
+            killed + sent -> illegal
+            killed + not sent -> illegal
+            killed + discard -> illegal
+            killed + result 200 -> illegal
+            killed + result 200 (accepted unrecorded) -> illegal
+            killed + result 500 -> illegal
+            killed + result 502 -> illegal
+            killed + kill -> illegal
+            killed + skip -> illegal
+            killed + lost -> illegal
+            killed + deadline passed -> illegal
+            lost + claim -> illegal
+            lost + sent -> illegal
+            lost + not sent -> illegal
+            lost + discard -> illegal
+            lost + result 200 -> illegal
+            lost + result 200 (accepted unrecorded) -> illegal
+            lost + result 500 -> illegal
+            lost + result 502 -> illegal
+            lost + kill -> illegal
+            lost + skip -> illegal
+            lost + lost -> illegal
+            lost + deadline passed -> illegal
+            skipped + claim -> illegal
+            skipped + sent -> illegal
+            skipped + not sent -> illegal
+            skipped + discard -> illegal
+            skipped + result 200 -> illegal
+            skipped + result 200 (accepted unrecorded) -> illegal
+            skipped + result 500 -> illegal
+            skipped + result 502 -> illegal
+            skipped + kill -> illegal
+            skipped + skip -> illegal
+            skipped + lost -> illegal
+            skipped + deadline passed -> illegal
+        "#]],
     );
 }
 
@@ -337,208 +358,115 @@ fn last_try_of_a_manual_run_whose_job_is_gone() {
         run,
         None,
         expect![[r#"
-        pending + claim -> dispatching
-        pending + sent -> illegal
-        pending + not sent -> illegal
-        pending + result 200 -> illegal
-        pending + result 200 (accepted unrecorded) -> illegal
-        pending + result 500 -> illegal
-        pending + result 502 -> illegal
-        pending + kill -> killed handle 500 `killed before it was sent`
-        pending + skip -> illegal
-        pending + lost -> illegal
-        pending + deadline passed -> illegal
-        dispatching + claim -> dispatching
-        dispatching + sent -> running trigger 200, `sent to http://e1`, dispatched 1000 deadline 6100
-        dispatching + not sent -> failed trigger 500, `refused`, handle 500 `trigger failed: refused`, +alarm
-        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`
-        dispatching + result 200 (accepted unrecorded) -> success trigger 200, `sent to http://e1`, dispatched 850 deadline 0, handle 200 `ok`
-        dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +alarm
-        dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +alarm
-        dispatching + kill -> dispatching +kill requested
-        dispatching + skip -> illegal
-        dispatching + lost -> lost handle 500 `gone`, +send kill, +alarm
-        dispatching + deadline passed -> illegal
-        running + claim -> illegal
-        running + sent -> illegal
-        running + not sent -> illegal
-        running + result 200 -> success handle 200 `ok`
-        running + result 200 (accepted unrecorded) -> success handle 200 `ok`
-        running + result 500 -> failed handle 500 `boom`, +alarm
-        running + result 502 -> timed_out handle 502 `slow`, +alarm
-        running + kill -> running +kill requested, +send kill
-        running + skip -> illegal
-        running + lost -> lost handle 500 `gone`, +send kill, +alarm
-        running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +send kill, +alarm
-        success + claim -> illegal
-        success + sent -> illegal
-        success + not sent -> illegal
-        success + result 200 -> illegal
-        success + result 200 (accepted unrecorded) -> illegal
-        success + result 500 -> illegal
-        success + result 502 -> illegal
-        success + kill -> illegal
-        success + skip -> illegal
-        success + lost -> illegal
-        success + deadline passed -> illegal
-        failed + claim -> illegal
-        failed + sent -> illegal
-        failed + not sent -> illegal
-        failed + result 200 -> illegal
-        failed + result 200 (accepted unrecorded) -> illegal
-        failed + result 500 -> illegal
-        failed + result 502 -> illegal
-        failed + kill -> illegal
-        failed + skip -> illegal
-        failed + lost -> illegal
-        failed + deadline passed -> illegal
-        timed_out + claim -> illegal
-        timed_out + sent -> illegal
-        timed_out + not sent -> illegal
-        timed_out + result 200 -> illegal
-        timed_out + result 200 (accepted unrecorded) -> illegal
-        timed_out + result 500 -> illegal
-        timed_out + result 502 -> illegal
-        timed_out + kill -> illegal
-        timed_out + skip -> illegal
-        timed_out + lost -> illegal
-        timed_out + deadline passed -> illegal
-        killed + claim -> illegal
-        killed + sent -> illegal
-        killed + not sent -> illegal
-        killed + result 200 -> illegal
-        killed + result 200 (accepted unrecorded) -> illegal
-        killed + result 500 -> illegal
-        killed + result 502 -> illegal
-        killed + kill -> illegal
-        killed + skip -> illegal
-        killed + lost -> illegal
-        killed + deadline passed -> illegal
-        lost + claim -> illegal
-        lost + sent -> illegal
-        lost + not sent -> illegal
-        lost + result 200 -> illegal
-        lost + result 200 (accepted unrecorded) -> illegal
-        lost + result 500 -> illegal
-        lost + result 502 -> illegal
-        lost + kill -> illegal
-        lost + skip -> illegal
-        lost + lost -> illegal
-        lost + deadline passed -> illegal
-        skipped + claim -> illegal
-        skipped + sent -> illegal
-        skipped + not sent -> illegal
-        skipped + result 200 -> illegal
-        skipped + result 200 (accepted unrecorded) -> illegal
-        skipped + result 500 -> illegal
-        skipped + result 502 -> illegal
-        skipped + kill -> illegal
-        skipped + skip -> illegal
-        skipped + lost -> illegal
-        skipped + deadline passed -> illegal
+            pending + claim -> dispatching
+            pending + sent -> illegal
+            pending + not sent -> illegal
+            pending + discard -> skipped handle 200 `at its cap`
+            pending + result 200 -> illegal
+            pending + result 200 (accepted unrecorded) -> illegal
+            pending + result 500 -> illegal
+            pending + result 502 -> illegal
+            pending + kill -> killed handle 500 `killed before it was sent`
+            pending + skip -> illegal
+            pending + lost -> illegal
+            pending + deadline passed -> illegal
+            dispatching + claim -> dispatching
+            dispatching + sent -> running trigger 200, `sent to http://e1`, dispatched 1000 deadline 6100
+            dispatching + not sent -> failed trigger 500, `refused`, handle 500 `trigger failed: refused`, +alarm
+            dispatching + discard -> illegal
+            dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`
+            dispatching + result 200 (accepted unrecorded) -> success trigger 200, `sent to http://e1`, dispatched 850 deadline 0, handle 200 `ok`
+            dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +alarm
+            dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +alarm
+            dispatching + kill -> dispatching +kill requested
+            dispatching + skip -> illegal
+            dispatching + lost -> lost handle 500 `gone`, +send kill, +alarm
+            dispatching + deadline passed -> illegal
+            running + claim -> illegal
+            running + sent -> illegal
+            running + not sent -> illegal
+            running + discard -> illegal
+            running + result 200 -> success handle 200 `ok`
+            running + result 200 (accepted unrecorded) -> success handle 200 `ok`
+            running + result 500 -> failed handle 500 `boom`, +alarm
+            running + result 502 -> timed_out handle 502 `slow`, +alarm
+            running + kill -> running +kill requested, +send kill
+            running + skip -> illegal
+            running + lost -> lost handle 500 `gone`, +send kill, +alarm
+            running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +send kill, +alarm
+            success + claim -> illegal
+            success + sent -> illegal
+            success + not sent -> illegal
+            success + discard -> illegal
+            success + result 200 -> illegal
+            success + result 200 (accepted unrecorded) -> illegal
+            success + result 500 -> illegal
+            success + result 502 -> illegal
+            success + kill -> illegal
+            success + skip -> illegal
+            success + lost -> illegal
+            success + deadline passed -> illegal
+            failed + claim -> illegal
+            failed + sent -> illegal
+            failed + not sent -> illegal
+            failed + discard -> illegal
+            failed + result 200 -> illegal
+            failed + result 200 (accepted unrecorded) -> illegal
+            failed + result 500 -> illegal
+            failed + result 502 -> illegal
+            failed + kill -> illegal
+            failed + skip -> illegal
+            failed + lost -> illegal
+            failed + deadline passed -> illegal
+            timed_out + claim -> illegal
+            timed_out + sent -> illegal
+            timed_out + not sent -> illegal
+            timed_out + discard -> illegal
+            timed_out + result 200 -> illegal
+            timed_out + result 200 (accepted unrecorded) -> illegal
+            timed_out + result 500 -> illegal
+            timed_out + result 502 -> illegal
+            timed_out + kill -> illegal
+            timed_out + skip -> illegal
+            timed_out + lost -> illegal
+            timed_out + deadline passed -> illegal
+            killed + claim -> illegal
+            killed + sent -> illegal
+            killed + not sent -> illegal
+            killed + discard -> illegal
+            killed + result 200 -> illegal
+            killed + result 200 (accepted unrecorded) -> illegal
+            killed + result 500 -> illegal
+            killed + result 502 -> illegal
+            killed + kill -> illegal
+            killed + skip -> illegal
+            killed + lost -> illegal
+            killed + deadline passed -> illegal
+            lost + claim -> illegal
+            lost + sent -> illegal
+            lost + not sent -> illegal
+            lost + discard -> illegal
+            lost + result 200 -> illegal
+            lost + result 200 (accepted unrecorded) -> illegal
+            lost + result 500 -> illegal
+            lost + result 502 -> illegal
+            lost + kill -> illegal
+            lost + skip -> illegal
+            lost + lost -> illegal
+            lost + deadline passed -> illegal
+            skipped + claim -> illegal
+            skipped + sent -> illegal
+            skipped + not sent -> illegal
+            skipped + discard -> illegal
+            skipped + result 200 -> illegal
+            skipped + result 200 (accepted unrecorded) -> illegal
+            skipped + result 500 -> illegal
+            skipped + result 502 -> illegal
+            skipped + kill -> illegal
+            skipped + skip -> illegal
+            skipped + lost -> illegal
+            skipped + deadline passed -> illegal
         "#]],
-    );
-}
-
-/// Only the legal moves, for tables about one consequence.
-fn check_legal(run: RunFacts, job: Option<&JobFacts>, expect: Expect) {
-    let legal: String = render(run, job)
-        .lines()
-        .filter(|line| !line.ends_with("illegal"))
-        .map(|line| format!("{line}\n"))
-        .collect();
-    expect.assert_eq(&legal);
-}
-
-const FIX_DELAY_JOB: JobFacts =
-    JobFacts { retry_count: 1, has_children: false, fix_delay_ms: Some(30_000) };
-
-#[test]
-fn a_fix_delay_fire_schedules_the_next_once_no_retry_follows() {
-    // The first try: a failure is retried, so only the ends without a retry set the next fire.
-    check_legal(
-        FIRST_TRY,
-        Some(&FIX_DELAY_JOB),
-        expect![[r#"
-        pending + claim -> dispatching
-        pending + kill -> killed handle 500 `killed before it was sent`, +next fire in 30000 ms
-        pending + skip -> skipped handle 200 `stopped`, +next fire in 30000 ms
-        dispatching + claim -> dispatching
-        dispatching + sent -> running trigger 200, `sent to http://e1`, dispatched 1000 deadline 6100
-        dispatching + not sent -> failed trigger 500, `refused`, handle 500 `trigger failed: refused`, +retry
-        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +next fire in 30000 ms
-        dispatching + result 200 (accepted unrecorded) -> success trigger 200, `sent to http://e1`, dispatched 850 deadline 0, handle 200 `ok`, +next fire in 30000 ms
-        dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +retry
-        dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
-        dispatching + kill -> dispatching +kill requested
-        dispatching + skip -> skipped handle 200 `stopped`, +next fire in 30000 ms
-        dispatching + lost -> lost handle 500 `gone`, +retry, +send kill
-        running + result 200 -> success handle 200 `ok`, +next fire in 30000 ms
-        running + result 200 (accepted unrecorded) -> success handle 200 `ok`, +next fire in 30000 ms
-        running + result 500 -> failed handle 500 `boom`, +retry
-        running + result 502 -> timed_out handle 502 `slow`, +retry
-        running + kill -> running +kill requested, +send kill
-        running + lost -> lost handle 500 `gone`, +retry, +send kill
-        running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +retry, +send kill
-    "#]],
-    );
-}
-
-#[test]
-fn the_last_try_of_a_fix_delay_fire_schedules_the_next_whatever_its_end() {
-    let retry = RunFacts { attempt: 1, trigger_type: TriggerType::Retry, ..FIRST_TRY };
-    check_legal(
-        retry,
-        Some(&FIX_DELAY_JOB),
-        expect![[r#"
-        pending + claim -> dispatching
-        pending + kill -> killed handle 500 `killed before it was sent`, +next fire in 30000 ms
-        dispatching + claim -> dispatching
-        dispatching + sent -> running trigger 200, `sent to http://e1`, dispatched 1000 deadline 6100
-        dispatching + not sent -> failed trigger 500, `refused`, handle 500 `trigger failed: refused`, +alarm, +next fire in 30000 ms
-        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`, +next fire in 30000 ms
-        dispatching + result 200 (accepted unrecorded) -> success trigger 200, `sent to http://e1`, dispatched 850 deadline 0, handle 200 `ok`, +next fire in 30000 ms
-        dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +alarm, +next fire in 30000 ms
-        dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +alarm, +next fire in 30000 ms
-        dispatching + kill -> dispatching +kill requested
-        dispatching + lost -> lost handle 500 `gone`, +send kill, +alarm, +next fire in 30000 ms
-        running + result 200 -> success handle 200 `ok`, +next fire in 30000 ms
-        running + result 200 (accepted unrecorded) -> success handle 200 `ok`, +next fire in 30000 ms
-        running + result 500 -> failed handle 500 `boom`, +alarm, +next fire in 30000 ms
-        running + result 502 -> timed_out handle 502 `slow`, +alarm, +next fire in 30000 ms
-        running + kill -> running +kill requested, +send kill
-        running + lost -> lost handle 500 `gone`, +send kill, +alarm, +next fire in 30000 ms
-        running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +send kill, +alarm, +next fire in 30000 ms
-        "#]],
-    );
-}
-
-#[test]
-fn a_manual_run_of_a_fix_delay_job_schedules_nothing() {
-    let manual = RunFacts { trigger_type: TriggerType::Manual, from_fire: false, ..FIRST_TRY };
-    check_legal(
-        manual,
-        Some(&FIX_DELAY_JOB),
-        expect![[r#"
-        pending + claim -> dispatching
-        pending + kill -> killed handle 500 `killed before it was sent`
-        dispatching + claim -> dispatching
-        dispatching + sent -> running trigger 200, `sent to http://e1`, dispatched 1000 deadline 6100
-        dispatching + not sent -> failed trigger 500, `refused`, handle 500 `trigger failed: refused`, +retry
-        dispatching + result 200 -> success trigger 200, dispatched 900 deadline 0, handle 200 `ok`
-        dispatching + result 200 (accepted unrecorded) -> success trigger 200, `sent to http://e1`, dispatched 850 deadline 0, handle 200 `ok`
-        dispatching + result 500 -> failed trigger 200, handle 500 `boom`, +retry
-        dispatching + result 502 -> timed_out trigger 200, handle 502 `slow`, +retry
-        dispatching + kill -> dispatching +kill requested
-        dispatching + lost -> lost handle 500 `gone`, +retry, +send kill
-        running + result 200 -> success handle 200 `ok`
-        running + result 200 (accepted unrecorded) -> success handle 200 `ok`
-        running + result 500 -> failed handle 500 `boom`, +retry
-        running + result 502 -> timed_out handle 502 `slow`, +retry
-        running + kill -> running +kill requested, +send kill
-        running + lost -> lost handle 500 `gone`, +retry, +send kill
-        running + deadline passed -> timed_out handle 502 `timed out: no result within the job's timeout and the grace period`, +retry, +send kill
-    "#]],
     );
 }
 

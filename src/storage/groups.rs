@@ -6,7 +6,7 @@ use sqlx::any::AnyRow;
 use super::{Db, Result, parse_column, split_list};
 use crate::model::{AddressType, Group};
 
-const COLUMNS: &str = "id, app_name, title, address_type, addresses";
+const COLUMNS: &str = "id, app_name, title, address_type, addresses, max_concurrent_runs";
 
 impl Db {
     /// Creates a group; a duplicate `app_name` is a constraint violation.
@@ -16,20 +16,50 @@ impl Db {
         title: &str,
         address_type: AddressType,
         addresses: &[String],
+        max_concurrent_runs: i64,
         now_ms: i64,
     ) -> Result<Group> {
         let row = sqlx::query(&format!(
-            "insert into groups (app_name, title, address_type, addresses, created_at, updated_at)
-             values ($1, $2, $3, $4, $5, $5) returning {COLUMNS}"
+            "insert into groups (app_name, title, address_type, addresses, max_concurrent_runs,
+                created_at, updated_at)
+             values ($1, $2, $3, $4, $5, $6, $6) returning {COLUMNS}"
         ))
         .bind(app_name)
         .bind(title)
         .bind(address_type.as_str())
         .bind(addresses.join(","))
+        .bind(max_concurrent_runs)
         .bind(now_ms)
         .fetch_one(self.writer())
         .await?;
         group_from_row(&row)
+    }
+
+    /// Replaces group `id`'s title, addresses and cap (its `app_name` stays: executors register
+    /// under it). `None` when there is no such group.
+    pub async fn update_group(
+        &self,
+        id: i64,
+        title: &str,
+        address_type: AddressType,
+        addresses: &[String],
+        max_concurrent_runs: i64,
+        now_ms: i64,
+    ) -> Result<Option<Group>> {
+        let row = sqlx::query(&format!(
+            "update groups set title = $1, address_type = $2, addresses = $3,
+                max_concurrent_runs = $4, updated_at = $5
+             where id = $6 returning {COLUMNS}"
+        ))
+        .bind(title)
+        .bind(address_type.as_str())
+        .bind(addresses.join(","))
+        .bind(max_concurrent_runs)
+        .bind(now_ms)
+        .bind(id)
+        .fetch_optional(self.writer())
+        .await?;
+        row.as_ref().map(group_from_row).transpose()
     }
 
     /// Creates the group `app_name` unless it exists, and returns it either way.
@@ -76,5 +106,6 @@ fn group_from_row(row: &AnyRow) -> Result<Group> {
         title: row.try_get("title")?,
         address_type: parse_column(row, "address_type")?,
         addresses: split_list(&addresses).map(str::to_owned).collect(),
+        max_concurrent_runs: row.try_get("max_concurrent_runs")?,
     })
 }

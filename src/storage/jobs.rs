@@ -13,8 +13,8 @@ const COLUMNS: &str =
     "id, group_id, name, schedule_type, schedule_conf, time_zone, misfire_strategy,
     route_strategy, block_strategy, timeout_secs, retry_count, glue_type, handler, param,
     child_job_ids, alarm_email, fuel_limit, memory_limit_mb, misfire_threshold_ms,
-    sharding_total_count, sharding_item_parameters, sharding_strategy, alarm_silence_secs, running,
-    next_fire_ms, active_version, created_at, updated_at";
+    sharding_total_count, sharding_item_parameters, sharding_strategy, alarm_silence_secs, retry_interval_secs,
+    retry_backoff, retry_max_interval_secs, max_concurrent_runs, running, next_fire_ms, active_version, created_at, updated_at";
 
 /// The key of the PostgreSQL advisory lock that changes of the child-job graph take, so that
 /// they are checked and written one at a time ("wjchild" in ASCII).
@@ -40,9 +40,11 @@ impl Db {
                 misfire_strategy, route_strategy, block_strategy, timeout_secs, retry_count,
                 glue_type, handler, param, child_job_ids, alarm_email, fuel_limit, memory_limit_mb,
                 misfire_threshold_ms, sharding_total_count, sharding_item_parameters,
-                sharding_strategy, alarm_silence_secs, running, next_fire_ms, created_at, updated_at)
+                sharding_strategy, alarm_silence_secs, retry_interval_secs, retry_backoff,
+                retry_max_interval_secs, max_concurrent_runs, running, next_fire_ms, created_at,
+                updated_at)
              values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-                $18, $19, $20, $21, $22, 0, 0, $23, $23)
+                $18, $19, $20, $21, $22, $23, $24, $25, $26, 0, 0, $27, $27)
              returning {COLUMNS}"
         );
         let row = bind_job(sqlx::query(&sql), job).bind(now_ms).fetch_one(self.writer()).await?;
@@ -257,7 +259,7 @@ impl Db {
             let count = if moved { fire.runs.len() } else { 0 };
             let fired = created.by_ref().take(count).flatten().map(|claim| match fire.claim {
                 Some(_) => Fired::Claimed(Box::new(claim)),
-                None => Fired::Pending(claim.run.id),
+                None => Fired::Pending { id: claim.run.id, job_id: claim.run.job_id },
             });
             all_fired.push(fired.collect());
         }
@@ -319,7 +321,12 @@ pub struct Fire {
 #[derive(Debug)]
 pub enum Fired {
     /// Pending: to be claimed before it is sent.
-    Pending(i64),
+    Pending {
+        /// The run's id.
+        id: i64,
+        /// Its job's id.
+        job_id: i64,
+    },
     /// Claimed at creation.
     Claimed(Box<Claim>),
 }
@@ -328,7 +335,7 @@ impl Fired {
     /// The run's id.
     pub fn id(&self) -> i64 {
         match self {
-            Fired::Pending(id) => *id,
+            Fired::Pending { id, .. } => *id,
             Fired::Claimed(claim) => claim.run.id,
         }
     }
@@ -362,6 +369,10 @@ fn bind_job<'q>(
         .bind(&job.sharding_item_parameters)
         .bind(job.sharding_strategy.as_str())
         .bind(job.alarm_silence_secs)
+        .bind(job.retry_interval_secs)
+        .bind(job.retry_backoff.as_str())
+        .bind(job.retry_max_interval_secs)
+        .bind(job.max_concurrent_runs)
 }
 
 /// The statement of a job's update: its fields, then `updated_at`, the next fire and the id.
@@ -373,12 +384,13 @@ fn update_sql() -> String {
             child_job_ids = $14, alarm_email = $15, fuel_limit = $16, memory_limit_mb = $17,
             misfire_threshold_ms = $18, sharding_total_count = $19,
             sharding_item_parameters = $20, sharding_strategy = $21,
-            alarm_silence_secs = $22, updated_at = $23,
+            alarm_silence_secs = $22, retry_interval_secs = $23, retry_backoff = $24,
+            retry_max_interval_secs = $25, max_concurrent_runs = $26, updated_at = $27,
             next_fire_ms = case
                 when running = 0 then 0
                 when next_fire_ms = 0 and schedule_type = 'FIX_DELAY' and $3 = 'FIX_DELAY' then 0
-                else $24 end
-         where id = $25 returning {COLUMNS}"
+                else $28 end
+         where id = $29 returning {COLUMNS}"
     )
 }
 
@@ -414,6 +426,10 @@ fn job_from_row(row: &impl Cells) -> Result<Job> {
             sharding_item_parameters: row.required_text("sharding_item_parameters")?,
             sharding_strategy: parse_column(row, "sharding_strategy")?,
             alarm_silence_secs: row.required_int("alarm_silence_secs")?,
+            retry_interval_secs: row.required_int("retry_interval_secs")?,
+            retry_backoff: parse_column(row, "retry_backoff")?,
+            retry_max_interval_secs: row.required_int("retry_max_interval_secs")?,
+            max_concurrent_runs: row.required_int("max_concurrent_runs")?,
         },
         running: row.required_int("running")? == 1,
         next_fire_ms: row.required_int("next_fire_ms")?,

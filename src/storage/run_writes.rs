@@ -480,6 +480,7 @@ fn inserted(insert: &Insert<'_>, id: i64) -> Claim {
         dispatched_at_ms: 0,
         started_at_ms: 0,
         first_claimed_at_ms,
+        held: false,
     };
     Claim { run, fence }
 }

@@ -18,7 +18,7 @@ use crate::model::{RunRecord, RunState, ShardingItem, TriggerType};
 pub(super) const COLUMNS: &str = "id, job_id, executor_address, trigger_type, trigger_time, param, trigger_code,
     trigger_msg, handle_time, handle_code, handle_msg, shard_index, shard_total, attempt, version, sha256,
     fuel_used, state, parent_run_id, kill_requested, dispatched_at, started_at, claimed_at,
-    fire_time, sharding_items";
+    fire_time, sharding_items, held";
 
 /// SQL for "the run has ended".
 const TERMINAL: &str = "state in ('success', 'failed', 'timed_out', 'killed', 'lost', 'skipped')";
@@ -158,30 +158,32 @@ impl Db {
         Ok(RunPage { total: total.min(cap), total_capped: total > cap, has_more, items })
     }
 
-    /// Ids of runs a dispatcher may claim now: pending runs due at or before `due_ms`, and runs
-    /// whose dispatcher's lease ran out before `now_ms`; the oldest first, at most `limit`.
+    /// Runs a dispatcher may claim now, as (run id, job id): pending runs due at or before
+    /// `due_ms` that no cap holds, and runs whose dispatcher's lease ran out before `now_ms`;
+    /// the oldest first, at most `limit`.
     pub async fn dispatchable_runs(
         &self,
         due_ms: i64,
         now_ms: i64,
         limit: i64,
-    ) -> Result<Vec<i64>> {
+    ) -> Result<Vec<(i64, i64)>> {
         let mut ids = Vec::new();
         for (sql, bound) in [
             (
-                "select id from runs where state = 'pending' and trigger_time <= $1
+                "select id, job_id from runs
+                 where state = 'pending' and held = 0 and trigger_time <= $1
                  order by trigger_time limit $2",
                 due_ms,
             ),
             (
-                "select id from runs where state = 'dispatching' and lease_until < $1
+                "select id, job_id from runs where state = 'dispatching' and lease_until < $1
                  order by lease_until limit $2",
                 now_ms,
             ),
         ] {
             let rows = sqlx::query(sql).bind(bound).bind(limit).fetch_all(&self.pool).await?;
             for row in rows {
-                ids.push(row.try_get("id")?);
+                ids.push((row.try_get("id")?, row.try_get("job_id")?));
             }
         }
         Ok(ids)
@@ -295,6 +297,7 @@ pub(super) fn run_from_row(row: &impl Cells) -> Result<RunRecord> {
         first_claimed_at_ms: row.required_int("claimed_at")?,
         fire_time_ms: row.int("fire_time")?,
         sharding_items: parse_items(&row.required_text("sharding_items")?)?,
+        held: row.required_int("held")? != 0,
     })
 }
 

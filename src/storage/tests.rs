@@ -3,6 +3,7 @@
 
 mod accounts;
 mod alarms;
+mod caps;
 
 use super::*;
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
@@ -56,6 +57,10 @@ fn new_job(group_id: i64) -> JobSpec {
         sharding_item_parameters: "0=Beijing,2=Guangzhou".to_owned(),
         sharding_strategy: ShardingStrategy::RotateServerByName,
         alarm_silence_secs: 300,
+        retry_interval_secs: 15,
+        retry_backoff: crate::model::RetryBackoff::Exponential,
+        retry_max_interval_secs: 600,
+        max_concurrent_runs: 4,
     }
 }
 
@@ -85,19 +90,32 @@ async fn groups_and_registry() {
                 "Billing",
                 AddressType::Manual,
                 &["http://a:9999".to_owned()],
+                0,
                 1,
             )
             .await
             .unwrap();
         assert_eq!(group.addresses, vec!["http://a:9999"]);
-        let dup = db.create_group("billing", "Again", AddressType::Auto, &[], 2).await.unwrap_err();
+        let dup =
+            db.create_group("billing", "Again", AddressType::Auto, &[], 0, 2).await.unwrap_err();
         assert!(dup.is_constraint_violation(), "{dup}");
         let first = db.ensure_group("default", "Default", 3).await.unwrap();
         let again = db.ensure_group("default", "Other title", 4).await.unwrap();
         assert_eq!(first, again);
         assert_eq!(db.list_groups().await.unwrap().len(), 2);
-        assert_eq!(db.get_group(group.id).await.unwrap(), Some(group));
+        assert_eq!(db.get_group(group.id).await.unwrap().as_ref(), Some(&group));
         assert_eq!(db.get_group(999).await.unwrap(), None);
+        let updated = db
+            .update_group(group.id, "Billing team", AddressType::Auto, &[], 3, 5)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (updated.app_name.as_str(), updated.title.as_str(), updated.max_concurrent_runs),
+            ("billing", "Billing team", 3)
+        );
+        assert_eq!(db.get_group(group.id).await.unwrap(), Some(updated));
+        assert_eq!(db.update_group(999, "x", AddressType::Auto, &[], 0, 6).await.unwrap(), None);
 
         db.upsert_registration(
             "EXECUTOR",
@@ -462,7 +480,7 @@ async fn runs_move_through_their_lifecycle_once() {
         assert!(db.create_run(&fire(1, 600, 0), 1).await.unwrap().is_some());
         assert!(db.create_run(&fire(1, 600, 0), 1).await.unwrap().is_none());
         assert!(db.create_run(&fire(1, 600, 1), 1).await.unwrap().is_some());
-        assert_eq!(db.dispatchable_runs(550, 100, 10).await.unwrap(), [a, b]);
+        assert_eq!(db.dispatchable_runs(550, 100, 10).await.unwrap(), [(a, 1), (b, 1)]);
 
         // A claim is a lease with an owner; every claim bumps the fence.
         let claim = db.claim_run(a, "admin-1", 100, 200).await.unwrap().unwrap();
@@ -471,7 +489,11 @@ async fn runs_move_through_their_lifecycle_once() {
         assert!(db.claim_run(a, "admin-2", 150, 250).await.unwrap().is_none(), "lease held");
         assert!(db.renew_lease(a, "admin-1", 1, 300).await.unwrap());
         assert!(db.claim_run(a, "admin-2", 250, 350).await.unwrap().is_none(), "renewed");
-        assert_eq!(db.dispatchable_runs(550, 301, 10).await.unwrap(), [b, a], "lease ran out");
+        assert_eq!(
+            db.dispatchable_runs(550, 301, 10).await.unwrap(),
+            [(b, 1), (a, 1)],
+            "lease ran out"
+        );
         let taken = db.claim_run(a, "admin-2", 301, 400).await.unwrap().unwrap();
         assert_eq!((taken.fence, taken.run.first_claimed_at_ms), (2, 100));
         // The old holder can no longer renew, target or record anything.

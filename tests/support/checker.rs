@@ -16,6 +16,8 @@ use std::fmt;
 use std::path::PathBuf;
 
 use sqlx::Row;
+
+mod overlap;
 use wasmjob::model::ScheduleType;
 use wasmjob::schedule::Schedule;
 
@@ -41,6 +43,9 @@ pub struct Check {
     pub database_url: String,
     /// Every executor's data dir.
     pub executor_dirs: Vec<PathBuf>,
+    /// When each executor died (ms), by executor: a run it started and never finished ran
+    /// until its executor's next death.
+    pub executor_deaths: Vec<Vec<i64>>,
     pub windows: Vec<Window>,
     /// Fires this close to a window's end are not expected (the stop may have won the race).
     pub end_margin_ms: i64,
@@ -61,6 +66,9 @@ pub struct Report {
     pub duplicate_attempt0: u64,
     /// Runs with more than one `started` line across all journals.
     pub executed_twice: u64,
+    /// Runs of a job with a concurrency cap that started on an executor while the cap was
+    /// already taken by others of the job still executing (on any executor).
+    pub overlapping_runs: u64,
     /// Unfinished runs older than their job's timeout plus the bound.
     pub not_terminal: u64,
     /// Failed, timed-out or lost runs with attempts left and no `RETRY` run following them.
@@ -85,6 +93,7 @@ impl Report {
             self.missing,
             self.duplicate_attempt0,
             self.executed_twice,
+            self.overlapping_runs,
             self.not_terminal,
             self.failures_without_retry,
             self.successes_without_children,
@@ -115,6 +124,7 @@ impl fmt::Display for Report {
             ("missing", self.missing),
             ("duplicate_attempt0", self.duplicate_attempt0),
             ("executed_twice", self.executed_twice),
+            ("overlapping_runs", self.overlapping_runs),
             ("not_terminal", self.not_terminal),
             ("failures_without_retry", self.failures_without_retry),
             ("successes_without_children", self.successes_without_children),
@@ -156,6 +166,7 @@ struct Job {
     retry_count: i64,
     child_job_ids: Vec<i64>,
     timeout_secs: i64,
+    max_concurrent_runs: i64,
 }
 
 /// Reads the table and the journals and counts.
@@ -176,6 +187,7 @@ pub async fn check(input: &Check) -> Report {
         }
     }
     count_executions(&input.executor_dirs, &mut report);
+    count_overlaps(input, &jobs, &mut report);
     count_report(&input.database_url, &mut report).await;
     report
 }
@@ -314,10 +326,12 @@ async fn read_database(url: &str) -> (Vec<Run>, HashMap<i64, Job>, bool) {
         });
     }
     let mut jobs = HashMap::new();
-    let rows = sqlx::query("select id, retry_count, child_job_ids, timeout_secs from jobs")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+    let rows = sqlx::query(
+        "select id, retry_count, child_job_ids, timeout_secs, max_concurrent_runs from jobs",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
     for row in rows {
         let child_job_ids: String = row.get("child_job_ids");
         let job = Job {
@@ -327,6 +341,7 @@ async fn read_database(url: &str) -> (Vec<Run>, HashMap<i64, Job>, bool) {
                 .filter_map(|id| id.trim().parse().ok())
                 .collect(),
             timeout_secs: row.get("timeout_secs"),
+            max_concurrent_runs: row.get("max_concurrent_runs"),
         };
         jobs.insert(row.get::<i64, _>("id"), job);
     }
@@ -438,6 +453,27 @@ fn count_follow_ups(runs: &[Run], jobs: &HashMap<i64, Job>, report: &mut Report)
     }
 }
 
+fn count_overlaps(input: &Check, jobs: &HashMap<i64, Job>, report: &mut Report) {
+    let caps: HashMap<i64, i64> =
+        jobs.iter().map(|(id, job)| (*id, job.max_concurrent_runs)).collect();
+    if caps.values().all(|cap| *cap == 0) {
+        report.skip("overlapping_runs", "no job has a concurrency cap");
+        return;
+    }
+    let executions =
+        overlap::executions(&input.executor_dirs, &input.executor_deaths, input.now_ms);
+    for (execution, running) in overlap::overlapping(&executions, &caps) {
+        report.overlapping_runs += 1;
+        report.note(
+            "overlapping_runs",
+            format!(
+                "run {} of job {} started at {} while {running:?} ran",
+                execution.log_id, execution.job_id, execution.started_ms
+            ),
+        );
+    }
+}
+
 fn count_executions(executor_dirs: &[PathBuf], report: &mut Report) {
     let journals: Vec<PathBuf> =
         executor_dirs.iter().map(|dir| dir.join("journal")).filter(|dir| dir.is_dir()).collect();
@@ -498,12 +534,29 @@ mod tests {
             })
             .collect();
         let jobs = HashMap::from([
-            (1, Job { retry_count: 1, child_job_ids: vec![2], timeout_secs: 0 }),
-            (2, Job { retry_count: 0, child_job_ids: Vec::new(), timeout_secs: 0 }),
+            (
+                1,
+                Job {
+                    retry_count: 1,
+                    child_job_ids: vec![2],
+                    timeout_secs: 0,
+                    max_concurrent_runs: 0,
+                },
+            ),
+            (
+                2,
+                Job {
+                    retry_count: 0,
+                    child_job_ids: Vec::new(),
+                    timeout_secs: 0,
+                    max_concurrent_runs: 0,
+                },
+            ),
         ]);
         let input = Check {
             database_url: String::new(),
             executor_dirs: Vec::new(),
+            executor_deaths: Vec::new(),
             windows: vec![Window {
                 job_id: 1,
                 cron: "* * * * * ?".to_owned(),

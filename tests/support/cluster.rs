@@ -45,13 +45,15 @@ pub struct Proc {
     child: Option<Child>,
     /// How many times it was started.
     pub starts: u32,
+    /// When its incarnations died (ms since the epoch): killed, or seen to have exited.
+    pub deaths: Vec<i64>,
 }
 
 impl Proc {
     fn new(name: String, port: u16, args: Vec<String>, dir: &Path) -> Proc {
         let log_path = dir.join(format!("{name}.log"));
         let binary = dir.join(PINNED_BINARY);
-        Proc { name, port, binary, args, log_path, child: None, starts: 0 }
+        Proc { name, port, binary, args, log_path, child: None, starts: 0, deaths: Vec::new() }
     }
 
     /// A process of the binary under test outside a [`Cluster`]: `name` run with `args` on
@@ -116,7 +118,9 @@ impl Proc {
         let mut child = self.child.take()?;
         // An error here means it already exited; `wait` reaps it either way.
         let _ = child.kill();
-        Some(child.wait().unwrap())
+        let status = child.wait().unwrap();
+        self.deaths.push(wasmjob::admin::now_ms());
+        Some(status)
     }
 
     /// Kills it and starts it again on the same port and data, with `failpoints` armed.
@@ -134,6 +138,7 @@ impl Proc {
     pub fn exited(&mut self) -> Option<ExitStatus> {
         let status = self.child.as_mut()?.try_wait().unwrap()?;
         self.child = None;
+        self.deaths.push(wasmjob::admin::now_ms());
         Some(status)
     }
 

@@ -286,6 +286,8 @@ fn run_view(run: &RunRecord) -> Value {
         "version": run.version, "fuel_used": run.fuel_used, "dispatched_at": time(run.dispatched_at_ms),
         "started_at": time(run.started_at_ms), "parent_run_id": run.parent_run_id,
         "ended": run.state.is_terminal(),
+        // A pending run waits for its instant: a retry waits out its job's retry interval.
+        "due_at": if run.state == RunState::Pending { time(run.trigger_time_ms) } else { String::new() },
     })
 }
 

@@ -178,6 +178,13 @@ impl Cache {
         Ok(group)
     }
 
+    /// Forgets the cached copy of group `id`: call it after changing the group.
+    pub fn forget_group(&self, id: i64) {
+        if let Ok(mut groups) = self.inner.groups.lock() {
+            groups.remove(&id);
+        }
+    }
+
     /// Forgets the cached copy of job `id`: call it after changing the job.
     pub fn forget_job(&self, id: i64) {
         if let Ok(mut jobs) = self.inner.jobs.lock() {
@@ -278,6 +285,10 @@ mod tests {
             sharding_item_parameters: String::new(),
             sharding_strategy: ShardingStrategy::AverageAllocation,
             alarm_silence_secs: 0,
+            retry_interval_secs: 0,
+            retry_backoff: crate::model::RetryBackoff::Fixed,
+            retry_max_interval_secs: 0,
+            max_concurrent_runs: 0,
         };
         let (one, two) =
             (db.create_job(&spec, 1).await.unwrap(), db.create_job(&spec, 1).await.unwrap());

@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use super::{Dispatcher, Peer, PeerKind, PlannedTrigger, now_ms};
 use crate::failpoint;
+use crate::lifecycle::retry::{RetryPolicy, retry_due_ms};
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
 use crate::model::{Job, MAX_CHILD_JOBS, RunRecord, RunState, ScheduleType, TriggerType};
 use crate::protocol::{HandleCallbackParam, JobIdParam};
@@ -107,6 +108,17 @@ impl Dispatcher {
             // read it again and judge the event anew.
             let Some((run, ids)) = applied else { continue };
             if transition.to.is_terminal() {
+                // An end makes room under the caps of the run's job and group.
+                if let Some(job) = job.as_deref()
+                    && let Some(group_id) = self.cap_group(job).await?
+                {
+                    let this = self.clone();
+                    tokio::spawn(async move {
+                        if let Err(error) = this.release_held(group_id).await {
+                            tracing::warn!("releasing held runs of group {group_id}: {error:#}");
+                        }
+                    });
+                }
                 crate::metrics::admin().run_ended(run.state.as_str(), fuel_used);
                 tracing::info!(
                     run.id = run_id,
@@ -142,7 +154,7 @@ impl Dispatcher {
                     run.state,
                     follow_up.job_id
                 );
-                self.send_at(*id, follow_up.trigger_time_ms);
+                self.send_at(*id, follow_up.job_id, follow_up.trigger_time_ms);
             }
             return Ok(Some(run));
         }
@@ -163,10 +175,19 @@ impl Dispatcher {
         let mut runs = Vec::new();
         let now = now_ms();
         if transition.retry {
+            // The retry is due after the job's retry interval; without a job (deleted) there
+            // is no retry.
+            let policy = job.map_or(RetryPolicy::IMMEDIATE, |job| RetryPolicy {
+                interval_secs: job.spec.retry_interval_secs,
+                backoff: job.spec.retry_backoff,
+                max_interval_secs: job.spec.retry_max_interval_secs,
+            });
+            let attempt = run.attempt + 1;
+            let due_ms = retry_due_ms(now, policy, attempt, rand::random::<f64>());
             runs.push(NewRun {
                 job_id: run.job_id,
                 trigger_type: TriggerType::Retry,
-                trigger_time_ms: now,
+                trigger_time_ms: due_ms,
                 // A retry belongs to its run's fire: unique with it per attempt, and a
                 // `FIX_DELAY` job waits for it before it fires again.
                 fire_time_ms: run.fire_time_ms,
@@ -179,7 +200,7 @@ impl Dispatcher {
                 shard_index: run.shard_index,
                 shard_total: run.shard_total,
                 sharding_items: run.sharding_items.clone(),
-                attempt: run.attempt + 1,
+                attempt,
                 version: run.version.zip(run.sha256.clone()),
                 parent_run_id: Some(run.id),
             });

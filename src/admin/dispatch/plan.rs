@@ -168,7 +168,7 @@ impl Dispatcher {
         for (run, id) in runs.iter().zip(created) {
             if let Some(id) = id {
                 ids.push(id);
-                self.send_at(id, run.trigger_time_ms);
+                self.send_at(id, run.job_id, run.trigger_time_ms);
             }
         }
         Ok(ids)
@@ -188,6 +188,10 @@ impl Dispatcher {
         due_ms: i64,
     ) -> Option<(String, i64)> {
         if matches!(job.spec.route_strategy, RouteStrategy::Failover | RouteStrategy::Busyover) {
+            return None;
+        }
+        // A capped job's runs are claimed only under its cap.
+        if self.cap_group(job).await.ok()?.is_some() {
             return None;
         }
         for run in runs.iter_mut().filter(|run| run.executor_address.is_none()) {

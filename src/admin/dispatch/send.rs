@@ -42,9 +42,9 @@ pub(super) struct Unrecorded {
 }
 
 impl Dispatcher {
-    /// Sends run `run_id` at `due_ms` (now if that has passed).
-    pub fn send_at(&self, run_id: i64, due_ms: i64) {
-        self.send_created_at(Fired::Pending(run_id), due_ms);
+    /// Sends run `run_id` of job `job_id` at `due_ms` (now if that has passed).
+    pub fn send_at(&self, run_id: i64, job_id: i64, due_ms: i64) {
+        self.send_created_at(Fired::Pending { id: run_id, job_id }, due_ms);
     }
 
     /// Sends a newly created run at `due_ms` (now if that has passed): a pending one is claimed
@@ -83,7 +83,7 @@ impl Dispatcher {
                     () = this.inner.timers.cancelled() => return,
                 }
                 let sent = match run {
-                    Fired::Pending(run_id) => this.send(run_id).await,
+                    Fired::Pending { id, job_id } => this.send(id, job_id).await,
                     Fired::Claimed(claim) => this.send_claimed(*claim).await,
                 };
                 if let Err(error) = sent {
@@ -97,11 +97,20 @@ impl Dispatcher {
         );
     }
 
-    /// Claims run `run_id` and sends it to an executor, recording what came of it.
-    pub async fn send(&self, run_id: i64) -> anyhow::Result<()> {
+    /// Claims run `run_id` of job `job_id` and sends it to an executor, recording what came of
+    /// it. A capped job's run is claimed under its caps, or held (see `caps.rs`).
+    pub async fn send(&self, run_id: i64, job_id: i64) -> anyhow::Result<()> {
         let now = now_ms();
         let owner = self.inner.owner.as_str();
-        let claim = self.inner.db.claim_run(run_id, owner, now, now + LEASE_MS).await?;
+        let job = self.inner.cache.job(job_id).await?;
+        let cap_group = match job.as_deref() {
+            Some(job) => self.cap_group(job).await?,
+            None => None,
+        };
+        let claim = match (cap_group, job) {
+            (Some(group_id), Some(job)) => self.claim_capped(run_id, &job, group_id).await?,
+            _ => self.inner.db.claim_run(run_id, owner, now, now + LEASE_MS).await?,
+        };
         match claim {
             Some(claim) => self.send_claimed(claim).await,
             None => Ok(()),

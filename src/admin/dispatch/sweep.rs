@@ -69,8 +69,12 @@ impl Dispatcher {
 
     /// Sends pending runs whose timer was lost, and runs whose dispatcher's lease ran out.
     async fn send_abandoned(&self, now: i64) -> anyhow::Result<()> {
-        for id in self.inner.db.dispatchable_runs(now, now, BATCH).await? {
-            self.send_at(id, now);
+        for (id, job_id) in self.inner.db.dispatchable_runs(now, now, BATCH).await? {
+            self.send_at(id, job_id, now);
+        }
+        // Held runs whose release was lost with its admin (or raced a run's end).
+        for group_id in self.inner.db.groups_with_held_runs(BATCH).await? {
+            self.release_held(group_id).await?;
         }
         Ok(())
     }

@@ -18,21 +18,13 @@ use super::rfc3339;
 use crate::admin::admission::AdmitError;
 use crate::admin::dispatch::{PlannedTrigger, TriggerError};
 use crate::admin::{AppState, now_ms};
-use crate::model::MAX_CHILD_JOBS;
-use crate::model::{DEFAULT_ALARM_SILENCE_SECS, DEFAULT_MISFIRE_THRESHOLD_MS, GlueType, Job};
-use crate::model::{JobSpec, RouteStrategy, ShardingStrategy};
-use crate::model::{ScheduleType, TriggerType};
-use crate::routing::sharding::{MAX_SHARDING_TOTAL_COUNT, parse_item_parameters};
+use crate::model::{Job, ScheduleType, TriggerType};
 use crate::schedule::Schedule;
 use crate::storage::JobUpdate;
 
-/// The shortest misfire threshold: the scheduler commits fires up to a second ahead and passes
-/// at least every second, so a shorter one would call ordinary fires late.
-const MIN_MISFIRE_THRESHOLD_MS: i64 = 1_000;
-/// The longest misfire threshold: one day.
-const MAX_MISFIRE_THRESHOLD_MS: i64 = 86_400_000;
-/// The longest alarm silence window: one day.
-const MAX_ALARM_SILENCE_SECS: i64 = 86_400;
+mod checked;
+
+use self::checked::validate;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -61,6 +53,14 @@ struct JobBody {
     timeout_secs: i64,
     #[serde(default)]
     retry_count: i64,
+    /// Seconds before the first retry; 0 (the default) retries at once.
+    #[serde(default)]
+    retry_interval_secs: i64,
+    /// `FIXED` (the default) or `EXPONENTIAL`: interval × 2^(attempt - 1).
+    retry_backoff: Option<String>,
+    /// The longest wait before a retry, in seconds; 0 (the default) means one day.
+    #[serde(default)]
+    retry_max_interval_secs: i64,
     glue_type: Option<String>,
     handler: Option<String>,
     #[serde(default)]
@@ -77,6 +77,10 @@ struct JobBody {
     #[serde(default)]
     sharding_item_parameters: String,
     sharding_strategy: Option<String>,
+    /// The most runs of the job dispatching or running at once, on all executors; 0 (the
+    /// default) means no cap.
+    #[serde(default)]
+    max_concurrent_runs: i64,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -92,6 +96,9 @@ struct JobResponse {
     block_strategy: &'static str,
     timeout_secs: i64,
     retry_count: i64,
+    retry_interval_secs: i64,
+    retry_backoff: &'static str,
+    retry_max_interval_secs: i64,
     glue_type: &'static str,
     handler: Option<String>,
     param: String,
@@ -104,6 +111,7 @@ struct JobResponse {
     sharding_total_count: i64,
     sharding_item_parameters: String,
     sharding_strategy: &'static str,
+    max_concurrent_runs: i64,
     running: bool,
     next_fire_time: Option<String>,
     active_version: Option<i64>,
@@ -125,6 +133,9 @@ impl From<Job> for JobResponse {
             block_strategy: job.spec.block_strategy.as_str(),
             timeout_secs: job.spec.timeout_secs,
             retry_count: job.spec.retry_count,
+            retry_interval_secs: job.spec.retry_interval_secs,
+            retry_backoff: job.spec.retry_backoff.as_str(),
+            retry_max_interval_secs: job.spec.retry_max_interval_secs,
             glue_type: job.spec.glue_type.as_str(),
             handler: job.spec.handler,
             param: job.spec.param,
@@ -137,6 +148,7 @@ impl From<Job> for JobResponse {
             sharding_total_count: job.spec.sharding_total_count,
             sharding_item_parameters: job.spec.sharding_item_parameters,
             sharding_strategy: job.spec.sharding_strategy.as_str(),
+            max_concurrent_runs: job.spec.max_concurrent_runs,
             running: job.running,
             next_fire_time: rfc3339(job.next_fire_ms),
             active_version: job.active_version,
@@ -199,6 +211,8 @@ async fn update_job(
     };
     state.cache.forget_job(id);
     state.scheduler_wake.notify_one();
+    // A raised or removed cap makes room for held runs now.
+    state.dispatcher.release_held(updated.spec.group_id).await?;
     let updated = JobResponse::from(updated);
     actor.audit(&state, "job.update", format!("job {id}"), Some(&before), Some(&updated)).await;
     Ok(axum::Json(updated))
@@ -427,170 +441,4 @@ fn parse_schedule(
 ) -> Result<Schedule, ApiError> {
     Schedule::parse(kind, conf, time_zone)
         .map_err(|error| ApiError::bad_request("invalid_schedule", error.to_string()))
-}
-
-/// Checks every field of a job body; the parsed schedule comes along. `actor` must be allowed
-/// to trigger each child job, since a success of this one runs them.
-async fn validate(
-    state: &AppState,
-    actor: &Actor,
-    body: JobBody,
-) -> Result<(JobSpec, Schedule), ApiError> {
-    fn field<T: std::str::FromStr>(
-        name: &str,
-        value: Option<String>,
-        default: T,
-    ) -> Result<T, ApiError>
-    where
-        T::Err: std::fmt::Display,
-    {
-        match value {
-            None => Ok(default),
-            Some(text) => text
-                .parse()
-                .map_err(|e| ApiError::bad_request("invalid_job", format!("{name}: {e}"))),
-        }
-    }
-    let invalid = |message: &str| ApiError::bad_request("invalid_job", message.to_owned());
-    let texts = [
-        ("name", Some(&body.name)),
-        ("schedule_conf", Some(&body.schedule_conf)),
-        ("param", Some(&body.param)),
-        ("handler", body.handler.as_ref()),
-        ("alarm_email", body.alarm_email.as_ref()),
-        ("time_zone", body.time_zone.as_ref()),
-        ("sharding_item_parameters", Some(&body.sharding_item_parameters)),
-    ];
-    for (field, text) in texts {
-        if text.is_some_and(|text| text.contains('\0')) {
-            return Err(invalid(&format!("{field}: NUL characters are not allowed")));
-        }
-    }
-    let name = body.name.trim().to_owned();
-    if name.is_empty() || name.len() > 200 {
-        return Err(invalid("name: 1 to 200 characters"));
-    }
-    let schedule_type: ScheduleType =
-        field("schedule_type", Some(body.schedule_type), ScheduleType::None)?;
-    let time_zone = body.time_zone.filter(|zone| !zone.trim().is_empty());
-    let schedule = parse_schedule(schedule_type, &body.schedule_conf, time_zone.as_deref())?;
-    let glue_type = field("glue_type", body.glue_type, GlueType::GlueWasm)?;
-    let handler = body.handler.filter(|handler| !handler.is_empty());
-    if glue_type == GlueType::Bean && handler.is_none() {
-        return Err(invalid("handler: a BEAN job needs the handler's name"));
-    }
-    let handler_chars = |c: char| c.is_ascii_alphanumeric() || "-_.:$@#".contains(c);
-    if handler
-        .as_deref()
-        .is_some_and(|h| h.len() > 255 || h.contains("..") || !h.chars().all(handler_chars))
-    {
-        return Err(invalid(
-            "handler: a name of at most 255 letters, digits and `-_.:$@#`, not a path",
-        ));
-    }
-    if !(0..=86_400 * 7).contains(&body.timeout_secs) {
-        return Err(invalid("timeout_secs: 0 (none) to 604800"));
-    }
-    if !(0..=100).contains(&body.retry_count) {
-        return Err(invalid("retry_count: 0 to 100"));
-    }
-    if body.fuel_limit.is_some_and(|fuel| fuel <= 0) {
-        return Err(invalid("fuel_limit: must be positive"));
-    }
-    if body.memory_limit_mb.is_some_and(|mb| !(1..=4096).contains(&mb)) {
-        return Err(invalid("memory_limit_mb: 1 to 4096"));
-    }
-    let alarm_silence_secs = body.alarm_silence_secs.unwrap_or(DEFAULT_ALARM_SILENCE_SECS);
-    if !(0..=MAX_ALARM_SILENCE_SECS).contains(&alarm_silence_secs) {
-        return Err(invalid(&format!(
-            "alarm_silence_secs: 0 (alarm on every failure) to {MAX_ALARM_SILENCE_SECS} (one day)"
-        )));
-    }
-    if body.param.len() > 64 * 1024 {
-        return Err(invalid("param: at most 64 KiB"));
-    }
-    let misfire_threshold_ms = body.misfire_threshold_ms.unwrap_or(DEFAULT_MISFIRE_THRESHOLD_MS);
-    if !(MIN_MISFIRE_THRESHOLD_MS..=MAX_MISFIRE_THRESHOLD_MS).contains(&misfire_threshold_ms) {
-        return Err(invalid(&format!(
-            "misfire_threshold_ms: {MIN_MISFIRE_THRESHOLD_MS} to {MAX_MISFIRE_THRESHOLD_MS} (one day)"
-        )));
-    }
-    let route_strategy = field("route_strategy", body.route_strategy, RouteStrategy::First)?;
-    let sharding_strategy =
-        field("sharding_strategy", body.sharding_strategy, ShardingStrategy::AverageAllocation)?;
-    let sharding_total_count = u32::try_from(body.sharding_total_count)
-        .ok()
-        .filter(|total| *total <= MAX_SHARDING_TOTAL_COUNT)
-        .ok_or_else(|| {
-            invalid(&format!("sharding_total_count: 0 (not sharded) to {MAX_SHARDING_TOTAL_COUNT}"))
-        })?;
-    let sharding_item_parameters = body.sharding_item_parameters.trim().to_owned();
-    if sharding_total_count == 0 && !sharding_item_parameters.is_empty() {
-        return Err(invalid("sharding_item_parameters: set sharding_total_count to shard the job"));
-    }
-    if sharding_total_count > 0 && route_strategy == RouteStrategy::ShardingBroadcast {
-        return Err(invalid(
-            "sharding_total_count: a job shards by items or by SHARDING_BROADCAST, not both",
-        ));
-    }
-    parse_item_parameters(&sharding_item_parameters, sharding_total_count)
-        .map_err(|error| invalid(&format!("sharding_item_parameters: {error}")))?;
-    if state.db.get_group(body.group_id).await?.is_none() {
-        return Err(ApiError::bad_request(
-            "invalid_job",
-            format!("group_id: group {} does not exist", body.group_id),
-        ));
-    }
-    if body.child_job_ids.len() > MAX_CHILD_JOBS {
-        return Err(invalid(&format!("child_job_ids: at most {MAX_CHILD_JOBS} jobs")));
-    }
-    let mut children = std::collections::HashSet::new();
-    for child in &body.child_job_ids {
-        if !children.insert(*child) {
-            return Err(invalid(&format!("child_job_ids: job {child} is listed twice")));
-        }
-        let Some(child_job) = state.db.get_job(*child).await? else {
-            return Err(invalid(&format!("child_job_ids: job {child} does not exist")));
-        };
-        // The same rule as `POST /jobs/{id}/trigger`: a job's success runs its children.
-        if !actor.principal.may_change_group(child_job.spec.group_id) {
-            return Err(ApiError::forbidden(format!(
-                "child_job_ids: {} `{}` may not trigger job {child} of group {}",
-                actor.principal.role, actor.principal.name, child_job.spec.group_id
-            )));
-        }
-    }
-    let job = JobSpec {
-        group_id: body.group_id,
-        name,
-        schedule_type,
-        schedule_conf: body.schedule_conf.trim().to_owned(),
-        time_zone,
-        misfire_strategy: field(
-            "misfire_strategy",
-            body.misfire_strategy,
-            crate::model::MisfireStrategy::DoNothing,
-        )?,
-        route_strategy,
-        block_strategy: field(
-            "block_strategy",
-            body.block_strategy,
-            crate::model::BlockStrategy::SerialExecution,
-        )?,
-        timeout_secs: body.timeout_secs,
-        retry_count: body.retry_count,
-        glue_type,
-        handler,
-        param: body.param,
-        child_job_ids: body.child_job_ids,
-        alarm_email: body.alarm_email,
-        alarm_silence_secs,
-        fuel_limit: body.fuel_limit,
-        memory_limit_mb: body.memory_limit_mb,
-        misfire_threshold_ms,
-        sharding_total_count: i64::from(sharding_total_count),
-        sharding_item_parameters,
-        sharding_strategy,
-    };
-    Ok((job, schedule))
 }

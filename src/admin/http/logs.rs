@@ -37,6 +37,10 @@ struct RunResponse {
     executor_address: Option<String>,
     trigger_type: &'static str,
     trigger_time: Option<String>,
+    /// For a pending run, when it is due to be sent: a retry waits here out its job's retry
+    /// interval. Absent once the run was sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    due_at: Option<String>,
     param: String,
     trigger_code: i32,
     trigger_msg: String,
@@ -54,6 +58,9 @@ struct RunResponse {
     started_at: Option<String>,
     parent_run_id: Option<i64>,
     kill_requested: bool,
+    /// Pending because its job or group is at its concurrency cap: it is sent when a run of
+    /// that job or group ends.
+    held: bool,
 }
 
 impl From<RunRecord> for RunResponse {
@@ -64,6 +71,9 @@ impl From<RunRecord> for RunResponse {
             executor_address: run.executor_address,
             trigger_type: run.trigger_type.as_str(),
             trigger_time: rfc3339(run.trigger_time_ms),
+            due_at: (run.state == RunState::Pending)
+                .then(|| rfc3339(run.trigger_time_ms))
+                .flatten(),
             param: run.param,
             trigger_code: run.trigger_code,
             trigger_msg: run.trigger_msg,
@@ -85,6 +95,7 @@ impl From<RunRecord> for RunResponse {
             started_at: rfc3339(run.started_at_ms),
             parent_run_id: run.parent_run_id,
             kill_requested: run.kill_requested,
+            held: run.held,
         }
     }
 }

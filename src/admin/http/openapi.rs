@@ -63,6 +63,7 @@ pub struct ApiDoc;
     super::groups::list_groups,
     super::groups::create_group,
     super::groups::get_group,
+    super::groups::update_group,
     super::jobs::list_jobs,
     super::jobs::create_job,
     super::jobs::get_job,

@@ -10,7 +10,8 @@ use crate::storage::{AuditEntry, DayCounts, Db, Dialect, LoginLocks, NewRun};
 async fn users_sessions_and_tokens() {
     each_backend("users", |db| async move {
         assert_eq!(db.count_users().await.unwrap(), 0);
-        let group = db.create_group("billing", "Billing", AddressType::Auto, &[], 1).await.unwrap();
+        let group =
+            db.create_group("billing", "Billing", AddressType::Auto, &[], 0, 1).await.unwrap();
         let alice = db.create_user("alice", "hash-a", Role::Admin, &[], 10).await.unwrap();
         let bob = db.create_user("bob", "hash-b", Role::Operator, &[group.id], 11).await.unwrap();
         assert_eq!((bob.role, bob.group_ids.clone()), (Role::Operator, vec![group.id]));

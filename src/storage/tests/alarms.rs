@@ -292,7 +292,7 @@ async fn the_daily_report_counts_runs_by_state_and_keeps_deleted_ones() {
         // The run left unfinished on day 10 ends: it moves from running to its state.
         let pending = db.dispatchable_runs(i64::MAX, 100, 10).await.unwrap();
         assert_eq!(pending.len(), 1, "{pending:?}");
-        end(pending[0], &ok).await;
+        end(pending[0].0, &ok).await;
         let ended = db.report_days(day(10), day(10)).await.unwrap();
         assert_eq!(render(ended), ["10 ok 3 failed 1 killed 0 running 0 total 4"]);
     })

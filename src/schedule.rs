@@ -37,6 +37,9 @@
 //! day-of-month `W` and in day-of-week `#` and `nL` apply to the smallest value of the list
 //! (`1,15W` is `1W`, `6#1,2` is the first Monday). So is a quirk of `nW` for a day one past the
 //! end of a month, described at `CronExpr::overflow_weekday` and `CronExpr::skipped_month`.
+//! XXL-JOB 2.1 to 3.0 carry this parser of Quartz 2.3; from 3.1, XXL-JOB carries Quartz 2.5's,
+//! which accepts `L` among other days of the month, reads `1,15W` as two days, and refuses an
+//! eighth field. This engine follows Quartz 2.3.2 (`schedule/quartz_vectors.md` says why).
 //!
 //! Where Quartz itself breaks, this engine does not follow: `L-30W` (Quartz loops forever in
 //! short months) fires on the nearest weekday of day 1 in 31-day months; an empty list (`,`)

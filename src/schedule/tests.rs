@@ -475,7 +475,7 @@ fn quartz_vectors() {
         *counts.entry(vector.kind).or_insert(0) += 1;
     }
     assert!(wrong.is_empty(), "{} vectors disagree:\n{}", wrong.len(), wrong.join("\n"));
-    expect![[r#"{"agree": 1144, "dst": 65, "quartz_defect": 3}"#]]
+    expect![[r#"{"agree": 1182, "dst": 65, "horizon": 2, "quartz_defect": 3}"#]]
         .assert_eq(&format!("{counts:?}"));
 }
 

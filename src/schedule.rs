@@ -23,9 +23,12 @@
 //!   `L` takes no other values in the list.
 //! - Day-of-week: `L` alone (Saturday, 7), `nL` (the last such day of the month), `n#k` (the
 //!   k-th, k from 1 to 5). `L` takes no other values in the list and `#` appears at most once.
-//! - Years from 1970; a `*` year (or none) runs to 2099, the end of Quartz's documented range,
-//!   and years past 2099 never fire. So an expression that never matches (`0 0 0 30 2 ?`) has
-//!   no next fire, found within microseconds.
+//! - Years from 1970, and fires up to 100 years ahead ([`HORIZON_YEARS`]). Quartz stops at its
+//!   current year plus 100, read from the clock; this module reads no clock and counts from the
+//!   year of the instant it is asked about ([`Schedule::next_n`]: the first), which for a
+//!   scheduler asking about the present is the same. So in 2026 `0 0 12 1 1 ? 2126` fires and
+//!   `? 2 2#5` has fires after 2099, and an expression that never matches (`0 0 0 30 2 ?`) has
+//!   no next fire, found after about 1,200 month checks.
 //!
 //! Quartz's leniencies are kept, since expressions that work under XXL-JOB must keep working:
 //! what follows a complete value is ignored (`MONDAY` reads as `MON`, `5X` as `5`, and a step
@@ -34,6 +37,9 @@
 //! day-of-month `W` and in day-of-week `#` and `nL` apply to the smallest value of the list
 //! (`1,15W` is `1W`, `6#1,2` is the first Monday). So is a quirk of `nW` for a day one past the
 //! end of a month, described at `CronExpr::overflow_weekday` and `CronExpr::skipped_month`.
+//! XXL-JOB 2.1 to 3.0 carry this parser of Quartz 2.3; from 3.1, XXL-JOB carries Quartz 2.5's,
+//! which accepts `L` among other days of the month, reads `1,15W` as two days, and refuses an
+//! eighth field. This engine follows Quartz 2.3.2 (`schedule/quartz_vectors.md` says why).
 //!
 //! Where Quartz itself breaks, this engine does not follow: `L-30W` (Quartz loops forever in
 //! short months) fires on the nearest weekday of day 1 in 31-day months; an empty list (`,`)
@@ -84,6 +90,7 @@ mod zone;
 
 use std::str::FromStr;
 
+use chrono::Datelike;
 use chrono_tz::Tz;
 
 use self::cron::CronExpr;
@@ -93,6 +100,10 @@ use crate::model::{MisfireStrategy, ScheduleType, TriggerType};
 
 /// The longest accepted `FIX_RATE`, in seconds: one year of 365 days.
 pub const MAX_FIX_RATE_SECS: i64 = 31_536_000;
+
+/// How many years past the year asked about a cron expression may fire: Quartz's limit is its
+/// current year plus 100.
+pub const HORIZON_YEARS: i32 = 100;
 
 /// Why a schedule configuration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -233,39 +244,46 @@ impl Schedule {
     }
 
     /// The first fire time strictly after `after_ms` (ms since the Unix epoch, UTC), or `None`
-    /// for a `NONE` schedule, a cron expression with no match up to the end of 2099, or an
-    /// overflow.
+    /// for a `NONE` schedule, a cron expression with no match up to the end of the year
+    /// [`HORIZON_YEARS`] after that of `after_ms`, or an overflow.
     ///
     /// A cron fire is always on a whole second; `FIX_RATE` returns `after_ms` plus the rate,
     /// keeping its milliseconds (XXL-JOB: the next fire is the previous fire plus the rate).
     /// `FIX_DELAY` returns `after_ms` plus the delay: the first fire of a job started, or whose
     /// last run ended, at `after_ms`. `ONCE` returns its instant if it is after `after_ms`.
     pub fn next_after(&self, after_ms: i64) -> Option<i64> {
-        match &self.rule {
-            Rule::Cron { cron, zone } => next_cron(cron, *zone, after_ms),
-            Rule::FixRate { rate_ms } => after_ms.checked_add(*rate_ms),
-            Rule::FixDelay { delay_ms } => after_ms.checked_add(*delay_ms),
-            Rule::Once { at_ms } => (*at_ms > after_ms).then_some(*at_ms),
-            Rule::None => None,
-        }
+        self.next_within(after_ms, last_year(after_ms))
     }
 
     /// Up to `count` successive fire times after `after_ms`, in increasing order.
     ///
     /// A `FIX_DELAY` schedule gives at most its first fire: the fires after it depend on how
-    /// long its runs take.
+    /// long its runs take. Cron fires stop 100 years after the year of `after_ms`, the first
+    /// instant asked about, as Quartz's fires stop at its current year plus 100.
     pub fn next_n(&self, after_ms: i64, count: usize) -> Vec<i64> {
         let count = if matches!(self.rule, Rule::FixDelay { .. }) { count.min(1) } else { count };
+        let last_year = last_year(after_ms);
         // A plain loop rather than `iter::successors`, which would search for one fire more.
         let mut fires = Vec::new();
         let mut cursor = after_ms;
         while fires.len() < count
-            && let Some(next) = self.next_after(cursor)
+            && let Some(next) = self.next_within(cursor, last_year)
         {
             fires.push(next);
             cursor = next;
         }
         fires
+    }
+
+    /// [`Schedule::next_after`], with cron fires up to the end of `last_year`.
+    fn next_within(&self, after_ms: i64, last_year: i32) -> Option<i64> {
+        match &self.rule {
+            Rule::Cron { cron, zone } => next_cron(cron, *zone, after_ms, last_year),
+            Rule::FixRate { rate_ms } => after_ms.checked_add(*rate_ms),
+            Rule::FixDelay { delay_ms } => after_ms.checked_add(*delay_ms),
+            Rule::Once { at_ms } => (*at_ms > after_ms).then_some(*at_ms),
+            Rule::None => None,
+        }
     }
 }
 
@@ -289,11 +307,18 @@ fn parse_rate(conf: &str) -> Option<i64> {
         .filter(|secs| (1..=MAX_FIX_RATE_SECS).contains(secs))
 }
 
-/// The first cron fire strictly after `after_ms`, following the module's DST policy.
-fn next_cron(cron: &CronExpr, zone: Tz, after_ms: i64) -> Option<i64> {
+/// The last year a cron fire may fall in when asked about `at_ms`: its year (UTC) plus 100.
+fn last_year(at_ms: i64) -> i32 {
+    chrono::DateTime::from_timestamp_millis(at_ms)
+        .map_or(cron::LAST_YEAR, |at| at.year().saturating_add(HORIZON_YEARS))
+}
+
+/// The first cron fire strictly after `after_ms` and up to the end of `last_year`, following
+/// the module's DST policy.
+fn next_cron(cron: &CronExpr, zone: Tz, after_ms: i64, last_year: i32) -> Option<i64> {
     // Fires fall on whole seconds, so "after the second containing `after_ms`" is the same as
     // "strictly after `after_ms`".
-    let fire = zone::next_fire(cron, zone, after_ms.div_euclid(1000))?;
+    let fire = zone::next_fire(cron, zone, after_ms.div_euclid(1000), last_year)?;
     fire.checked_mul(1000)
 }
 

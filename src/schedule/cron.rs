@@ -7,9 +7,10 @@
 //! business.
 //!
 //! The search never steps second by second: it jumps to the next year, month, day, hour, minute
-//! and second in the field sets, computing each month's matching days at once. Years stop at
-//! [`LAST_YEAR`], so an expression that never matches (`0 0 0 30 2 ?`) is answered after at most
-//! a few hundred month checks.
+//! and second in the field sets, computing each month's matching days at once. It stops after the
+//! last year its caller allows (Quartz's "current year plus 100", see the `schedule` module doc),
+//! so an expression that never matches (`0 0 0 30 2 ?`) is answered after at most about a
+//! thousand month checks. The engine reads no clock: the caller says which year is the last.
 #![warn(missing_docs)]
 
 use std::fmt;
@@ -21,8 +22,12 @@ mod parse;
 /// The first year a fire can fall in (Quartz's lower bound).
 pub const FIRST_YEAR: i32 = 1970;
 
-/// The last year a fire can fall in: the end of Quartz's documented year range.
-pub const LAST_YEAR: i32 = 2099;
+/// The last year a fire can ever fall in, whatever the caller allows: Quartz gives up a search
+/// that passes 2999.
+pub const LAST_YEAR: i32 = 2999;
+
+/// The number of words of the year set, one bit per year from [`FIRST_YEAR`] to [`LAST_YEAR`].
+const YEAR_WORDS: usize = (LAST_YEAR - FIRST_YEAR) as usize / 64 + 1;
 
 /// One of the seven fields of an expression.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +71,7 @@ pub struct CronExpr {
     /// Bits 1–12.
     months: u64,
     /// Bit `y - FIRST_YEAR` for each year from [`FIRST_YEAR`] to [`LAST_YEAR`].
-    years: [u64; 3],
+    years: [u64; YEAR_WORDS],
     repeats_hourly: bool,
 }
 
@@ -101,14 +106,14 @@ impl CronExpr {
     }
 
     /// The first wall time strictly after `after` (taken to the whole second) that matches, or
-    /// `None` when there is none up to the end of [`LAST_YEAR`].
-    pub fn next_after(&self, after: NaiveDateTime) -> Option<NaiveDateTime> {
+    /// `None` when there is none up to the end of `last_year` (or of [`LAST_YEAR`], if earlier).
+    pub fn next_after(&self, after: NaiveDateTime, last_year: i32) -> Option<NaiveDateTime> {
         let start = after.with_nanosecond(0)?.checked_add_signed(TimeDelta::seconds(1))?;
-        self.next_from(start)
+        self.next_from(start, last_year.min(LAST_YEAR))
     }
 
-    /// The first matching wall time at or after `start` (a whole second).
-    fn next_from(&self, start: NaiveDateTime) -> Option<NaiveDateTime> {
+    /// The first matching wall time at or after `start` (a whole second), up to `last_year`.
+    fn next_from(&self, start: NaiveDateTime, last_year: i32) -> Option<NaiveDateTime> {
         let (mut year, mut month, mut day) = (start.year(), start.month(), start.day());
         let mut floor = Some((start.hour(), start.minute(), start.second()));
         if year < FIRST_YEAR {
@@ -122,7 +127,7 @@ impl CronExpr {
             }
             _ => self.skipped_month(NaiveDate::from_ymd_opt(year, month, day)?),
         };
-        while year <= LAST_YEAR {
+        while year <= last_year {
             if !self.has_year(year) {
                 (year, month, day, floor) = (year + 1, 1, 1, None);
                 continue;

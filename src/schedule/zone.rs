@@ -18,13 +18,14 @@ use super::cron::CronExpr;
 const MAX_TRANSITION_SECS: i64 = 3 * 86_400;
 
 /// The first fire strictly after `after_sec` (seconds since the Unix epoch), or `None` when the
-/// expression has no further match.
-pub fn next_fire(cron: &CronExpr, zone: Tz, after_sec: i64) -> Option<i64> {
+/// expression has no further match up to the end of `last_year`.
+pub fn next_fire(cron: &CronExpr, zone: Tz, after_sec: i64, last_year: i32) -> Option<i64> {
     let after = DateTime::from_timestamp(after_sec, 0)?;
     let wall = after.with_timezone(&zone).naive_local();
     let repeats = cron.repeats_hourly();
+    let next_after = |wall: NaiveDateTime| cron.next_after(wall, last_year);
     let MappedLocalTime::Ambiguous(first, second) = zone.from_local_datetime(&wall) else {
-        return resolve(cron, zone, cron.next_after(wall)?, repeats);
+        return resolve(next_after, zone, next_after(wall)?, repeats);
     };
     // `after` lies in an overlap: the wall times from `start` to `end` (exclusive) happen once
     // with the earlier offset (the first pass) and again with the later one (the second pass).
@@ -36,24 +37,29 @@ pub fn next_fire(cron: &CronExpr, zone: Tz, after_sec: i64) -> Option<i64> {
     let before = |wall: NaiveDateTime| wall.checked_sub_signed(TimeDelta::seconds(1));
     let in_overlap = |candidate: &NaiveDateTime| *candidate < end;
     if first.timestamp() == after_sec {
-        if let Some(candidate) = cron.next_after(wall).filter(in_overlap) {
+        if let Some(candidate) = next_after(wall).filter(in_overlap) {
             return zone.from_local_datetime(&candidate).earliest().map(|fire| fire.timestamp());
         }
-        if repeats && let Some(candidate) = cron.next_after(before(start)?).filter(in_overlap) {
+        if repeats && let Some(candidate) = next_after(before(start)?).filter(in_overlap) {
             return zone.from_local_datetime(&candidate).latest().map(|fire| fire.timestamp());
         }
-    } else if repeats && let Some(candidate) = cron.next_after(wall).filter(in_overlap) {
+    } else if repeats && let Some(candidate) = next_after(wall).filter(in_overlap) {
         return zone.from_local_datetime(&candidate).latest().map(|fire| fire.timestamp());
     }
     // Fixed times fire on the first pass only, so the search resumes where the overlap ends.
-    let resume = cron.next_after(before(end)?.max(wall))?;
-    resolve(cron, zone, resume, repeats)
+    let resume = next_after(before(end)?.max(wall))?;
+    resolve(next_after, zone, resume, repeats)
 }
 
 /// The instant of the matching wall time `candidate`, which lies after the wall time of the
 /// instant searched from: the first pass of an overlap, and for a gap either the instant the
 /// gap ends (fixed times) or the next match after the gap (repeating schedules).
-fn resolve(cron: &CronExpr, zone: Tz, mut candidate: NaiveDateTime, repeats: bool) -> Option<i64> {
+fn resolve(
+    next_after: impl Fn(NaiveDateTime) -> Option<NaiveDateTime>,
+    zone: Tz,
+    mut candidate: NaiveDateTime,
+    repeats: bool,
+) -> Option<i64> {
     loop {
         if let Some(fire) = zone.from_local_datetime(&candidate).earliest() {
             return Some(fire.timestamp());
@@ -64,7 +70,7 @@ fn resolve(cron: &CronExpr, zone: Tz, mut candidate: NaiveDateTime, repeats: boo
         if !repeats {
             return zone.from_local_datetime(&end).earliest().map(|fire| fire.timestamp());
         }
-        candidate = cron.next_after(end.checked_sub_signed(TimeDelta::seconds(1))?)?;
+        candidate = next_after(end.checked_sub_signed(TimeDelta::seconds(1))?)?;
     }
 }
 

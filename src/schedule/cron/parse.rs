@@ -8,7 +8,7 @@
 //! cannot evaluate (an empty list, `L` outside the day fields). It does not search for fire
 //! times; `cron.rs` does.
 
-use super::{CronError, CronExpr, DayRule, FIRST_YEAR, Field, LAST_YEAR};
+use super::{CronError, CronExpr, DayRule, FIRST_YEAR, Field, LAST_YEAR, YEAR_WORDS};
 
 const FIELDS: [Field; 7] = [
     Field::Second,
@@ -43,7 +43,7 @@ impl Field {
 #[derive(Default)]
 struct FieldSet {
     bits: u64,
-    years: [u64; 3],
+    years: [u64; YEAR_WORDS],
     /// `?` was given.
     no_spec: bool,
 }
@@ -89,7 +89,7 @@ pub(super) fn parse(expr: &str) -> Result<CronExpr, CronError> {
     let mut modifiers = Modifiers::default();
     for (index, &field) in FIELDS.iter().enumerate() {
         let Some(&(offset, token)) = tokens.get(index) else {
-            sets[index] = FieldSet { years: [u64::MAX; 3], ..FieldSet::default() };
+            sets[index] = FieldSet { years: [u64::MAX; YEAR_WORDS], ..FieldSet::default() };
             continue;
         };
         let error = |at: usize, reason: &str| CronError {
@@ -125,7 +125,7 @@ pub(super) fn parse(expr: &str) -> Result<CronExpr, CronError> {
             item_start += item.len() + 1;
         }
         let set = &sets[index];
-        let empty = set.bits == 0 && set.years == [0; 3] && !set.no_spec;
+        let empty = set.bits == 0 && set.years == [0; YEAR_WORDS] && !set.no_spec;
         let last_day = field == Field::DayOfMonth && modifiers.last_day.is_some();
         if empty && !last_day && field != Field::Year {
             return Err(error(0, "the field has no value"));

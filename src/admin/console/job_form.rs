@@ -7,13 +7,15 @@
 //! each input as the type its `data-type` says (`console.js`, `formBody`).
 //!
 //! The bounds of the number inputs repeat the API's, so that the browser refuses what the API
-//! would; `console::every_number_on_the_job_form_has_the_apis_bounds` holds them equal. The
-//! API stays the judge: this file does not validate anything.
+//! would; `console::job_form::every_number_on_the_job_form_has_the_apis_bounds` holds them
+//! equal. The API stays the judge: this file does not validate anything.
 //!
 //! To add a job field, add its row to its section in [`sections`], then `field.NAME` and
 //! `help.NAME` to both catalogs (`i18n/en.json`, `i18n/zh.json`). A choice of a model enum
-//! lists its `ALL` with [`spellings`]; labels for its values go under a catalog prefix of their
-//! own, which the i18n test's list of completed prefixes names.
+//! lists its `ALL` with [`spellings`] and labels each value under a catalog prefix of its own
+//! (`sharding.CONSISTENT_HASH`); the i18n test finds those keys through the row. The browser
+//! tests (`tests/console_browser/job_fields.rs`) set every field a job has, so they ask for a
+//! value of the new one too.
 
 use serde_json::{Value, json};
 

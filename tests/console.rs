@@ -1,6 +1,8 @@
 //! The console through the router (no socket): every page in English and in Chinese, chosen by
 //! `Accept-Language` or the `lang` cookie, and the runs list filtered by time, in the API and on
-//! the runs page.
+//! the runs page. `job_form.rs`: the job form against the API's job.
+
+mod job_form;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
@@ -163,9 +165,18 @@ async fn every_page_speaks_english_or_chinese_as_the_browser_asks() {
             assert_eq!(page.headers[header::CONTENT_LANGUAGE], lang, "{label}");
             let text = visible_text(&page.text);
             // Every placeholder was filled, and no key was left untranslated.
-            for leftover in
-                ["{id}", "{total}", "{name}", "{status}", "{time}", "nav.", "field.", "col."]
-            {
+            for leftover in [
+                "{id}",
+                "{total}",
+                "{name}",
+                "{status}",
+                "{time}",
+                "nav.",
+                "field.",
+                "help.",
+                "col.",
+                "job_section.",
+            ] {
                 assert!(!text.contains(leftover), "{label} shows `{leftover}`:\n{text}");
             }
             if lang == "en" {

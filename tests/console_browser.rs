@@ -7,7 +7,10 @@
 //! and phone sizes into `target/`, and no page logs a console error.
 //!
 //! A second test edits a `GLUE_PYTHON` job's source in the same console, built by the real
-//! builders (skipped, saying so, when they cannot be installed).
+//! builders (skipped, saying so, when they cannot be installed). `job_fields.rs`: every job
+//! field set through the form and read back through the REST API.
+
+mod job_fields;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -19,7 +19,8 @@ mod caps;
 mod cli;
 /// XXL-JOB wire conformance per generation (2.2 to 3.5), both directions, from recorded bodies.
 mod conformance;
-/// The console through the router: both languages on every page, the runs list's time filter.
+/// The console through the router: both languages on every page, the runs list's time filter,
+/// the job form against the API's job.
 mod console;
 /// The console in headless Chromium against `wasmjob standalone` (skipped without chromium).
 mod console_browser;

@@ -15,6 +15,7 @@
 //! double-submit cookie), logout, and the redirect to the login page.
 
 mod i18n;
+mod job_form;
 mod pages;
 
 use std::sync::OnceLock;

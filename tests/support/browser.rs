@@ -127,6 +127,18 @@ impl Browser {
         self.post(&format!("/element/{}/value", element.0), json!({"text": text})).await;
     }
 
+    /// Chooses option `value` of the select `css` as a person would, firing `input` and
+    /// `change`; false when the select has no such option.
+    pub async fn select(&self, css: &str, value: &str) -> bool {
+        self.wait_for(css).await;
+        let script = "const [css, value] = arguments;
+            const select = document.querySelector(css);
+            select.value = value;
+            for (const kind of ['input', 'change']) select.dispatchEvent(new Event(kind, {bubbles: true}));
+            return select.value === value;";
+        self.post("/execute/sync", json!({"script": script, "args": [css, value]})).await == true
+    }
+
     pub async fn click(&self, css: &str) {
         let element = self.wait_for(css).await;
         self.post(&format!("/element/{}/click", element.0), json!({})).await;

@@ -226,10 +226,8 @@ mod tests {
 
     #[test]
     fn every_key_a_template_or_the_script_names_has_a_text_in_both_languages() {
-        use crate::model::{
-            AddressType, BlockStrategy, MisfireStrategy, RouteStrategy, RunState, ScheduleType,
-            TriggerType,
-        };
+        use super::super::job_form::{Input, sections};
+        use crate::model::{AddressType, RunState, TriggerType};
         let mut prefixes = Vec::new();
         let mut keys = Vec::new();
         for (name, source) in super::super::pages::TEMPLATES {
@@ -247,16 +245,25 @@ mod tests {
         }
         assert!(keys.len() > 150, "the templates name {} keys", keys.len());
         // The keys completed at render time, with every value they can be completed with.
+        let form = sections();
+        let fields: Vec<&str> = form.iter().flat_map(|s| s.fields.iter().map(|f| f.name)).collect();
         let completed: &[(&str, Vec<&str>)] = &[
             ("state.", RunState::ALL.iter().map(|v| v.as_str()).collect()),
             ("trigger.", TriggerType::ALL.iter().map(|v| v.as_str()).collect()),
-            ("schedule_type.", ScheduleType::ALL.iter().map(|v| v.as_str()).collect()),
-            ("misfire.", MisfireStrategy::ALL.iter().map(|v| v.as_str()).collect()),
-            ("route.", RouteStrategy::ALL.iter().map(|v| v.as_str()).collect()),
-            ("block.", BlockStrategy::ALL.iter().map(|v| v.as_str()).collect()),
             ("address_type.", AddressType::ALL.iter().map(|v| v.as_str()).collect()),
             ("role.", vec!["admin", "operator", "viewer"]),
+            ("job_section.", form.iter().map(|section| section.key).collect()),
+            ("field.", fields.clone()),
+            ("help.", fields),
         ];
+        // The job form's choices are labeled by key: each value of each choice.
+        for field in form.iter().flat_map(|section| &section.fields) {
+            if let Input::Choice { values, labels: Some(prefix) } = &field.input {
+                for value in values {
+                    keys.push((format!("choice {}", field.name), format!("{prefix}{value}")));
+                }
+            }
+        }
         for prefix in &prefixes {
             let values = completed.iter().find(|(known, _)| known == prefix);
             let (_, values) = values.unwrap_or_else(|| panic!("unknown key prefix {prefix}"));

@@ -11,15 +11,13 @@ use minijinja::context;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{PageError, Signed, render, text};
+use super::{PageError, Signed, job_form, render, text};
 use crate::access::Role;
 use crate::admin::dispatch::Peer;
 use crate::admin::http::extract::Path;
 use crate::admin::http::logs::{Bound, LIST_COUNT_CAP, parse_time_bound};
 use crate::admin::{AppState, now_ms};
-use crate::model::{
-    BlockStrategy, GlueType, Job, MisfireStrategy, RouteStrategy, RunRecord, RunState, ScheduleType,
-};
+use crate::model::{Job, RunRecord, RunState};
 use crate::protocol::REGISTRY_GROUP_EXECUTOR;
 use crate::storage::{DayCounts, RunFilter};
 
@@ -167,17 +165,6 @@ pub async fn jobs(
     )
 }
 
-/// The choices of the job form's selects.
-fn choices() -> Value {
-    json!({
-        "schedule_types": ScheduleType::ALL.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
-        "misfire_strategies": MisfireStrategy::ALL.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
-        "route_strategies": RouteStrategy::ALL.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
-        "block_strategies": BlockStrategy::ALL.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
-        "glue_types": GlueType::ALL.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
-    })
-}
-
 async fn writable_groups(state: &AppState, signed: &Signed) -> Result<Vec<Value>, PageError> {
     Ok(state
         .db
@@ -194,33 +181,15 @@ pub async fn new_job(State(state): State<AppState>, signed: Signed) -> Page {
         return Err(PageError::Forbidden("error.viewer_create"));
     }
     let groups = writable_groups(&state, &signed).await?;
-    let job = json!({
-        "name": "", "schedule_type": "CRON", "schedule_conf": "", "time_zone": "",
-        "misfire_strategy": "DO_NOTHING", "route_strategy": "FIRST", "block_strategy": "SERIAL_EXECUTION",
-        "timeout_secs": 0, "retry_count": 0, "glue_type": "GLUE_WASM", "handler": "", "param": "",
-        "child_job_ids": "", "alarm_email": "", "fuel_limit": "", "memory_limit_mb": "",
-    });
-    render(
-        "job_form.html",
-        context! { frame => frame(&signed, "jobs"), job, groups, choices => choices() },
-    )
+    let form = job_form::form_view(None, &groups);
+    render("job_form.html", context! { frame => frame(&signed, "jobs"), form })
 }
 
+/// What the job and versions pages show of a job besides its form.
 fn job_view(job: &Job) -> Value {
-    let ids: Vec<String> = job.spec.child_job_ids.iter().map(i64::to_string).collect();
     json!({
-        "id": job.id, "group_id": job.spec.group_id, "name": job.spec.name,
-        "schedule_type": job.spec.schedule_type.as_str(), "schedule_conf": job.spec.schedule_conf,
-        "time_zone": job.spec.time_zone.clone().unwrap_or_default(),
-        "misfire_strategy": job.spec.misfire_strategy.as_str(),
-        "route_strategy": job.spec.route_strategy.as_str(),
-        "block_strategy": job.spec.block_strategy.as_str(),
-        "timeout_secs": job.spec.timeout_secs, "retry_count": job.spec.retry_count,
-        "glue_type": job.spec.glue_type.as_str(), "handler": job.spec.handler.clone().unwrap_or_default(),
-        "param": job.spec.param, "child_job_ids": ids.join(","),
-        "alarm_email": job.spec.alarm_email.clone().unwrap_or_default(),
-        "fuel_limit": job.spec.fuel_limit.map(|v| v.to_string()).unwrap_or_default(),
-        "memory_limit_mb": job.spec.memory_limit_mb.map(|v| v.to_string()).unwrap_or_default(),
+        "id": job.id, "name": job.spec.name, "glue_type": job.spec.glue_type.as_str(),
+        "param": job.spec.param,
         "running": job.running, "next_fire": time(job.next_fire_ms), "active_version": job.active_version,
     })
 }
@@ -238,8 +207,8 @@ pub async fn job(State(state): State<AppState>, signed: Signed, Path(id): Path<i
     render(
         "job.html",
         context! {
-            frame => frame(&signed, "jobs"), job => job_view(&job), groups, choices => choices(),
-            runs, may_change,
+            frame => frame(&signed, "jobs"), job => job_view(&job),
+            form => job_form::form_view(Some(&job.spec), &groups), runs, may_change,
         },
     )
 }

@@ -111,10 +111,13 @@ async fn every_number_on_the_job_form_has_the_apis_bounds() {
     }
     expect_test::expect![[r#"
         misfire_threshold_ms min=1000 max=86400000: 999 refused (400), 1000 taken, 86400000 taken, 86400001 refused (400)
+        max_concurrent_runs min=0 max=10000: -1 refused (400), 0 taken, 10000 taken, 10001 refused (400)
         timeout_secs min=0 max=604800: -1 refused (400), 0 taken, 604800 taken, 604801 refused (400)
         fuel_limit min=1 max=-: 0 refused (400), 1 taken, 9223372036854775807 taken
         memory_limit_mb min=1 max=4096: 0 refused (400), 1 taken, 4096 taken, 4097 refused (400)
         retry_count min=0 max=100: -1 refused (400), 0 taken, 100 taken, 101 refused (400)
+        retry_interval_secs min=0 max=86400: -1 refused (400), 0 taken, 86400 taken, 86401 refused (400)
+        retry_max_interval_secs min=0 max=86400: -1 refused (400), 0 taken, 86400 taken, 86401 refused (400)
         sharding_total_count min=0 max=1000: -1 refused (400), 0 taken, 1000 taken, 1001 refused (400)
         alarm_silence_secs min=0 max=86400: -1 refused (400), 0 taken, 86400 taken, 86401 refused (400)
     "#]]

@@ -21,7 +21,8 @@ use serde_json::{Value, json};
 
 use crate::model::{
     BlockStrategy, DEFAULT_ALARM_SILENCE_SECS, DEFAULT_MISFIRE_THRESHOLD_MS, GlueType, JobSpec,
-    MisfireStrategy, RouteStrategy, ScheduleType, ShardingStrategy,
+    MAX_CONCURRENT_RUNS_CAP, MAX_RETRY_INTERVAL_SECS, MisfireStrategy, RetryBackoff, RouteStrategy,
+    ScheduleType, ShardingStrategy,
 };
 use crate::routing::sharding::MAX_SHARDING_TOTAL_COUNT;
 
@@ -127,6 +128,9 @@ pub fn sections() -> Vec<Section> {
                     BlockStrategy::SerialExecution,
                     |job| job.block_strategy.to_string(),
                 ),
+                row("max_concurrent_runs", number(0, MAX_CONCURRENT_RUNS_CAP), 0, |job| {
+                    job.max_concurrent_runs.to_string()
+                }),
                 row("timeout_secs", number(0, 604_800), 0, |job| job.timeout_secs.to_string()),
                 row(
                     "glue_type",
@@ -151,7 +155,21 @@ pub fn sections() -> Vec<Section> {
         },
         Section {
             key: "retries",
-            fields: vec![row("retry_count", number(0, 100), 0, |job| job.retry_count.to_string())],
+            fields: vec![
+                row("retry_count", number(0, 100), 0, |job| job.retry_count.to_string()),
+                row("retry_interval_secs", number(0, MAX_RETRY_INTERVAL_SECS), 0, |job| {
+                    job.retry_interval_secs.to_string()
+                }),
+                row(
+                    "retry_backoff",
+                    choice(RetryBackoff::ALL, "retry_backoff."),
+                    RetryBackoff::Fixed,
+                    |job| job.retry_backoff.to_string(),
+                ),
+                row("retry_max_interval_secs", number(0, MAX_RETRY_INTERVAL_SECS), 0, |job| {
+                    job.retry_max_interval_secs.to_string()
+                }),
+            ],
         },
         Section {
             key: "sharding",

@@ -26,6 +26,7 @@
 
 use crate::model::{RunState, TriggerType, code};
 
+pub mod caps;
 pub mod retry;
 
 /// The longest message kept for a run (trigger or handle message), in bytes.

@@ -4,9 +4,9 @@
 //! A capped job's runs are created pending and claimed only here: the claim is one statement
 //! that reads the caps and counts the runs in flight, and a run that finds no room is marked
 //! held in the same transaction. A held run waits, durably, until a run of its job or group
-//! ends; then [`Db::release_held`] claims the oldest held runs that fit. Within one job, runs
-//! are claimed in order of their instant: no run is claimed while an older one of its job is
-//! held.
+//! ends; then [`Db::release_held`] claims the held runs that fit, in the order
+//! `lifecycle::caps::release_order` decides. Within one job, runs are claimed in order of their
+//! instant: no run is claimed while an older one of its job is held.
 //!
 //! Each of these transactions is alone among those of its group: SQLite has one writer, whose
 //! lock the claim's first statement takes, and on PostgreSQL each takes the group's advisory
@@ -17,6 +17,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::runs::{COLUMNS, Claim, run_from_row};
 use super::{Db, Dialect, Result};
+use crate::lifecycle::caps::{Held, Room, release_order};
 
 /// The advisory lock of group `group_id`'s capped claims: this key plus the group's id
 /// ("wjcap" in ASCII, shifted clear of the ids).
@@ -80,7 +81,7 @@ impl Db {
         let mut tx = self.writer().begin().await?;
         self.lock_caps(&mut tx, group_id).await?;
         let rows = sqlx::query(
-            "select r.id from runs r join jobs j on j.id = r.job_id
+            "select r.id, r.job_id, r.trigger_time from runs r join jobs j on j.id = r.job_id
              where j.group_id = $1 and r.state = 'pending' and r.held = 1
              order by r.trigger_time, r.id limit $2",
         )
@@ -88,9 +89,24 @@ impl Db {
         .bind(limit)
         .fetch_all(&mut *tx)
         .await?;
+        let held = rows
+            .iter()
+            .map(|row| {
+                Ok(Held {
+                    id: row.try_get("id")?,
+                    job_id: row.try_get("job_id")?,
+                    trigger_time_ms: row.try_get("trigger_time")?,
+                })
+            })
+            .collect::<Result<Vec<Held>>>()?;
+        if held.is_empty() {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+        let room = room(&mut tx, group_id).await?;
+        // Each claim checks the caps again: the order only says which to try.
         let mut claims = Vec::new();
-        for row in rows {
-            let id: i64 = row.try_get("id")?;
+        for id in release_order(&held, &room) {
             if let Some(claim) = claim(&mut tx, id, owner, now_ms, lease_until_ms).await? {
                 claims.push(claim);
             }
@@ -136,6 +152,40 @@ impl Db {
         }
         Ok(())
     }
+}
+
+/// Group `group_id`'s caps and its jobs', with their runs in flight, read on `conn`.
+async fn room(conn: &mut AnyConnection, group_id: i64) -> Result<Room> {
+    let group_cap = sqlx::query("select max_concurrent_runs from groups where id = $1")
+        .bind(group_id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .map(|row| row.try_get::<i64, _>("max_concurrent_runs"))
+        .transpose()?
+        .unwrap_or(0);
+    let mut room = Room { group_cap, ..Room::default() };
+    let caps = sqlx::query(
+        "select id, max_concurrent_runs from jobs where group_id = $1 and max_concurrent_runs > 0",
+    )
+    .bind(group_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in caps {
+        room.job_caps.insert(row.try_get("id")?, row.try_get("max_concurrent_runs")?);
+    }
+    let in_flight = sqlx::query(&format!(
+        "select a.job_id, count(*) as n from runs a join jobs j on j.id = a.job_id
+         where j.group_id = $1 and a.{IN_FLIGHT} group by a.job_id"
+    ))
+    .bind(group_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in in_flight {
+        let n: i64 = row.try_get("n")?;
+        room.job_in_flight.insert(row.try_get("job_id")?, n);
+        room.group_in_flight += n;
+    }
+    Ok(room)
 }
 
 /// Claims run `id` on `conn` if it is pending and fits under its job's and group's caps behind

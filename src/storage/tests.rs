@@ -3,6 +3,7 @@
 
 mod accounts;
 mod alarms;
+mod backfills;
 
 use super::*;
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};

@@ -191,6 +191,55 @@ async fn max_concurrent_pause_resume_and_cancel_hold() {
     }
 }
 
+/// Under `--max-unfinished-runs` 8 a backfill keeps to three quarters of it (6 runs), however
+/// large its `max_concurrent`, and a manual trigger is still admitted meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_leaves_a_quarter_of_the_bound_to_other_runs() {
+    for backend in backends() {
+        let app = TestApp::start_with(backend, |config| config.max_unfinished_runs = Some(8)).await;
+        let api = &app.api;
+        let db = app.admin.as_ref().unwrap().state.db.clone();
+        let job = api
+            .create_job(json!({"name": "slow", "schedule_type": "FIX_RATE", "schedule_conf": "60",
+                "param": "100"}))
+            .await;
+        api.upload(job, sample_job("sleeper")).await;
+        let other = api.create_job(json!({"name": "manual"})).await;
+        api.upload(other, sample_job("hello")).await;
+        let id = backfill(
+            api,
+            job,
+            json!({"from": "2026-04-01T00:00:00Z", "to": "2026-04-01T00:19:00Z", "max_concurrent": 100}),
+        )
+        .await;
+        let mut most = 0;
+        let mut triggered = false;
+        loop {
+            let unfinished = db.count_unfinished_runs(100).await.unwrap();
+            most = most.max(unfinished);
+            if !triggered && unfinished >= 6 {
+                let (status, answer) =
+                    api.post(&format!("/api/v1/jobs/{other}/trigger"), json!({})).await;
+                assert_eq!(
+                    status,
+                    StatusCode::OK,
+                    "a trigger is admitted during the backfill: {answer}"
+                );
+                triggered = true;
+            }
+            let (_, backfill) = api.get(&format!("/api/v1/backfills/{id}")).await;
+            if backfill["state"] == "done" {
+                assert_eq!(backfill["done"], 20, "{backfill}");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(triggered, "the backfill never filled its share");
+        assert!(most <= 7, "{most} unfinished runs: the backfill took more than its share");
+        app.stop().await;
+    }
+}
+
 /// `wasmjob standalone` stopped in the middle of a backfill and started again on its data
 /// directory: the backfill goes on where it was, and every instant runs exactly once.
 #[test]
@@ -373,6 +422,29 @@ async fn ten_thousand_instants() {
             "{backend:?}: 10,000 instants backfilled in {:.1} s ({:.0} runs/s)",
             elapsed.as_secs_f64(),
             10_000.0 / elapsed.as_secs_f64()
+        );
+        // The same job's runs from 1,000 manual triggers, for comparison: an executor runs one
+        // job's runs one after another, so this is the rate the backfill can reach.
+        let started = Instant::now();
+        let path = format!("/api/v1/jobs/{job}/trigger");
+        for _ in 0..20 {
+            let posts = (0..50).map(|_| api.post(&path, json!({})));
+            for (status, answer) in futures_util::future::join_all(posts).await {
+                assert_eq!(status, StatusCode::OK, "{answer}");
+            }
+        }
+        wait_for("1,000 manual runs ended", Duration::from_secs(600), || async {
+            let filter = RunFilter { job_id: Some(job), limit: 1, ..RunFilter::default() };
+            let page = db.list_runs(&RunFilter { count_up_to: None, ..filter }).await.unwrap();
+            let unfinished = db.count_unfinished_runs(1).await.unwrap();
+            (page.total == 11_000 && unfinished == 0).then_some(())
+        })
+        .await;
+        let manual = started.elapsed();
+        eprintln!(
+            "{backend:?}: 1,000 manual runs of the same job in {:.1} s ({:.0} runs/s)",
+            manual.as_secs_f64(),
+            1_000.0 / manual.as_secs_f64()
         );
         app.stop().await;
     }

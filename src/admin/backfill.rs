@@ -16,7 +16,7 @@
 //! fail. A backfill runs whether its job is started or stopped: like a manual trigger, it is an
 //! operator's explicit request, and `lifecycle::before_send` skips only scheduled runs of a
 //! stopped job. A backfill whose job is deleted is cancelled; one whose job has no version to
-//! run is paused, to be resumed once one is uploaded.
+//! run, or was changed to `FIX_DELAY` or `NONE`, is paused with the reason.
 //!
 //! It does not kill runs: pausing or cancelling a backfill stops its releases, and the runs
 //! released before finish (kill them as any run). A failed run's retries follow the job's
@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use super::dispatch::{PlannedTrigger, TriggerError};
 use super::{AppState, now_ms};
 use crate::backfill::{Backfill, BackfillState, Instants, ReleaseFacts, release_count};
-use crate::model::{Job, TriggerType};
+use crate::model::{Job, ScheduleType, TriggerType};
 use crate::storage::{Fired, NewRun, Release};
 
 /// How long an admin's lease on a backfill lasts without renewal.
@@ -94,6 +94,13 @@ async fn drive(state: &AppState, backfill: &Backfill) -> anyhow::Result<()> {
         stop(state, backfill, BackfillState::Cancelled, "its job was deleted").await?;
         return Ok(());
     };
+    // The backfill walks the schedule it was created with, but its runs are the job's: a run
+    // with a fire time of a job turned `FIX_DELAY` would set that job's next fire when it ends.
+    if matches!(job.spec.schedule_type, ScheduleType::FixDelay | ScheduleType::None) {
+        let reason = format!("the job's schedule is {} now", job.spec.schedule_type);
+        stop(state, backfill, BackfillState::Paused, &reason).await?;
+        return Ok(());
+    }
     let unfinished = state.db.unfinished_backfill_runs(backfill.id, job.id).await?;
     if backfill.released >= backfill.total {
         if unfinished == 0 && state.db.finish_backfill(backfill.id, owner, now_ms()).await? {

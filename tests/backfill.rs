@@ -287,6 +287,66 @@ fn a_backfill_survives_a_restart_of_the_admin() {
     });
 }
 
+/// `wasmjob job backfill … --follow` as a real process: the progress bar on stderr while it
+/// follows, the backfill on stdout at its end, exit 0; the list; a refusal's exit code.
+#[test]
+fn the_cli_follows_a_backfill_with_a_progress_bar() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let (_standalone, url) = spawn_standalone(&data_dir);
+    let token = std::fs::read_to_string(data_dir.join("admin-token")).unwrap().trim().to_owned();
+    let api = Api { http: reqwest::Client::new(), base: url.clone(), token: token.clone() };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (job, delayed) = runtime.block_on(async {
+        let job = api
+            .create_job(
+                json!({"name": "hourly", "schedule_type": "CRON", "schedule_conf": "0 0 * * * ?"}),
+            )
+            .await;
+        api.upload(job, sample_job("hello")).await;
+        let delayed = api
+            .create_job(
+                json!({"name": "delayed", "schedule_type": "FIX_DELAY", "schedule_conf": "60"}),
+            )
+            .await;
+        (job.to_string(), delayed.to_string())
+    });
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_wasmjob"))
+            .args(args)
+            .env("WASMJOB_ADMIN_URL", &url)
+            .env("WASMJOB_TOKEN", &token)
+            .output()
+            .unwrap()
+    };
+    let window = ["--from", "2026-05-01T00:00:00Z", "--to", "2026-05-01T11:00:00Z"];
+    let followed =
+        cli(&[&["job", "backfill", &job], &window[..], &["--max-concurrent", "2", "--follow"]]
+            .concat());
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&followed.stdout), String::from_utf8_lossy(&followed.stderr));
+    assert!(followed.status.success(), "{followed:?}");
+    assert!(stderr.contains("[##############################] 12/12  done 12"), "{stderr}");
+    assert!(
+        stdout.lines().any(|line| line.starts_with("done") && line.ends_with(" 12")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().any(|line| line.starts_with("state") && line.ends_with(" done")),
+        "{stdout}"
+    );
+    let list = cli(&["job", "backfills", &job]);
+    let table = String::from_utf8_lossy(&list.stdout);
+    assert!(table.lines().next().unwrap().starts_with("ID  STATE"), "{table}");
+    assert_eq!(table.lines().count(), 2, "{table}");
+    // Refusals exit 5 with the admin's reason.
+    let refused = cli(&[&["job", "backfill", &delayed], &window[..]].concat());
+    assert_eq!(refused.status.code(), Some(5), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("FIX_DELAY"), "{refused:?}");
+    let paused = cli(&["job", "backfill-pause", "1"]);
+    assert_eq!(paused.status.code(), Some(5), "a done backfill cannot be paused: {paused:?}");
+}
+
 #[tokio::test]
 async fn refusals_say_why() {
     wasmjob::telemetry::init_for_test();

@@ -121,11 +121,6 @@ async fn create_backfill(
     if !(1..=MAX_CONCURRENT).contains(&max_concurrent) {
         return Err(invalid(format!("max_concurrent: from 1 to {MAX_CONCURRENT}")));
     }
-    if job.spec.glue_type.runs_a_version() && job.active_version.is_none() {
-        return Err(ApiError::Conflict(format!(
-            "job {id} has no module version: upload one first"
-        )));
-    }
     let window = window_of(&job, from_ms);
     let total = Instants::new(&window).and_then(|instants| instants.count(from_ms, to_ms));
     let total = total.map_err(|error| match error {
@@ -134,6 +129,11 @@ async fn create_backfill(
         BackfillError::TooManyInstants => unprocessable("backfill_too_large", error),
         BackfillError::Schedule(_) => unprocessable("invalid_schedule", error),
     })?;
+    if job.spec.glue_type.runs_a_version() && job.active_version.is_none() {
+        return Err(ApiError::Conflict(format!(
+            "job {id} has no module version: upload one first"
+        )));
+    }
     let new = NewBackfill {
         job_id: id,
         from_ms,

@@ -256,6 +256,10 @@ mod tests {
             ("block.", BlockStrategy::ALL.iter().map(|v| v.as_str()).collect()),
             ("address_type.", AddressType::ALL.iter().map(|v| v.as_str()).collect()),
             ("role.", vec!["admin", "operator", "viewer"]),
+            (
+                "backfill.state.",
+                crate::backfill::BackfillState::ALL.iter().map(|v| v.as_str()).collect(),
+            ),
         ];
         for prefix in &prefixes {
             let values = completed.iter().find(|(known, _)| known == prefix);

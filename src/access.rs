@@ -146,6 +146,10 @@ pub fn api_need(method: &str, route: &str) -> Need {
         | "/jobs/{id}/start"
         | "/jobs/{id}/stop"
         | "/jobs/{id}/trigger"
+        | "/jobs/{id}/backfill"
+        | "/backfills/{id}/pause"
+        | "/backfills/{id}/resume"
+        | "/backfills/{id}/cancel"
         | "/jobs/{id}/versions"
         | "/jobs/{id}/versions/{version}/activate"
         | "/logs/{id}/kill" => Need::GroupWrite,
@@ -204,6 +208,9 @@ mod tests {
                 ("PUT", "/jobs/{id}"),
                 ("DELETE", "/jobs/{id}"),
                 ("POST", "/jobs/{id}/trigger"),
+                ("POST", "/jobs/{id}/backfill"),
+                ("GET", "/jobs/{id}/backfills"),
+                ("POST", "/backfills/{id}/cancel"),
                 ("POST", "/jobs/{id}/versions/{version}/activate"),
                 ("GET", "/jobs/{id}/versions/{version}/source"),
                 ("GET", "/jobs/{id}/versions/{from}/diff/{to}"),
@@ -232,6 +239,9 @@ mod tests {
                 PUT /jobs/{id}: GroupWrite admin operator -
                 DELETE /jobs/{id}: GroupWrite admin operator -
                 POST /jobs/{id}/trigger: GroupWrite admin operator -
+                POST /jobs/{id}/backfill: GroupWrite admin operator -
+                GET /jobs/{id}/backfills: Read admin operator viewer
+                POST /backfills/{id}/cancel: GroupWrite admin operator -
                 POST /jobs/{id}/versions/{version}/activate: GroupWrite admin operator -
                 GET /jobs/{id}/versions/{version}/source: Read admin operator viewer
                 GET /jobs/{id}/versions/{from}/diff/{to}: Read admin operator viewer

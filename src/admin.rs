@@ -8,6 +8,7 @@
 mod accounts;
 pub mod admission;
 mod alarms;
+mod backfill;
 pub mod builders;
 mod console;
 mod dispatch;
@@ -183,6 +184,9 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
     ));
     tasks.push(tokio::spawn(
         alarms::run(state.clone(), shutdown.clone()).instrument(tracing::info_span!("alarms")),
+    ));
+    tasks.push(tokio::spawn(
+        backfill::run(state.clone(), shutdown.clone()).instrument(tracing::info_span!("backfill")),
     ));
     tasks.push(tokio::spawn(
         report::run(state.db.clone(), shutdown.clone()).instrument(tracing::info_span!("report")),

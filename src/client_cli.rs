@@ -11,6 +11,7 @@
 //! Errors are one line on stderr, and the exit code says what kind ([`ExitKind`]). This module
 //! is only a client: it knows the API's JSON, never the admin's code.
 
+mod backfill;
 pub mod config_file;
 mod table;
 
@@ -181,6 +182,11 @@ async fn job(api: &Api, command: JobCommand) -> Result<(), ClientError> {
                 .collect();
             api.line(&ids.join("\n"))
         }
+        command @ (JobCommand::Backfill { .. }
+        | JobCommand::Backfills { .. }
+        | JobCommand::BackfillPause { .. }
+        | JobCommand::BackfillResume { .. }
+        | JobCommand::BackfillCancel { .. }) => backfill::command(api, command).await,
     }
 }
 

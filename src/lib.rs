@@ -3,6 +3,7 @@
 //! Code map, in reading order:
 //! - `model`, `lifecycle`, `schedule`, `routing`: data, a run's state machine, fire times and
 //!   executor choice; pure, no IO.
+//! - `backfill`: the past instants a backfill covers and how many it releases; pure.
 //! - `access`: roles and which route asks for which; pure.
 //! - `netpolicy`: which executor addresses an admin accepts and calls; pure.
 //! - `protocol`: the admin⇄executor wire format (XXL-JOB compatible) and its HTTP client.
@@ -20,6 +21,7 @@
 
 pub mod access;
 pub mod admin;
+pub mod backfill;
 pub mod cli;
 pub mod client_cli;
 pub mod config;

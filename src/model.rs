@@ -208,6 +208,8 @@ spelled_enum! {
         Parent => "PARENT",
         /// A late fire, fired once now.
         Misfire => "MISFIRE",
+        /// A backfill asked for a past instant of the schedule (`admin::backfill`).
+        Backfill => "BACKFILL",
     }
 }
 

@@ -12,6 +12,7 @@
 
 mod alarms;
 mod audit;
+mod backfills;
 pub mod backup;
 mod batch;
 mod caps;
@@ -39,6 +40,7 @@ pub use self::alarms::{
     RUN_FAILED, Settle,
 };
 pub use self::audit::{AuditEntry, AuditPage, AuditRecord};
+pub use self::backfills::{NewBackfill, Release};
 pub use self::caps::CappedClaim;
 pub use self::jobs::{Fire, Fired, JobUpdate};
 pub use self::modules::NewVersion;

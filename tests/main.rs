@@ -11,6 +11,8 @@ mod admission;
 mod alarms;
 /// The operator and executor APIs' answers to bad input, through the router (no socket).
 mod api_errors;
+/// Backfills of past instants with real components: once per instant, paused, resumed, restarted.
+mod backfill;
 /// The bad-input battery against every API: no 5xx, no panic, no state changed.
 mod bad_input;
 /// Concurrency caps of jobs and groups: held runs, their release in order, the block strategies.

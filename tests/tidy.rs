@@ -46,6 +46,8 @@ fn no_debugging_leftovers() {
 fn layering_holds() {
     let pure = [
         "src/access.rs",
+        "src/backfill.rs",
+        "src/backfill/",
         "src/model.rs",
         "src/netpolicy.rs",
         "src/lifecycle.rs",

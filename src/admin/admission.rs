@@ -109,6 +109,37 @@ impl Admission {
         }
     }
 
+    /// How many runs backfills may add now: they keep out of the last quarter of the bound
+    /// (`backfill::room_for_backfills`), which stays for fires and triggers. The count is the
+    /// one [`Admission::admit`] reuses, read again when stale.
+    pub async fn room_for_backfills(&self) -> Result<u64, crate::storage::StorageError> {
+        let Some(limit) = self.limit else { return Ok(u64::MAX) };
+        let now = now_ms();
+        let unfinished = match self.fresh(now) {
+            Some((_, count)) => count,
+            None => {
+                let cap = i64::try_from(limit).unwrap_or(i64::MAX);
+                self.reads.fetch_add(1, Ordering::Relaxed);
+                let count = u64::try_from(self.db.count_unfinished_runs(cap).await?).unwrap_or(0);
+                if let Ok(mut seen) = self.seen.lock() {
+                    *seen = Some((now, count));
+                }
+                count
+            }
+        };
+        Ok(crate::backfill::room_for_backfills(Some(limit), unfinished))
+    }
+
+    /// Counts `runs` a backfill created in the reused count, as [`Admission::admit`] counts
+    /// the runs it admits.
+    pub fn count_backfill_runs(&self, runs: u64) {
+        if let Ok(mut seen) = self.seen.lock()
+            && let Some((_, count)) = seen.as_mut()
+        {
+            *count += runs;
+        }
+    }
+
     /// The count read at most [`REREAD_MS`] before `now`, with when it was read.
     fn fresh(&self, now: i64) -> Option<(i64, u64)> {
         let seen = self.seen.lock().ok().and_then(|seen| *seen);

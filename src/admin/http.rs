@@ -10,6 +10,7 @@
 mod alarms;
 mod audit;
 pub(super) mod auth;
+mod backfills;
 pub(super) mod error;
 mod executor_api;
 mod executors;
@@ -38,6 +39,7 @@ pub fn routes(state: &AppState) -> Router<AppState> {
     let operator = Router::new()
         .merge(groups::router())
         .merge(jobs::router())
+        .merge(backfills::router())
         .merge(versions::router(state))
         .merge(logs::router())
         .merge(stream::router())

@@ -106,6 +106,34 @@ pub enum JobCommand {
         #[arg(long)]
         param: Option<String>,
     },
+    /// Runs a job once for every past instant its schedule would have fired in a window, each
+    /// run seeing its instant as trigger time; prints the backfill.
+    Backfill {
+        id: i64,
+        /// The window's first instant (RFC 3339), inclusive.
+        #[arg(long)]
+        from: String,
+        /// The window's last instant (RFC 3339), inclusive.
+        #[arg(long)]
+        to: String,
+        /// The most of its runs unfinished at once [default: 10].
+        #[arg(long)]
+        max_concurrent: Option<i64>,
+        /// Runs instants that already have a run again.
+        #[arg(long)]
+        rerun: bool,
+        /// Shows its progress until it ends; fails (exit 6) if an instant failed.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Lists a job's backfills with their progress.
+    Backfills { id: i64 },
+    /// Pauses a backfill (by the backfill's id).
+    BackfillPause { backfill_id: i64 },
+    /// Resumes a paused backfill.
+    BackfillResume { backfill_id: i64 },
+    /// Cancels a backfill for good.
+    BackfillCancel { backfill_id: i64 },
 }
 
 /// A job's fields on the command line; those not given are left as they are (or defaulted).

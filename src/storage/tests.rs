@@ -3,6 +3,7 @@
 
 mod accounts;
 mod alarms;
+mod backfills;
 mod caps;
 
 use super::*;

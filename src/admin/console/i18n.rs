@@ -255,6 +255,10 @@ mod tests {
             ("job_section.", form.iter().map(|section| section.key).collect()),
             ("field.", fields.clone()),
             ("help.", fields),
+            (
+                "backfill.state.",
+                crate::backfill::BackfillState::ALL.iter().map(|v| v.as_str()).collect(),
+            ),
         ];
         // The job form's choices are labeled by key: each value of each choice.
         for field in form.iter().flat_map(|section| &section.fields) {

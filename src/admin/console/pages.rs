@@ -32,6 +32,7 @@ pub const TEMPLATES: &[(&str, &str)] = &[
     ("job_form.html", include_str!("templates/job_form.html")),
     ("run_rows.html", include_str!("templates/run_rows.html")),
     ("job.html", include_str!("templates/job.html")),
+    ("job_backfills.html", include_str!("templates/job_backfills.html")),
     ("runs.html", include_str!("templates/runs.html")),
     ("run.html", include_str!("templates/run.html")),
     ("executors.html", include_str!("templates/executors.html")),
@@ -204,11 +205,22 @@ pub async fn job(State(state): State<AppState>, signed: Signed, Path(id): Path<i
     let filter =
         RunFilter { job_id: Some(id), limit: 10, count_up_to: Some(0), ..RunFilter::default() };
     let runs: Vec<Value> = state.db.list_runs(&filter).await?.items.iter().map(run_view).collect();
+    let mut backfills = Vec::new();
+    for backfill in state.db.list_backfills(id, 20).await? {
+        let progress = state.db.backfill_progress(&backfill).await?;
+        backfills.push(json!({
+            "id": backfill.id, "state": backfill.state.as_str(), "reason": backfill.reason,
+            "from": time(backfill.from_ms), "to": time(backfill.to_ms), "total": backfill.total,
+            "done": progress.done, "failed": progress.failed, "skipped": progress.skipped,
+            "running": progress.running, "remaining": progress.remaining(),
+            "finished": progress.done + progress.failed + progress.skipped,
+        }));
+    }
     render(
         "job.html",
         context! {
             frame => frame(&signed, "jobs"), job => job_view(&job),
-            form => job_form::form_view(Some(&job.spec), &groups), runs, may_change,
+            form => job_form::form_view(Some(&job.spec), &groups), runs, may_change, backfills,
         },
     )
 }

@@ -317,6 +317,8 @@ pub struct JobSpec {
     pub sharding_item_parameters: String,
     /// ElasticJob sharding: how items are spread over the executors.
     pub sharding_strategy: ShardingStrategy,
+    /// The business calendar whose excluded instants the job does not fire at, by name.
+    pub calendar: Option<String>,
 }
 
 /// The most child jobs a job may have ([`JobSpec::child_job_ids`], each listed once): one

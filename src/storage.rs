@@ -14,6 +14,7 @@ mod alarms;
 mod audit;
 pub mod backup;
 mod batch;
+mod calendars;
 mod groups;
 mod jobs;
 mod modules;
@@ -38,6 +39,7 @@ pub use self::alarms::{
     RUN_FAILED, Settle,
 };
 pub use self::audit::{AuditEntry, AuditPage, AuditRecord};
+pub use self::calendars::CalendarDelete;
 pub use self::jobs::{Fire, Fired, JobUpdate};
 pub use self::modules::NewVersion;
 pub use self::registry::{Peer, RegisteredPeer};

@@ -3,6 +3,7 @@
 
 mod accounts;
 mod alarms;
+mod calendars;
 
 use super::*;
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
@@ -56,6 +57,7 @@ fn new_job(group_id: i64) -> JobSpec {
         sharding_item_parameters: "0=Beijing,2=Guangzhou".to_owned(),
         sharding_strategy: ShardingStrategy::RotateServerByName,
         alarm_silence_secs: 300,
+        calendar: None,
     }
 }
 

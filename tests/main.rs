@@ -13,6 +13,8 @@ mod alarms;
 mod api_errors;
 /// The bad-input battery against every API: no 5xx, no panic, no state changed.
 mod bad_input;
+/// Business calendars: excluded instants neither fired nor misfired, the API, `.ics` imports.
+mod calendars;
 /// The command-line client as real processes against `wasmjob standalone`, `--follow` included.
 mod cli;
 /// XXL-JOB wire conformance per generation (2.2 to 3.5), both directions, from recorded bodies.

@@ -10,6 +10,7 @@
 mod alarms;
 mod audit;
 pub(super) mod auth;
+mod calendars;
 pub(super) mod error;
 mod executor_api;
 mod executors;
@@ -46,6 +47,7 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         .merge(users::router())
         .merge(audit::router())
         .merge(alarms::router())
+        .merge(calendars::router())
         .merge(report::router())
         .merge(openapi::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::authenticate));

@@ -77,6 +77,7 @@ struct JobBody {
     #[serde(default)]
     sharding_item_parameters: String,
     sharding_strategy: Option<String>,
+    calendar: Option<String>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -104,6 +105,7 @@ struct JobResponse {
     sharding_total_count: i64,
     sharding_item_parameters: String,
     sharding_strategy: &'static str,
+    calendar: Option<String>,
     running: bool,
     next_fire_time: Option<String>,
     active_version: Option<i64>,
@@ -137,6 +139,7 @@ impl From<Job> for JobResponse {
             sharding_total_count: job.spec.sharding_total_count,
             sharding_item_parameters: job.spec.sharding_item_parameters,
             sharding_strategy: job.spec.sharding_strategy.as_str(),
+            calendar: job.spec.calendar,
             running: job.running,
             next_fire_time: rfc3339(job.next_fire_ms),
             active_version: job.active_version,
@@ -185,7 +188,7 @@ async fn update_job(
     actor.require_group(body.group_id)?;
     let (job, schedule) = validate(&state, &actor, body).await?;
     let now = now_ms();
-    let next = schedule.next_after(now).unwrap_or(0);
+    let next = super::calendars::next_fire(&state, &job, &schedule, now).await?.unwrap_or(0);
     let updated = match state.db.update_job_checked(id, &job, next, now).await? {
         JobUpdate::Updated(updated) => *updated,
         JobUpdate::NotFound => return Err(job_not_found(id)),
@@ -275,7 +278,8 @@ async fn start_job(
         ));
     }
     let now = now_ms();
-    let next = schedule.next_after(now).ok_or_else(|| {
+    let next = super::calendars::next_fire(&state, &job.spec, &schedule, now).await?;
+    let next = next.ok_or_else(|| {
         ApiError::bad_request("no_fire_time", "the schedule has no fire time in the future")
     })?;
     state.db.set_job_running(id, Some(next), now).await?;
@@ -403,13 +407,8 @@ async fn next_fire_times(
     if !(1..=100).contains(&count) {
         return Err(ApiError::bad_request("invalid_query", "count must be between 1 and 100"));
     }
-    let schedule = parse_schedule(
-        job.spec.schedule_type,
-        &job.spec.schedule_conf,
-        job.spec.time_zone.as_deref(),
-    )?;
-    let times = schedule.next_n(now_ms(), count).into_iter().filter_map(rfc3339).collect();
-    Ok(axum::Json(FireTimes { times }))
+    let times = super::calendars::fire_times(&state, &job.spec, now_ms(), count).await?;
+    Ok(axum::Json(FireTimes { times: times.into_iter().filter_map(rfc3339).collect() }))
 }
 
 async fn load(state: &AppState, id: i64) -> Result<Job, ApiError> {
@@ -591,6 +590,7 @@ async fn validate(
         sharding_total_count: i64::from(sharding_total_count),
         sharding_item_parameters,
         sharding_strategy,
+        calendar: super::calendars::job_calendar(state, body.calendar).await?,
     };
     Ok((job, schedule))
 }

@@ -11,6 +11,7 @@
 //! Errors are one line on stderr, and the exit code says what kind ([`ExitKind`]). This module
 //! is only a client: it knows the API's JSON, never the admin's code.
 
+mod calendar;
 pub mod config_file;
 mod table;
 
@@ -21,8 +22,8 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::cli::client::{
-    ConnectArgs, ExecutorsCommand, GroupCommand, JobCommand, JobFields, LogArgs, RunCommand,
-    VersionCommand,
+    CalendarCommand, ConnectArgs, ExecutorsCommand, GroupCommand, JobCommand, JobFields, LogArgs,
+    RunCommand, VersionCommand,
 };
 
 /// What a client command was asked to do.
@@ -40,6 +41,8 @@ pub enum ClientCommand {
     Group(ConnectArgs, GroupCommand),
     /// `wasmjob executors …`.
     Executors(ConnectArgs, ExecutorsCommand),
+    /// `wasmjob calendar …`.
+    Calendar(ConnectArgs, CalendarCommand),
 }
 
 impl ClientCommand {
@@ -55,6 +58,7 @@ impl ClientCommand {
             Command::Version(args) => ClientCommand::Version(args.connect, args.command),
             Command::Group(args) => ClientCommand::Group(args.connect, args.command),
             Command::Executors(args) => ClientCommand::Executors(args.connect, args.command),
+            Command::Calendar(args) => ClientCommand::Calendar(args.connect, args.command),
             other => return Err(Box::new(other)),
         })
     }
@@ -110,6 +114,9 @@ async fn dispatch(command: ClientCommand) -> Result<(), ClientError> {
         ClientCommand::Log(args) => log(&Api::new(&args.connect)?, args.run, args.follow).await,
         ClientCommand::Version(connect, command) => version(&Api::new(&connect)?, command).await,
         ClientCommand::Group(connect, command) => group(&Api::new(&connect)?, command).await,
+        ClientCommand::Calendar(connect, command) => {
+            calendar::calendar(&Api::new(&connect)?, command).await
+        }
         ClientCommand::Executors(connect, ExecutorsCommand::List) => {
             let api = Api::new(&connect)?;
             let list = api.call("GET", "/executors", None).await?;
@@ -207,6 +214,7 @@ const JOB_BODY_FIELDS: &[&str] = &[
     "sharding_total_count",
     "sharding_item_parameters",
     "sharding_strategy",
+    "calendar",
 ];
 
 fn set_fields(body: &mut Map<String, Value>, fields: &JobFields) {
@@ -221,6 +229,7 @@ fn set_fields(body: &mut Map<String, Value>, fields: &JobFields) {
         retry_count,
         glue_type,
         handler,
+        calendar,
     } = fields.clone();
     let given = [
         ("group_id", group_id.map(Value::from)),
@@ -233,6 +242,7 @@ fn set_fields(body: &mut Map<String, Value>, fields: &JobFields) {
         ("retry_count", retry_count.map(Value::from)),
         ("glue_type", glue_type.map(Value::from)),
         ("handler", handler.map(Value::from)),
+        ("calendar", calendar.map(Value::from)),
     ];
     for (key, value) in given {
         if let Some(value) = value {

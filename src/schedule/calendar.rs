@@ -251,7 +251,10 @@ impl Calendar {
     pub fn next_fire(&self, schedule: &Schedule, after_ms: i64) -> CalendarNext {
         match schedule.next_after(after_ms) {
             None => CalendarNext::Never,
-            Some(candidate) => self.allowed_from(schedule, candidate, |_, _| {}),
+            Some(candidate) => {
+                let mut budget = SEARCH_BUDGET;
+                self.allowed_from(schedule, candidate, &mut budget, |_, _| {})
+            }
         }
     }
 
@@ -259,12 +262,15 @@ impl Calendar {
     /// fires are found, the schedule ends, or the search gives up.
     pub fn walk(&self, schedule: &Schedule, after_ms: i64, count: usize) -> Vec<Step> {
         let mut steps = Vec::new();
+        // One budget for the whole walk, so that a preview of many fires costs no more than
+        // one search.
+        let mut budget = SEARCH_BUDGET;
         let mut cursor = after_ms;
         let mut fires = 0;
         while fires < count {
             let Some(candidate) = schedule.next_after(cursor) else { break };
             let mut excluded = Vec::new();
-            let next = self.allowed_from(schedule, candidate, |at_ms, exclusion| {
+            let next = self.allowed_from(schedule, candidate, &mut budget, |at_ms, exclusion| {
                 excluded.push(Step::Excluded { at_ms, exclusion: exclusion.clone() });
             });
             steps.append(&mut excluded);
@@ -284,25 +290,26 @@ impl Calendar {
         steps
     }
 
-    /// The first fire from `candidate` (a fire of `schedule`) on that the calendar allows;
-    /// `on_excluded` hears of each excluded fire the search steps over.
+    /// The first fire from `candidate` (a fire of `schedule`) on that the calendar allows,
+    /// spending at most `budget` probes; `on_excluded` hears of each excluded fire the search
+    /// steps over.
     fn allowed_from(
         &self,
         schedule: &Schedule,
         mut candidate: i64,
+        budget: &mut u32,
         mut on_excluded: impl FnMut(i64, &Exclusion),
     ) -> CalendarNext {
         let horizon = candidate.saturating_add(SEARCH_HORIZON_MS);
-        let mut budget = SEARCH_BUDGET;
         loop {
-            let mut span = MAX_CRON_SPAN_SECS.min(budget);
+            let mut span = MAX_CRON_SPAN_SECS.min(*budget);
             let followed = span;
             let Some(exclusion) = self.excluded_within(candidate, &mut span) else {
                 return CalendarNext::At(candidate);
             };
             on_excluded(candidate, &exclusion);
-            budget = budget.saturating_sub(1 + followed - span);
-            if budget == 0 || candidate > horizon {
+            *budget = budget.saturating_sub(1 + followed - span);
+            if *budget == 0 || candidate > horizon {
                 return CalendarNext::GaveUp(candidate);
             }
             let next = match schedule.kind() {
@@ -420,7 +427,11 @@ pub fn decide(
     if schedule.kind() == ScheduleType::None {
         return CalendarDecision::Decided(decision);
     }
-    let allowed = |candidate: i64| match calendar.allowed_from(schedule, candidate, |_, _| {}) {
+    let search = |candidate: i64| {
+        let mut budget = SEARCH_BUDGET;
+        calendar.allowed_from(schedule, candidate, &mut budget, |_, _| {})
+    };
+    let allowed = |candidate: i64| match search(candidate) {
         CalendarNext::At(at_ms) | CalendarNext::GaveUp(at_ms) => NextFire::At(at_ms),
         CalendarNext::Never => NextFire::Never,
     };

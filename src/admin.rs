@@ -118,6 +118,8 @@ pub struct Admin {
     /// The shared state (tests and `standalone` use its database).
     pub state: AppState,
     shutdown: CancellationToken,
+    /// Cancelled to stop creating runs (a child of `shutdown`).
+    firing: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -174,9 +176,10 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
     let _ = api.set(router);
     tracing::info!("admin listening on {scheme}://{local_addr}");
     let mut tasks = vec![server];
+    // The loops that create runs stop first when the admin stops firing (`stop_firing`).
+    let firing = shutdown.child_token();
     tasks.push(tokio::spawn(
-        scheduler::run(state.clone(), shutdown.clone())
-            .instrument(tracing::info_span!("scheduler")),
+        scheduler::run(state.clone(), firing.clone()).instrument(tracing::info_span!("scheduler")),
     ));
     tasks.push(tokio::spawn(
         dispatch::sweep(state.dispatcher.clone(), shutdown.clone())
@@ -186,12 +189,12 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
         alarms::run(state.clone(), shutdown.clone()).instrument(tracing::info_span!("alarms")),
     ));
     tasks.push(tokio::spawn(
-        backfill::run(state.clone(), shutdown.clone()).instrument(tracing::info_span!("backfill")),
+        backfill::run(state.clone(), firing.clone()).instrument(tracing::info_span!("backfill")),
     ));
     tasks.push(tokio::spawn(
         report::run(state.db.clone(), shutdown.clone()).instrument(tracing::info_span!("report")),
     ));
-    Ok(Admin { local_addr, state, shutdown, tasks })
+    Ok(Admin { local_addr, state, shutdown, firing, tasks })
 }
 
 /// How long the admin waits between two attempts to reach its database at start.
@@ -233,6 +236,13 @@ impl Admin {
     pub fn url(&self) -> String {
         let scheme = if self.state.config.network.serve_tls.is_some() { "https" } else { "http" };
         format!("{scheme}://{}", self.local_addr)
+    }
+
+    /// Stops creating runs: the scheduler fires no more and backfills release no more, while
+    /// the API still takes results. A standalone stops firing before its executor stops, so
+    /// that no run goes to an executor that refuses it.
+    pub fn stop_firing(&self) {
+        self.firing.cancel();
     }
 
     /// Stops the loops and the server, then closes the database.

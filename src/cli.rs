@@ -65,6 +65,8 @@ pub enum Command {
     Group(client::GroupArgs),
     /// Registered executors, through the REST API.
     Executors(client::ExecutorsArgs),
+    /// Business calendars, through the REST API.
+    Calendar(client::CalendarArgs),
     /// Installs the builders of Python and JavaScript job source (componentize-py with pip,
     /// componentize-js with npm) at their pinned versions.
     SetupBuilders(SetupBuildersArgs),

@@ -119,6 +119,7 @@ async fn standalone(config: StandaloneConfig) -> anyhow::Result<()> {
         );
     }
     telemetry::shutdown_signal().await;
+    admin.stop_firing();
     executor.stop().await;
     admin.stop().await;
     Ok(())

@@ -341,6 +341,8 @@ pub struct JobSpec {
     /// The most of its runs dispatching or running at once, on all executors together; 0 means
     /// no cap. Past it a run waits, pending, or as the block strategy says.
     pub max_concurrent_runs: i64,
+    /// The business calendar whose excluded instants the job does not fire at, by name.
+    pub calendar: Option<String>,
 }
 
 /// The most child jobs a job may have ([`JobSpec::child_job_ids`], each listed once): one
@@ -516,6 +518,44 @@ pub struct Registration {
     pub peer_kind: String,
     /// The version it reported at its last registration; empty when it reported none.
     pub version: String,
+}
+
+/// A business calendar as an operator writes it: instants jobs naming it do not fire at.
+///
+/// Entries are kept as written and checked by `schedule::calendar::Calendar::parse`, which
+/// documents their syntax; an instant is excluded when any exclusion matches it on the wall clock
+/// of `time_zone`, unless its date is one of `included_dates`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CalendarSpec {
+    /// The IANA time zone the rules are read in; `None` means UTC.
+    pub time_zone: Option<String>,
+    /// What the calendar is for.
+    pub description: String,
+    /// Excluded dates, `2026-10-01`, and ranges of dates, `2026-10-01/2026-10-07` (inclusive).
+    pub excluded_dates: Vec<String>,
+    /// Dates excluded every year, `05-01`.
+    pub annual_dates: Vec<String>,
+    /// Excluded days of the week, `SAT`.
+    pub weekdays: Vec<String>,
+    /// Excluded times of every day, `00:00-06:00` (the end excluded; `22:00-06:00` wraps).
+    pub daily_windows: Vec<String>,
+    /// Quartz cron expressions; an instant whose wall second matches one is excluded.
+    pub cron: Vec<String>,
+    /// Dates and ranges of dates that no exclusion applies to (make-up workdays).
+    pub included_dates: Vec<String>,
+}
+
+/// A stored business calendar.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CalendarRecord {
+    /// The calendar's name, unique; jobs name it.
+    pub name: String,
+    /// Its rules.
+    pub spec: CalendarSpec,
+    /// When it was created (ms).
+    pub created_at_ms: i64,
+    /// When it last changed (ms).
+    pub updated_at_ms: i64,
 }
 
 #[cfg(test)]

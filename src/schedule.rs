@@ -85,6 +85,7 @@
 //! XXL-JOB, unless the job sets its own) follows its misfire strategy; see [`decide`].
 #![warn(missing_docs)]
 
+pub mod calendar;
 mod cron;
 mod zone;
 

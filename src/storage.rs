@@ -15,6 +15,7 @@ mod audit;
 mod backfills;
 pub mod backup;
 mod batch;
+mod calendars;
 mod caps;
 mod groups;
 mod jobs;
@@ -41,6 +42,7 @@ pub use self::alarms::{
 };
 pub use self::audit::{AuditEntry, AuditPage, AuditRecord};
 pub use self::backfills::{NewBackfill, Release};
+pub use self::calendars::CalendarDelete;
 pub use self::caps::CappedClaim;
 pub use self::jobs::{Fire, Fired, JobUpdate};
 pub use self::modules::NewVersion;

@@ -261,6 +261,12 @@ async fn every_route_with_every_caller() {
         ("PUT", "/api/v1/alarms/1", alarm("pager")),
         ("GET", "/api/v1/alarms/deliveries", Value::Null),
         ("DELETE", "/api/v1/alarms/99", Value::Null),
+        ("GET", "/api/v1/calendars", Value::Null),
+        ("POST", "/api/v1/calendars", json!({"name": "holidays", "weekdays": ["SUN"]})),
+        ("GET", "/api/v1/calendars/holidays", Value::Null),
+        ("PUT", "/api/v1/calendars/holidays", json!({"weekdays": ["SAT"]})),
+        ("POST", "/api/v1/calendars/holidays/ics", json!("not a calendar")),
+        ("DELETE", "/api/v1/calendars/99", Value::Null),
         ("GET", "/api/v1/report?from=2026-11-01&to=2026-11-07", Value::Null),
         ("GET", "/api/v1/dashboard", Value::Null),
         ("GET", "/api/v1/openapi.json", Value::Null),
@@ -334,6 +340,12 @@ async fn every_route_with_every_caller() {
         PUT /api/v1/alarms/1                             401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          200          200
         GET /api/v1/alarms/deliveries                    401 unauthor          200          200 403 forbidde 403 forbidde          200          200
         DELETE /api/v1/alarms/99                         401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          404          404
+        GET /api/v1/calendars                            401 unauthor          200          200          200          200          200          200
+        POST /api/v1/calendars                           401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          201          409
+        GET /api/v1/calendars/holidays                   401 unauthor          200          200          200          200          200          200
+        PUT /api/v1/calendars/holidays                   401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          200          200
+        POST /api/v1/calendars/holidays/ics              401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          422          422
+        DELETE /api/v1/calendars/99                      401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          404          404
         GET /api/v1/report                               401 unauthor          200          200          200          200          200          200
         GET /api/v1/dashboard                            401 unauthor          200          200          200          200          200          200
         GET /api/v1/openapi.json                         401 unauthor          200          200          200          200          200          200

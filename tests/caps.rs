@@ -3,17 +3,11 @@
 //! strategy decides what a cap means (`SERIAL_EXECUTION` waits, `DISCARD_LATER` skips,
 //! `COVER_EARLY` kills the oldest).
 
-use chrono::DateTime;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use crate::support::runs::{sent_ms, time_ms};
 use crate::support::{Api, TestApp, backends, sample_job};
-
-fn ms(time: &Value) -> i64 {
-    DateTime::parse_from_rfc3339(time.as_str().unwrap_or_else(|| panic!("no time: {time}")))
-        .unwrap()
-        .timestamp_millis()
-}
 
 /// A `sleeper` job with `fields`, its component uploaded.
 async fn sleeper(api: &Api, fields: Value) -> i64 {
@@ -62,7 +56,7 @@ async fn a_job_at_its_cap_runs_one_at_a_time_in_order() {
         for (before, after) in runs.iter().zip(runs.iter().skip(1).chain([&last])) {
             assert_eq!((&before["state"], &after["state"]), (&json!("success"), &json!("success")));
             assert!(
-                ms(&after["dispatched_at"]) >= ms(&before["handle_time"]),
+                sent_ms(after) >= time_ms(&before["handle_time"]),
                 "run {} went out before run {} ended:\n{before}\n{after}",
                 after["id"],
                 before["id"]
@@ -114,7 +108,7 @@ async fn cover_early_at_the_cap_kills_the_oldest_run() {
     assert_eq!(killed["state"], "killed", "{killed}");
     let ran = api.finished_run(new).await;
     assert_eq!(ran["state"], "success", "{ran}");
-    assert!(ms(&ran["dispatched_at"]) >= ms(&killed["handle_time"]), "{killed}\n{ran}");
+    assert!(sent_ms(&ran) >= time_ms(&killed["handle_time"]), "{killed}\n{ran}");
     app.stop().await;
 }
 
@@ -139,7 +133,7 @@ async fn a_groups_cap_spans_its_jobs() {
     held(api, second).await;
     let ended = api.finished_run(first).await;
     let released = api.finished_run(second).await;
-    assert!(ms(&released["dispatched_at"]) >= ms(&ended["handle_time"]), "{ended}\n{released}");
+    assert!(sent_ms(&released) >= time_ms(&ended["handle_time"]), "{ended}\n{released}");
 
     // Two held runs, then the cap goes up to 3: both are released at once.
     let long = trigger(api, a, "20000").await;

@@ -1,5 +1,6 @@
-//! The command-line client end to end: `wasmjob job|version|run|log|group|executors` as real
-//! processes against a `wasmjob standalone` process, tables, `--json`, exit codes, `--follow`.
+//! The command-line client end to end: `wasmjob job|version|run|log|group|executors|calendar`
+//! as real processes against a `wasmjob standalone` process, tables, `--json`, exit codes,
+//! `--follow`.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -232,4 +233,48 @@ fn the_cli_reads_its_config_file_after_flags_and_environment() {
     let no_token = client(&["job", "list"], &[("HOME", &empty)], &[]);
     assert_eq!(status(&no_token), Some(4));
     assert!(one_line(&no_token).contains("no token"), "{no_token:?}");
+}
+
+#[test]
+fn the_cli_applies_imports_and_deletes_calendars() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let (_standalone, url) = spawn_standalone(&data_dir);
+    let token = std::fs::read_to_string(data_dir.join("admin-token")).unwrap().trim().to_owned();
+    let cli = Client { url, token };
+    let file = dir.path().join("cn.json");
+    std::fs::write(&file, r#"{"name": "cn", "time_zone": "Asia/Shanghai", "weekdays": ["SAT"]}"#)
+        .unwrap();
+    let file = file.display().to_string();
+    // Applied once it is created, applied again it is replaced.
+    assert_eq!(
+        cli.json(&["calendar", "apply", "-f", &file])["weekdays"],
+        serde_json::json!(["SAT"])
+    );
+    std::fs::write(&file, r#"{"name": "cn", "time_zone": "Asia/Shanghai", "weekdays": ["SUN"]}"#)
+        .unwrap();
+    assert_eq!(
+        cli.json(&["calendar", "apply", "-f", &file])["weekdays"],
+        serde_json::json!(["SUN"])
+    );
+    let table = cli.ok(&["calendar", "list"]);
+    assert!(table.lines().nth(1).unwrap().starts_with("cn "), "{table}");
+    let ics = dir.path().join("workdays.ics");
+    std::fs::write(
+        &ics,
+        "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20260927\nEND:VEVENT\nEND:VCALENDAR\n",
+    )
+    .unwrap();
+    let imported =
+        cli.json(&["calendar", "import-ics", "cn", &ics.display().to_string(), "--included"]);
+    assert_eq!(imported["included_dates"], serde_json::json!(["2026-09-27"]));
+    // A job names it; the calendar cannot go until the job does.
+    let job =
+        cli.json(&["job", "create", "--group-id", "1", "--name", "workdays", "--calendar", "cn"]);
+    assert_eq!(job["calendar"], "cn");
+    let id = job["id"].as_i64().unwrap().to_string();
+    assert!(cli.fails(&["calendar", "delete", "cn"], 5).contains("409"));
+    cli.ok(&["job", "delete", &id]);
+    cli.ok(&["calendar", "delete", "cn"]);
+    cli.fails(&["calendar", "get", "cn"], 3);
 }

@@ -15,6 +15,8 @@ mod api_errors;
 mod backfill;
 /// The bad-input battery against every API: no 5xx, no panic, no state changed.
 mod bad_input;
+/// Business calendars: excluded instants neither fired nor misfired, the API, `.ics` imports.
+mod calendars;
 /// Concurrency caps of jobs and groups: held runs, their release in order, the block strategies.
 mod caps;
 /// The command-line client as real processes against `wasmjob standalone`, `--follow` included.

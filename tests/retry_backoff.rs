@@ -5,11 +5,11 @@
 use std::process::Command;
 use std::time::Duration;
 
-use chrono::DateTime;
 use serde_json::{Value, json};
 
 use reqwest::StatusCode;
 
+use crate::support::runs::{sent_ms, time_ms};
 use crate::support::standalone::{spawn_standalone, stop_gracefully};
 use crate::support::{Api, sample_job, wait_until};
 
@@ -27,15 +27,9 @@ async fn runs_of(api: &Api, job_id: i64) -> Vec<Value> {
     runs
 }
 
-fn ms(time: &Value) -> i64 {
-    DateTime::parse_from_rfc3339(time.as_str().unwrap_or_else(|| panic!("no time: {time}")))
-        .unwrap()
-        .timestamp_millis()
-}
-
 /// The wait a retry was given: from the end of the run it retries to its own instant.
 fn wait_ms(failed: &Value, retry: &Value) -> i64 {
-    ms(&retry["trigger_time"]) - ms(&failed["handle_time"])
+    time_ms(&retry["trigger_time"]) - time_ms(&failed["handle_time"])
 }
 
 fn kill_9(pid: u32) {
@@ -100,14 +94,14 @@ async fn retries_wait_out_their_backoff_across_a_killed_admin() {
     let (retry, second) = (&runs[1], &runs[2]);
     assert_eq!(retry["id"], runs[1]["id"], "the same retry run, not a new one");
     assert!(
-        ms(&retry["dispatched_at"]) >= ms(&retry["trigger_time"]),
+        sent_ms(retry) >= time_ms(&retry["trigger_time"]),
         "the retry was sent only once due: {retry}"
     );
     assert!(retry.get("due_at").is_none(), "a sent run is no longer due: {retry}");
     assert_eq!((&second["attempt"], &second["parent_run_id"]), (&json!(2), &retry["id"]));
     let second_wait = wait_ms(retry, second);
     assert!((7_100..=8_100).contains(&second_wait), "second wait {second_wait} ms: {second}");
-    assert!(ms(&second["dispatched_at"]) >= ms(&second["trigger_time"]), "{second}");
+    assert!(sent_ms(second) >= time_ms(&second["trigger_time"]), "{second}");
 
     // No third retry: the job has two.
     tokio::time::sleep(Duration::from_millis(500)).await;

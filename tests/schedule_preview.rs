@@ -144,6 +144,8 @@ async fn refusals() {
         ("schedule_type=CRON&schedule_conf=0+0+12+*+*+%3F&cron=1", token),
         ("schedule_type=CRON&schedule_type=NONE", token),
         ("schedule_type=CRON&schedule_conf=%", token),
+        ("schedule_type=CRON&schedule_conf=0+0+12+*+*+%3F&calendar=nope", token),
+        ("schedule_type=CRON&schedule_conf=0+0+12+*+*+%3F&calendar=%00", token),
     ];
     check(&rows, expect![[r#"
         schedule_type=CRON&schedule_conf=0+0+12+%3F+*+MON (no token)
@@ -191,10 +193,14 @@ async fn refusals() {
         schedule_type=CRON&schedule_conf=0+0+12+*+*+%3F&count=99999999999999999999999 (token)
           400 {"code":"invalid_query","message":"count: `99999999999999999999999` is not a number from 1 to 100"}
         schedule_type=CRON&schedule_conf=0+0+12+*+*+%3F&cron=1 (token)
-          400 {"code":"invalid_query","message":"Failed to deserialize query string: cron: unknown field `cron`, expected one of `schedule_type`, `schedule_conf`, `time_zone`, `from`, `count`"}
+          400 {"code":"invalid_query","message":"Failed to deserialize query string: cron: unknown field `cron`, expected one of `schedule_type`, `schedule_conf`, `time_zone`, `from`, `count`, `calendar`"}
         schedule_type=CRON&schedule_type=NONE (token)
           400 {"code":"invalid_query","message":"Failed to deserialize query string: duplicate field `schedule_type`"}
         schedule_type=CRON&schedule_conf=% (token)
           400 {"code":"invalid_schedule","message":"invalid cron expression `%`: at character 1: expected 6 or 7 fields (second minute hour day-of-month month day-of-week [year]), found 1"}
+        schedule_type=CRON&schedule_conf=0+0+12+*+*+%3F&calendar=nope (token)
+          400 {"code":"invalid_query","message":"calendar: calendar `nope` does not exist"}
+        schedule_type=CRON&schedule_conf=0+0+12+*+*+%3F&calendar=%00 (token)
+          400 {"code":"invalid_query","message":"calendar: calendar `\u0000` does not exist"}
     "#]]).await;
 }

@@ -11,6 +11,7 @@ mod alarms;
 mod audit;
 pub(super) mod auth;
 mod backfills;
+mod calendars;
 pub(super) mod error;
 mod executor_api;
 mod executors;
@@ -48,6 +49,7 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         .merge(users::router())
         .merge(audit::router())
         .merge(alarms::router())
+        .merge(calendars::router())
         .merge(report::router())
         .merge(openapi::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::authenticate));

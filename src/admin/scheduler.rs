@@ -10,6 +10,9 @@
 //! Two admins racing for the same fire cannot both create it: `fire_job` moves the job only from
 //! the fire time it read, and runs are unique per (job, fire time, shard, attempt).
 //!
+//! A job that names a business calendar is decided by `schedule::calendar::decide`: an instant
+//! the calendar excludes commits the job's next allowed fire and no run, and is not a misfire.
+//!
 //! A `FIX_DELAY` job's fire leaves it running without a next fire time; the transaction that
 //! ends the fire's last run sets it (`lifecycle`), and the next pass, within a second, sees it.
 //!
@@ -27,6 +30,7 @@ use super::admission::AdmitError;
 use super::dispatch::PlannedTrigger;
 use super::{AppState, now_ms};
 use crate::model::Job;
+use crate::schedule::calendar::{self, CalendarDecision};
 use crate::schedule::{NextFire, Schedule, decide};
 use crate::storage::Fire;
 
@@ -156,13 +160,42 @@ async fn plan(state: &AppState, job: &Job, now: i64) -> anyhow::Result<Option<(F
             return Ok(None);
         }
     };
-    let decision = decide(
-        &schedule,
-        job.spec.misfire_strategy,
-        job.spec.misfire_threshold_ms,
-        job.next_fire_ms,
-        now,
-    );
+    let (misfire, threshold) = (job.spec.misfire_strategy, job.spec.misfire_threshold_ms);
+    let decision = match job.spec.calendar.as_deref() {
+        None => decide(&schedule, misfire, threshold, job.next_fire_ms, now),
+        Some(name) => {
+            let Some(calendar) = state.cache.calendar(name).await? else {
+                tracing::error!(
+                    job.id = job.id,
+                    "stopping job {}: its calendar `{name}` is gone or invalid",
+                    job.id
+                );
+                state.db.set_job_running(job.id, None, now).await?;
+                return Ok(None);
+            };
+            match calendar::decide(&calendar, &schedule, misfire, threshold, job.next_fire_ms, now)
+            {
+                CalendarDecision::Decided(decision) => decision,
+                CalendarDecision::Excluded { exclusion, next } => {
+                    tracing::debug!(
+                        job.id = job.id,
+                        "job {} not fired at {}: excluded by {} of calendar `{name}`",
+                        job.id,
+                        job.next_fire_ms,
+                        exclusion.rule
+                    );
+                    let fire = Fire {
+                        job_id: job.id,
+                        expected_fire_ms: job.next_fire_ms,
+                        next,
+                        runs: Vec::new(),
+                        claim: None,
+                    };
+                    return Ok(Some((fire, now)));
+                }
+            }
+        }
+    };
     let fire_at = decision.fire.map_or(now, |(at_ms, _)| at_ms);
     let mut claim = None;
     let runs = match decision.fire {

@@ -1,4 +1,4 @@
-//! The flags of the REST API's command-line client: `wasmjob job|run|log|version|group …`.
+//! The flags of the REST API's command-line client: `wasmjob job|run|log|version|group|calendar …`.
 //!
 //! Only the shape of the commands is here; `client_cli` runs them against an admin.
 
@@ -67,6 +67,15 @@ pub struct GroupArgs {
     pub connect: ConnectArgs,
     #[command(subcommand)]
     pub command: GroupCommand,
+}
+
+/// `wasmjob calendar …`.
+#[derive(Debug, Args)]
+pub struct CalendarArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    #[command(subcommand)]
+    pub command: CalendarCommand,
 }
 
 /// `wasmjob executors …`.
@@ -174,6 +183,9 @@ pub struct JobFields {
     /// The `BEAN` handler.
     #[arg(long)]
     pub handler: Option<String>,
+    /// The business calendar whose excluded instants the job does not fire at.
+    #[arg(long)]
+    pub calendar: Option<String>,
 }
 
 /// `wasmjob run …`.
@@ -239,6 +251,31 @@ pub enum GroupCommand {
         /// Fixed addresses, comma-separated (a `MANUAL` group).
         #[arg(long, value_delimiter = ',')]
         addresses: Vec<String>,
+    },
+}
+
+/// `wasmjob calendar …`.
+#[derive(Debug, Subcommand)]
+pub enum CalendarCommand {
+    /// Lists business calendars.
+    List,
+    /// Shows one calendar.
+    Get { name: String },
+    /// Creates or replaces the calendar a JSON file describes (its `name` says which).
+    Apply {
+        /// The calendar as the API takes it: `{"name": "cn", "weekdays": ["SAT", "SUN"], …}`.
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
+    /// Deletes a calendar no job names.
+    Delete { name: String },
+    /// Adds the dates of an iCalendar (`.ics`) file's events to a calendar.
+    ImportIcs {
+        name: String,
+        file: PathBuf,
+        /// Adds them as included dates (make-up workdays) instead of excluded ones.
+        #[arg(long)]
+        included: bool,
     },
 }
 

@@ -77,7 +77,7 @@ fn resolve(
 /// The first whole-second wall time after `from` at which `found` holds, given that it does not
 /// hold at `from`: steps double until one lands, then bisection narrows it down. A transition
 /// lasts hours and they are months apart, so `found` flips once in the span searched.
-fn first_wall_where(
+pub(super) fn first_wall_where(
     from: NaiveDateTime,
     found: impl Fn(NaiveDateTime) -> bool,
 ) -> Option<NaiveDateTime> {

@@ -9,12 +9,13 @@ use super::{Db, Dialect, Result, parse_column, split_list};
 use crate::model::{Job, JobSpec, child_job_cycle};
 use crate::schedule::NextFire;
 
-const COLUMNS: &str =
+pub(super) const COLUMNS: &str =
     "id, group_id, name, schedule_type, schedule_conf, time_zone, misfire_strategy,
     route_strategy, block_strategy, timeout_secs, retry_count, glue_type, handler, param,
     child_job_ids, alarm_email, fuel_limit, memory_limit_mb, misfire_threshold_ms,
     sharding_total_count, sharding_item_parameters, sharding_strategy, alarm_silence_secs, retry_interval_secs,
-    retry_backoff, retry_max_interval_secs, max_concurrent_runs, running, next_fire_ms, active_version, created_at, updated_at";
+    retry_backoff, retry_max_interval_secs, max_concurrent_runs, running, next_fire_ms, active_version, created_at, updated_at,
+    calendar";
 
 /// The key of the PostgreSQL advisory lock that changes of the child-job graph take, so that
 /// they are checked and written one at a time ("wjchild" in ASCII).
@@ -42,12 +43,16 @@ impl Db {
                 misfire_threshold_ms, sharding_total_count, sharding_item_parameters,
                 sharding_strategy, alarm_silence_secs, retry_interval_secs, retry_backoff,
                 retry_max_interval_secs, max_concurrent_runs, running, next_fire_ms, created_at,
-                updated_at)
+                updated_at, calendar)
              values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-                $18, $19, $20, $21, $22, $23, $24, $25, $26, 0, 0, $27, $27)
+                $18, $19, $20, $21, $22, $23, $24, $25, $26, 0, 0, $27, $27, $28)
              returning {COLUMNS}"
         );
-        let row = bind_job(sqlx::query(&sql), job).bind(now_ms).fetch_one(self.writer()).await?;
+        let row = bind_job(sqlx::query(&sql), job)
+            .bind(now_ms)
+            .bind(job.calendar.as_deref())
+            .fetch_one(self.writer())
+            .await?;
         job_from_row(&row)
     }
 
@@ -66,6 +71,7 @@ impl Db {
             .bind(now_ms)
             .bind(next_fire_ms)
             .bind(id)
+            .bind(job.calendar.as_deref())
             .fetch_optional(self.writer())
             .await?;
         row.as_ref().map(job_from_row).transpose()
@@ -113,6 +119,7 @@ impl Db {
             .bind(now_ms)
             .bind(next_fire_ms)
             .bind(id)
+            .bind(job.calendar.as_deref())
             .fetch_optional(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -386,6 +393,7 @@ fn update_sql() -> String {
             sharding_item_parameters = $20, sharding_strategy = $21,
             alarm_silence_secs = $22, retry_interval_secs = $23, retry_backoff = $24,
             retry_max_interval_secs = $25, max_concurrent_runs = $26, updated_at = $27,
+            calendar = $30,
             next_fire_ms = case
                 when running = 0 then 0
                 when next_fire_ms = 0 and schedule_type = 'FIX_DELAY' and $3 = 'FIX_DELAY' then 0
@@ -394,7 +402,7 @@ fn update_sql() -> String {
     )
 }
 
-fn job_from_row(row: &impl Cells) -> Result<Job> {
+pub(super) fn job_from_row(row: &impl Cells) -> Result<Job> {
     let child_job_ids = row.required_text("child_job_ids")?;
     let child_job_ids = split_list(&child_job_ids)
         .map(|id| {
@@ -430,6 +438,7 @@ fn job_from_row(row: &impl Cells) -> Result<Job> {
             retry_backoff: parse_column(row, "retry_backoff")?,
             retry_max_interval_secs: row.required_int("retry_max_interval_secs")?,
             max_concurrent_runs: row.required_int("max_concurrent_runs")?,
+            calendar: row.text("calendar")?,
         },
         running: row.required_int("running")? == 1,
         next_fire_ms: row.required_int("next_fire_ms")?,

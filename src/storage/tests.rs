@@ -4,6 +4,7 @@
 mod accounts;
 mod alarms;
 mod backfills;
+mod calendars;
 mod caps;
 
 use super::*;
@@ -62,6 +63,7 @@ fn new_job(group_id: i64) -> JobSpec {
         retry_backoff: crate::model::RetryBackoff::Exponential,
         retry_max_interval_secs: 600,
         max_concurrent_runs: 4,
+        calendar: None,
     }
 }
 

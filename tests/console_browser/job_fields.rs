@@ -26,6 +26,7 @@ fn created(children: [i64; 2]) -> Vec<Entry> {
         ("name", "every field", json!("every field")),
         ("schedule_type", "FIX_RATE", json!("FIX_RATE")),
         ("time_zone", "Asia/Shanghai", json!("Asia/Shanghai")),
+        ("calendar", "weekends", json!("weekends")),
         ("schedule_conf", "90", json!("90")),
         ("misfire_strategy", "FIRE_ONCE_NOW", json!("FIRE_ONCE_NOW")),
         ("misfire_threshold_ms", "60000", json!(60_000)),
@@ -67,6 +68,7 @@ fn edited(children: [i64; 2]) -> Vec<Entry> {
         ("name", "every field, edited", json!("every field, edited")),
         ("schedule_type", "CRON", json!("CRON")),
         ("time_zone", "Europe/Berlin", json!("Europe/Berlin")),
+        ("calendar", "", Value::Null),
         ("schedule_conf", "0 30 2 * * ?", json!("0 30 2 * * ?")),
         ("misfire_strategy", "DO_NOTHING", json!("DO_NOTHING")),
         ("misfire_threshold_ms", "2000", json!(2_000)),
@@ -196,6 +198,11 @@ impl Console {
             _dir: dir,
         };
         console.post("/groups", json!({"app_name": "billing"})).await;
+        for name in ["weekends", "holidays"] {
+            let calendar =
+                json!({"name": name, "time_zone": "Asia/Shanghai", "weekdays": ["SAT", "SUN"]});
+            console.post("/calendars", calendar).await;
+        }
         for (group_id, name) in [(1, "child a"), (2, "child b")] {
             let job = json!({"group_id": group_id, "name": name, "schedule_type": "NONE"});
             console.children[group_id as usize - 1] =

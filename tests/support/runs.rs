@@ -47,3 +47,19 @@ pub async fn running_run(
     db.apply_transition(id, &transition, lease, None, &[], at_ms).await.unwrap().unwrap();
     id
 }
+
+/// An RFC 3339 time of a run's JSON, in ms.
+pub fn time_ms(time: &serde_json::Value) -> i64 {
+    let text = time.as_str().unwrap_or_else(|| panic!("no time: {time}"));
+    chrono::DateTime::parse_from_rfc3339(text).unwrap().timestamp_millis()
+}
+
+/// When the run of `run` (its JSON) was sent, or, if the admin did not see the acceptance
+/// before the result, when it started or ended (neither earlier than its send).
+pub fn sent_ms(run: &serde_json::Value) -> i64 {
+    ["dispatched_at", "started_at", "handle_time"]
+        .iter()
+        .find(|key| run[**key].is_string())
+        .map(|key| time_ms(&run[*key]))
+        .unwrap_or_else(|| panic!("no time of its send: {run}"))
+}

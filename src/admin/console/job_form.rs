@@ -99,6 +99,9 @@ pub fn sections() -> Vec<Section> {
                 row("time_zone", Input::OptionalText { placeholder: "UTC" }, "", |job| {
                     job.time_zone.clone().unwrap_or_default()
                 }),
+                row("calendar", Input::OptionalText { placeholder: "" }, "", |job| {
+                    job.calendar.clone().unwrap_or_default()
+                }),
                 row(
                     "misfire_strategy",
                     choice(MisfireStrategy::ALL, "misfire."),

@@ -1,5 +1,5 @@
 //! The dispatcher's read-through copies of what runs need on the hot path: jobs, groups, the
-//! groups' online executors and version digests. One [`Cache`] is shared by the dispatcher and
+//! groups' online executors, version digests and business calendars (parsed). One [`Cache`] is shared by the dispatcher and
 //! the HTTP handlers (through `AppState`), so that a handler that changes a job forgets the copy
 //! the dispatcher would send with.
 
@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::admin::now_ms;
 use crate::model::{AddressType, Group, Job};
 use crate::protocol::REGISTRY_GROUP_EXECUTOR;
+use crate::schedule::calendar::Calendar;
 use crate::storage::Db;
 
 /// How long a read of a group's online executors is reused. Heartbeats come every few seconds
@@ -59,6 +60,8 @@ struct Inner {
     refreshing: AtomicBool,
     /// Groups, with when they were read.
     groups: Mutex<HashMap<i64, Cached<Option<Group>>>>,
+    /// Calendars by name, parsed, with when they were read.
+    calendars: Mutex<HashMap<String, Cached<Option<Arc<Calendar>>>>>,
 }
 
 impl Cache {
@@ -73,6 +76,7 @@ impl Cache {
             refresh: Mutex::default(),
             refreshing: AtomicBool::new(false),
             groups: Mutex::default(),
+            calendars: Mutex::default(),
         };
         Cache { inner: Arc::new(inner) }
     }
@@ -185,6 +189,41 @@ impl Cache {
         }
     }
 
+    /// Calendar `name`, parsed, as read at most [`CACHE_TTL_MS`] ago (`None`: it does not
+    /// exist, or no longer parses, which is logged).
+    pub async fn calendar(&self, name: &str) -> anyhow::Result<Option<Arc<Calendar>>> {
+        let now = now_ms();
+        let cached = self.inner.calendars.lock().ok().and_then(|calendars| {
+            let (read_at, calendar) = calendars.get(name)?;
+            (now - read_at < CACHE_TTL_MS && *read_at <= now).then(|| calendar.clone())
+        });
+        if let Some(calendar) = cached {
+            return Ok(calendar);
+        }
+        let record = self.inner.db.get_calendar(name).await?;
+        let calendar = record.and_then(|record| match Calendar::parse(&record.spec) {
+            Ok(calendar) => Some(Arc::new(calendar)),
+            Err(error) => {
+                tracing::error!(%error, "calendar `{name}` no longer parses");
+                None
+            }
+        });
+        if let Ok(mut calendars) = self.inner.calendars.lock() {
+            if calendars.len() >= MAX_CACHED {
+                calendars.clear();
+            }
+            calendars.insert(name.to_owned(), (now, calendar.clone()));
+        }
+        Ok(calendar)
+    }
+
+    /// Forgets the cached copy of calendar `name`: call it after changing the calendar.
+    pub fn forget_calendar(&self, name: &str) {
+        if let Ok(mut calendars) = self.inner.calendars.lock() {
+            calendars.remove(name);
+        }
+    }
+
     /// Forgets the cached copy of job `id`: call it after changing the job.
     pub fn forget_job(&self, id: i64) {
         if let Ok(mut jobs) = self.inner.jobs.lock() {
@@ -289,6 +328,7 @@ mod tests {
             retry_backoff: crate::model::RetryBackoff::Fixed,
             retry_max_interval_secs: 0,
             max_concurrent_runs: 0,
+            calendar: None,
         };
         let (one, two) =
             (db.create_job(&spec, 1).await.unwrap(), db.create_job(&spec, 1).await.unwrap());

@@ -81,6 +81,7 @@ struct JobBody {
     /// default) means no cap.
     #[serde(default)]
     max_concurrent_runs: i64,
+    calendar: Option<String>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -112,6 +113,7 @@ struct JobResponse {
     sharding_item_parameters: String,
     sharding_strategy: &'static str,
     max_concurrent_runs: i64,
+    calendar: Option<String>,
     running: bool,
     next_fire_time: Option<String>,
     active_version: Option<i64>,
@@ -149,6 +151,7 @@ impl From<Job> for JobResponse {
             sharding_item_parameters: job.spec.sharding_item_parameters,
             sharding_strategy: job.spec.sharding_strategy.as_str(),
             max_concurrent_runs: job.spec.max_concurrent_runs,
+            calendar: job.spec.calendar,
             running: job.running,
             next_fire_time: rfc3339(job.next_fire_ms),
             active_version: job.active_version,
@@ -197,7 +200,7 @@ async fn update_job(
     actor.require_group(body.group_id)?;
     let (job, schedule) = validate(&state, &actor, body).await?;
     let now = now_ms();
-    let next = schedule.next_after(now).unwrap_or(0);
+    let next = super::calendars::next_fire(&state, &job, &schedule, now).await?.unwrap_or(0);
     let updated = match state.db.update_job_checked(id, &job, next, now).await? {
         JobUpdate::Updated(updated) => *updated,
         JobUpdate::NotFound => return Err(job_not_found(id)),
@@ -289,7 +292,8 @@ async fn start_job(
         ));
     }
     let now = now_ms();
-    let next = schedule.next_after(now).ok_or_else(|| {
+    let next = super::calendars::next_fire(&state, &job.spec, &schedule, now).await?;
+    let next = next.ok_or_else(|| {
         ApiError::bad_request("no_fire_time", "the schedule has no fire time in the future")
     })?;
     state.db.set_job_running(id, Some(next), now).await?;
@@ -417,13 +421,8 @@ async fn next_fire_times(
     if !(1..=100).contains(&count) {
         return Err(ApiError::bad_request("invalid_query", "count must be between 1 and 100"));
     }
-    let schedule = parse_schedule(
-        job.spec.schedule_type,
-        &job.spec.schedule_conf,
-        job.spec.time_zone.as_deref(),
-    )?;
-    let times = schedule.next_n(now_ms(), count).into_iter().filter_map(rfc3339).collect();
-    Ok(axum::Json(FireTimes { times }))
+    let times = super::calendars::fire_times(&state, &job.spec, now_ms(), count).await?;
+    Ok(axum::Json(FireTimes { times: times.into_iter().filter_map(rfc3339).collect() }))
 }
 
 async fn load(state: &AppState, id: i64) -> Result<Job, ApiError> {

@@ -205,6 +205,7 @@ pub(super) async fn validate(
         sharding_item_parameters,
         sharding_strategy,
         max_concurrent_runs: body.max_concurrent_runs,
+        calendar: crate::admin::http::calendars::job_calendar(state, body.calendar).await?,
     };
     Ok((job, schedule))
 }

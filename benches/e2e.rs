@@ -21,6 +21,11 @@
 //!   `results_per_callback` and `group_commits_per_1000_runs` (how well the hot path batched,
 //!   from the admin's metrics);
 //!
+//! With `--backfill N`, workload (a) also backfills the last N seconds of a `hello` job firing
+//! every second while its fires run: `a.backfill_secs` (created to done), `a.backfill_succeeded`
+//! and `a.backfill_instants` (distinct instants with a successful run; both must be N), and the
+//! fires' figures above measured beside it.
+//!
 //! and for each, `admin_rss_mb` and `executor_rss_mb` (peak resident memory). `--standalone`
 //! runs one `wasmjob standalone` process instead, as the README's first command does (SQLite
 //! only): its figures are then `standalone_cpu_us_per_run` and `standalone_rss_mb`.
@@ -64,6 +69,7 @@ struct Args {
     standalone: bool,
     binary: PathBuf,
     sample: String,
+    backfill: usize,
 }
 
 fn args() -> Args {
@@ -80,6 +86,7 @@ fn args() -> Args {
         standalone: false,
         binary: PathBuf::from(env!("CARGO_BIN_EXE_wasmjob")),
         sample: "hello".to_owned(),
+        backfill: 0,
     };
     let mut words = std::env::args().skip(1);
     while let Some(word) = words.next() {
@@ -97,6 +104,7 @@ fn args() -> Args {
             "--postgres" => args.postgres = true,
             "--standalone" => args.standalone = true,
             "--sample" => args.sample = value(),
+            "--backfill" => args.backfill = value().parse().unwrap(),
             // cargo bench passes `--bench`.
             _ => {}
         }
@@ -111,7 +119,16 @@ fn main() {
         for workload in args.workloads.chars() {
             let platform = Platform::start(&args).await;
             match workload {
-                'a' => scheduled(&platform, "a", args.jobs, args.jobs, args.secs).await,
+                'a' => {
+                    let backfill = match args.backfill {
+                        0 => None,
+                        instants => Some(Backfill::start(&platform, instants).await),
+                    };
+                    scheduled(&platform, "a", args.jobs, args.jobs, args.secs).await;
+                    if let Some(backfill) = backfill {
+                        backfill.finish(&platform).await;
+                    }
+                }
                 'b' => scheduled(&platform, "b", args.defined, args.due, args.secs_b).await,
                 'c' => manual(&platform, args.triggers, args.clients).await,
                 other => panic!("unknown workload `{other}`: use a, b or c"),
@@ -451,6 +468,57 @@ async fn scheduled(platform: &Platform, name: &str, defined: usize, due: usize, 
     print_percentiles(&format!("{name}.fire_accepted"), accepted);
     print_percentiles(&format!("{name}.fire_to_result"), Some(to_result));
     pool.close().await;
+}
+
+/// A backfill of the last `instants` seconds of a `hello` job that fires every second.
+struct Backfill {
+    id: i64,
+    job_id: i64,
+    instants: usize,
+    started: Instant,
+}
+
+impl Backfill {
+    async fn start(platform: &Platform, instants: usize) -> Backfill {
+        let every_second = json!({"group_id": 1, "name": "backfilled", "schedule_type": "CRON",
+            "schedule_conf": "* * * * * ?", "param": "backfill"});
+        let job_id = platform.create_jobs(1, every_second, true).await[0];
+        let to_ms = (now_ms() / 1000 - 1) * 1000;
+        let from_ms = to_ms - (instants as i64 - 1) * 1000;
+        let iso = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).unwrap().to_rfc3339();
+        let body = json!({"from": iso(from_ms), "to": iso(to_ms), "max_concurrent": 10});
+        let started = Instant::now();
+        let backfill = platform.post(&format!("/api/v1/jobs/{job_id}/backfill"), body).await;
+        let id = backfill["id"].as_i64().unwrap_or_else(|| panic!("no backfill: {backfill}"));
+        Backfill { id, job_id, instants, started }
+    }
+
+    async fn finish(self, platform: &Platform) {
+        let deadline = Instant::now() + Duration::from_secs(900);
+        loop {
+            let backfill = platform.get(&format!("/api/v1/backfills/{}", self.id)).await;
+            if backfill["state"] != "running" {
+                println!("a.backfill_state: {}", backfill["state"]);
+                break;
+            }
+            assert!(Instant::now() < deadline, "the backfill did not end: {backfill}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        println!("a.backfill_secs: {:.1}", self.started.elapsed().as_secs_f64());
+        let pool = platform.db().await;
+        let row = sqlx::query(
+            "select count(*) as runs, count(distinct trigger_time) as instants from runs
+             where job_id = $1 and trigger_type = 'BACKFILL' and state = 'success'",
+        )
+        .bind(self.job_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        println!("a.backfill_instants_asked: {}", self.instants);
+        println!("a.backfill_succeeded: {}", row.get::<i64, _>("runs"));
+        println!("a.backfill_instants: {}", row.get::<i64, _>("instants"));
+        pool.close().await;
+    }
 }
 
 /// Scheduled instant to `instant` (a column expression of the run), where the schema records it.

@@ -15,6 +15,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::model::ScheduleType;
+use crate::schedule::calendar::Calendar;
 use crate::schedule::{Schedule, ScheduleError};
 
 /// The most instants one backfill covers.
@@ -176,11 +177,17 @@ impl Progress {
     }
 }
 
-/// The fire instants of a window's schedule, one after another.
+/// The fire instants of a window's schedule, one after another, less those its job's business
+/// calendar excludes.
 #[derive(Debug, Clone)]
 pub struct Instants {
     rule: Rule,
+    calendar: Option<std::sync::Arc<Calendar>>,
 }
+
+/// The most excluded spans one step over the instants passes before it gives up (a calendar
+/// that excludes everything ends the walk, it does not loop).
+const MAX_EXCLUDED_SPANS: u32 = 100_000;
 
 #[derive(Debug, Clone)]
 enum Rule {
@@ -206,11 +213,30 @@ impl Instants {
             },
             _ => Rule::Schedule(schedule),
         };
-        Ok(Instants { rule })
+        Ok(Instants { rule, calendar: None })
     }
 
-    /// The first instant strictly after `cursor_ms`.
+    /// These instants less those `calendar` excludes.
+    pub fn except(self, calendar: Option<std::sync::Arc<Calendar>>) -> Instants {
+        Instants { calendar, ..self }
+    }
+
+    /// The first instant strictly after `cursor_ms` that the calendar does not exclude.
     pub fn next_after(&self, cursor_ms: i64) -> Option<i64> {
+        let mut cursor = cursor_ms;
+        for _ in 0..MAX_EXCLUDED_SPANS {
+            let next = self.next_fire_after(cursor)?;
+            match self.calendar.as_ref().and_then(|calendar| calendar.excluded(next)) {
+                None => return Some(next),
+                // Past the excluded span at once: the next fire at or after its end.
+                Some(exclusion) => cursor = exclusion.until_ms.max(next + 1) - 1,
+            }
+        }
+        None
+    }
+
+    /// The schedule's first fire strictly after `cursor_ms`, calendar aside.
+    fn next_fire_after(&self, cursor_ms: i64) -> Option<i64> {
         match &self.rule {
             Rule::Schedule(schedule) => schedule.next_after(cursor_ms),
             Rule::Rate { anchor_ms, rate_ms } => {

@@ -124,8 +124,13 @@ async fn drive(state: &AppState, backfill: &Backfill) -> anyhow::Result<()> {
     if state.cache.online_addresses(&group, now_ms()).await?.is_empty() {
         return Ok(());
     }
+    // The job's calendar as it is now: an instant it excludes is passed over.
+    let calendar = match job.spec.calendar.as_deref() {
+        Some(name) => state.cache.calendar(name).await?,
+        None => None,
+    };
     let instants = match Instants::new(&backfill.window) {
-        Ok(instants) => instants,
+        Ok(instants) => instants.except(calendar),
         Err(error) => {
             stop(state, backfill, BackfillState::Cancelled, &error.to_string()).await?;
             return Ok(());

@@ -202,3 +202,50 @@ fn backfills_keep_out_of_the_last_quarter_of_the_bound() {
     "#]]
     .assert_eq(&out);
 }
+
+#[test]
+fn instants_a_calendar_excludes_are_passed_over() {
+    // Weekdays only, with a make-up Saturday and a holiday; hourly fires during office hours
+    // are cut to the calendar's allowed hours.
+    let spec = crate::model::CalendarSpec {
+        time_zone: Some("Asia/Shanghai".to_owned()),
+        weekdays: vec!["SAT".to_owned(), "SUN".to_owned()],
+        excluded_dates: vec!["2026-10-01/2026-10-02".to_owned()],
+        included_dates: vec!["2026-10-10".to_owned()],
+        daily_windows: vec!["00:00-09:00".to_owned()],
+        ..crate::model::CalendarSpec::default()
+    };
+    let calendar = std::sync::Arc::new(Calendar::parse(&spec).unwrap());
+    let window =
+        window(ScheduleType::Cron, "0 0 9,18 * * ?", Some("Asia/Shanghai"), "2026-09-01T00:00:00Z");
+    let instants = Instants::new(&window).unwrap().except(Some(calendar.clone()));
+    let (from, to) = (ms("2026-09-30T00:00:00+08:00"), ms("2026-10-12T23:59:59+08:00"));
+    let shown: Vec<String> = instants.next_n(from - 1, to, 20).into_iter().map(text).collect();
+    expect![[r#"
+        2026-09-30T01:00:00+00:00
+        2026-09-30T10:00:00+00:00
+        2026-10-05T01:00:00+00:00
+        2026-10-05T10:00:00+00:00
+        2026-10-06T01:00:00+00:00
+        2026-10-06T10:00:00+00:00
+        2026-10-07T01:00:00+00:00
+        2026-10-07T10:00:00+00:00
+        2026-10-08T01:00:00+00:00
+        2026-10-08T10:00:00+00:00
+        2026-10-09T01:00:00+00:00
+        2026-10-09T10:00:00+00:00
+        2026-10-10T01:00:00+00:00
+        2026-10-10T10:00:00+00:00
+        2026-10-12T01:00:00+00:00
+        2026-10-12T10:00:00+00:00
+        count 16"#]]
+    .assert_eq(&format!("{}\ncount {}", shown.join("\n"), instants.count(from, to).unwrap()));
+    // A calendar that excludes everything ends the walk: no instant, no loop.
+    let everything = crate::model::CalendarSpec {
+        daily_windows: vec!["00:00-23:59".to_owned(), "23:59-00:00".to_owned()],
+        ..crate::model::CalendarSpec::default()
+    };
+    let everything = Calendar::parse(&everything).unwrap();
+    let all = Instants::new(&window).unwrap().except(Some(std::sync::Arc::new(everything)));
+    assert_eq!(all.count(from, to).unwrap(), 0);
+}

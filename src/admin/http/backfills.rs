@@ -122,7 +122,13 @@ async fn create_backfill(
         return Err(invalid(format!("max_concurrent: from 1 to {MAX_CONCURRENT}")));
     }
     let window = window_of(&job, from_ms);
-    let total = Instants::new(&window).and_then(|instants| instants.count(from_ms, to_ms));
+    // Instants the job's calendar excludes are not run, as they were not fired.
+    let calendar = match job.spec.calendar.as_deref() {
+        Some(name) => state.cache.calendar(name).await?,
+        None => None,
+    };
+    let total =
+        Instants::new(&window).and_then(|instants| instants.except(calendar).count(from_ms, to_ms));
     let total = total.map_err(|error| match error {
         BackfillError::Reversed => invalid(error.to_string()),
         BackfillError::NotBackfillable(_) => unprocessable("schedule_not_backfillable", error),

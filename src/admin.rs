@@ -238,11 +238,13 @@ impl Admin {
         format!("{scheme}://{}", self.local_addr)
     }
 
-    /// Stops creating runs: the scheduler fires no more and backfills release no more, while
-    /// the API still takes results. A standalone stops firing before its executor stops, so
-    /// that no run goes to an executor that refuses it.
+    /// Stops creating and sending runs: the scheduler fires no more, backfills release no
+    /// more and send timers are cancelled (their runs wait, pending or claimed, for the next
+    /// start), while the API still takes results. A standalone stops firing before its
+    /// executor stops, so that no run goes to an executor that refuses it.
     pub fn stop_firing(&self) {
         self.firing.cancel();
+        self.state.dispatcher.stop();
     }
 
     /// Stops the loops and the server, then closes the database.

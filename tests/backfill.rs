@@ -15,7 +15,7 @@ use wasmjob::admin::{AppState, router};
 use wasmjob::model::TriggerType;
 use wasmjob::storage::{Db, RunFilter};
 
-use crate::support::standalone::{spawn_standalone, stop_gracefully};
+use crate::support::standalone::{spawn_standalone, spawn_standalone_at, stop_gracefully};
 use crate::support::{ADMIN_TOKEN, Api, TestApp, backends, sample_job};
 
 /// The instant `rfc3339` names, in ms.
@@ -269,8 +269,15 @@ fn a_backfill_survives_a_restart_of_the_admin() {
         .await;
         (job, id)
     });
+    // Its executor comes back at the same address, as a restarted service does: runs claimed
+    // for it and not sent before the stop are sent there after it.
+    let executor = runtime.block_on(async {
+        let (_, page) = api.get(&format!("/api/v1/logs?job_id={job}&status=success&limit=1")).await;
+        let address = page["items"][0]["executor_address"].as_str().unwrap().to_owned();
+        address.trim_start_matches("http://").to_owned()
+    });
     stop_gracefully(standalone);
-    let (_standalone, url) = spawn_standalone(&data_dir);
+    let (_standalone, url) = spawn_standalone_at(&data_dir, &executor);
     let api = Api { base: url, ..api };
     runtime.block_on(async {
         let ended = done(&api, id).await;

@@ -26,15 +26,18 @@ impl Drop for Standalone {
 /// Starts `wasmjob standalone` on port 0 and returns it, once it is up, with its admin URL (read
 /// from its log).
 pub fn spawn_standalone(data_dir: &std::path::Path) -> (Standalone, String) {
+    spawn_standalone_at(data_dir, "127.0.0.1:0")
+}
+
+/// [`spawn_standalone`] with its executor listening at `executor_listen`: a restart at the
+/// address its runs were sent to before.
+pub fn spawn_standalone_at(
+    data_dir: &std::path::Path,
+    executor_listen: &str,
+) -> (Standalone, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_wasmjob"))
-        .args([
-            "standalone",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--executor-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
+        .args(["standalone", "--admin-listen", "127.0.0.1:0", "--executor-listen", executor_listen])
+        .arg("--data-dir")
         .arg(data_dir)
         .env("RUST_LOG", "info")
         .env_remove("WASMJOB_ADMIN_TOKEN")

@@ -26,10 +26,16 @@
 //! and `a.backfill_instants` (distinct instants with a successful run; both must be N), and the
 //! fires' figures above measured beside it.
 //!
+//! - (x) `--jobs` jobs firing every second for `--secs` to an XXL-JOB 2.4 executor written in
+//!   the bench (`e2e/xxl.rs`), not to ours: `fires_per_sec`, `missed_fires`, `duplicate_fires`,
+//!   `fire_lateness_p50_ms`/`_p99_ms` (scheduled second to the executor's receipt of `/run`),
+//!   `admin_cpu_secs_per_1000_fires`, and how `/api/callback` answered the executor's batched
+//!   callbacks: `callback_answer_p50_ms`/`_p99_ms`/`_max_ms`, `callbacks_failed`;
+//!
 //! and for each, `admin_rss_mb` and `executor_rss_mb` (peak resident memory). `--standalone`
 //! runs one `wasmjob standalone` process instead, as the README's first command does (SQLite
 //! only): its figures are then `standalone_cpu_us_per_run` and `standalone_rss_mb`.
-//! `--workload` picks some of `a`, `b`, `c` (default all); `--binary` runs another build of
+//! `--workload` picks some of `a`, `b`, `c`, `x` (default `abc`); `--binary` runs another build of
 //! wasmjob, so that two versions can be measured side by side (its database schema must have
 //! `handle_time`, `trigger_time` and `fire_time`; figures the older schema lacks print as `n/a`).
 //! `--sample` names the sample job the jobs run (default `hello`): `legacy_hello` (the crate
@@ -41,6 +47,8 @@
 
 #[path = "../tests/support/sample_jobs.rs"]
 mod sample_jobs;
+#[path = "e2e/xxl.rs"]
+mod xxl;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -117,7 +125,7 @@ fn main() {
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     tokio.block_on(async {
         for workload in args.workloads.chars() {
-            let platform = Platform::start(&args).await;
+            let platform = Platform::start(&args, workload).await;
             match workload {
                 'a' => {
                     let backfill = match args.backfill {
@@ -131,7 +139,8 @@ fn main() {
                 }
                 'b' => scheduled(&platform, "b", args.defined, args.due, args.secs_b).await,
                 'c' => manual(&platform, args.triggers, args.clients).await,
-                other => panic!("unknown workload `{other}`: use a, b or c"),
+                'x' => fired_to_xxl(&platform, args.jobs, args.secs).await,
+                other => panic!("unknown workload `{other}`: use a, b, c or x"),
             }
             platform.report_memory(&workload.to_string());
             platform.stop().await;
@@ -150,6 +159,8 @@ struct Platform {
     db_url: String,
     postgres_url: Option<String>,
     component: Vec<u8>,
+    /// Workload (x)'s XXL-JOB executor, in the bench's process, instead of ours.
+    xxl: Option<xxl::XxlExecutor>,
     _dir: tempfile::TempDir,
 }
 
@@ -167,7 +178,9 @@ impl Drop for Platform {
 }
 
 impl Platform {
-    async fn start(args: &Args) -> Platform {
+    async fn start(args: &Args, workload: char) -> Platform {
+        let xxl_executor = workload == 'x';
+        assert!(!(xxl_executor && args.standalone), "workload (x) runs an admin, not `standalone`");
         let dir = tempfile::tempdir().unwrap();
         let postgres_url = if args.postgres {
             let url = wasmjob::storage::testing::postgres_database("bench").await.unwrap();
@@ -195,15 +208,17 @@ impl Platform {
                 .spawn()
                 .expect("starting standalone")
         } else {
-            Command::new(&args.binary)
+            let mut admin = Command::new(&args.binary);
+            admin
                 .args(["admin", "--listen", &format!("127.0.0.1:{admin_port}")])
                 .args(["--database-url", &db_url, "--admin-token", ADMIN_TOKEN])
                 .args(["--access-token", ACCESS_TOKEN])
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("starting the admin")
+                .env("RUST_LOG", "warn");
+            // Workload (x) measures the admin as it runs by default, logging included.
+            if xxl_executor {
+                admin.env_remove("RUST_LOG");
+            }
+            admin.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("starting the admin")
         };
         let http = reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap();
         let platform_api = api.clone();
@@ -214,7 +229,7 @@ impl Platform {
         })
         .await;
         // Executors register by application name, so the group may come after the executor.
-        let executor = (!args.standalone).then(|| {
+        let executor = (!args.standalone && !xxl_executor).then(|| {
             Command::new(&args.binary)
                 .args(["executor", "--listen", &format!("127.0.0.1:{executor_port}")])
                 .args(["--admin-url", &api, "--app-name", "default"])
@@ -232,6 +247,10 @@ impl Platform {
         } else {
             db_url
         };
+        let xxl = match xxl_executor {
+            true => Some(xxl::XxlExecutor::start(&api, "default", ACCESS_TOKEN).await),
+            false => None,
+        };
         let platform = Platform {
             admin,
             executor,
@@ -240,6 +259,7 @@ impl Platform {
             db_url,
             postgres_url,
             component: sample_jobs::sample_job(&args.sample),
+            xxl,
             _dir: dir,
         };
         platform
@@ -374,6 +394,9 @@ impl Platform {
 
     fn report_memory(&self, workload: &str) {
         match &self.executor {
+            None if self.xxl.is_some() => {
+                println!("{workload}.admin_rss_mb: {:.1}", peak_rss_mb(self.admin.id()));
+            }
             Some(executor) => {
                 println!("{workload}.admin_rss_mb: {:.1}", peak_rss_mb(self.admin.id()));
                 println!("{workload}.executor_rss_mb: {:.1}", peak_rss_mb(executor.id()));
@@ -389,6 +412,9 @@ impl Platform {
     }
 
     async fn stop(mut self) {
+        if let Some(xxl) = self.xxl.take() {
+            xxl.stop();
+        }
         let children: Vec<&mut Child> =
             self.executor.iter_mut().chain(std::iter::once(&mut self.admin)).collect();
         for child in &children {
@@ -468,6 +494,33 @@ async fn scheduled(platform: &Platform, name: &str, defined: usize, due: usize, 
     print_percentiles(&format!("{name}.fire_accepted"), accepted);
     print_percentiles(&format!("{name}.fire_to_result"), Some(to_result));
     pool.close().await;
+}
+
+/// Workload (x): `jobs` jobs every second, fired to the bench's XXL-JOB executor for `secs`.
+async fn fired_to_xxl(platform: &Platform, jobs: usize, secs: u64) {
+    let body = json!({"group_id": 1, "name": "xxl", "schedule_type": "CRON",
+        "schedule_conf": "* * * * * ?", "glue_type": "BEAN", "handler": "demoJobHandler",
+        "param": "bench"});
+    let ids = platform.create_jobs(jobs, body, false).await;
+    platform.start_jobs(&ids, true).await;
+    let started_ms = now_ms();
+    // Judge whole seconds well inside the window, and the admin's CPU time over them.
+    let from = (started_ms / 1000 + 3) * 1000;
+    let until = ((started_ms + secs as i64 * 1000) / 1000 - 3) * 1000;
+    let sleep_until =
+        |ms: i64| tokio::time::sleep(Duration::from_millis((ms - now_ms()).max(0) as u64));
+    sleep_until(from).await;
+    let cpu_before = platform.cpu_secs().0;
+    // For a profiler to attach to the admin over the window.
+    println!("x.window_secs: {} (admin pid {})", (until + 1000 - from) / 1000, platform.admin.id());
+    std::io::Write::flush(&mut std::io::stdout()).unwrap();
+    sleep_until(until + 1000).await;
+    let cpu = platform.cpu_secs().0 - cpu_before;
+    sleep_until(started_ms + secs as i64 * 1000).await;
+    platform.start_jobs(&ids, false).await;
+    // Late fires and their callbacks land.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    platform.xxl.as_ref().unwrap().report(jobs, from, until, cpu);
 }
 
 /// A backfill of the last `instants` seconds of a `hello` job that fires every second.

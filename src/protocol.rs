@@ -48,6 +48,11 @@ pub const GLUE_WASM: &str = "GLUE_WASM";
 pub const MAX_EXECUTOR_BODY_BYTES: usize = 64 * 1024 * 1024;
 /// The most results a wasmjob executor sends in one `/api/callback`.
 pub const MAX_CALLBACK_BATCH: usize = 500;
+/// How the answer to `/api/callback` begins when the admin recorded part of the batch in its
+/// time and asks for the whole batch again (`code 500`, as any refusal, so XXL-JOB executors
+/// keep it and send it later; a result applies once, so the part recorded is ignored then). A
+/// wasmjob executor backs off and sends the batch again, not each result alone.
+pub const CALLBACK_BUSY: &str = "callback busy:";
 /// The longest message a wasmjob executor reports for a run, in bytes.
 pub const MAX_RESULT_MESSAGE_BYTES: usize = 4096;
 /// The most run ids a wasmjob executor lists in one beat's `heldRuns`. An executor holding more

@@ -8,10 +8,14 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use wasmjob::admin::ANSWER_WITHIN;
+use wasmjob::model::RunState;
 use wasmjob::protocol::{
-    HandleCallbackParam, MAX_CALLBACK_BATCH, MAX_HELD_RUNS_PER_BEAT, MAX_RESULT_MESSAGE_BYTES,
-    RegistryParam,
+    CALLBACK_BUSY, HandleCallbackParam, MAX_CALLBACK_BATCH, MAX_HELD_RUNS_PER_BEAT,
+    MAX_RESULT_MESSAGE_BYTES, RegistryParam,
 };
+
+use wasmjob::storage::RunFilter;
 
 use crate::support::app::{admin_config, executor_config};
 use crate::support::cluster::Cluster;
@@ -86,9 +90,19 @@ async fn the_largest_requests_an_executor_sends_are_accepted() {
         .collect();
     let batch = format!("[{}]", entries.join(",")).into_bytes();
     assert!(batch.len() > 7_000_000, "{} bytes", batch.len());
-    let (status, reply) = post_as_executor(&app, "/xxl-job-admin/api/callback", batch).await;
-    assert_eq!((status, &reply["code"]), (StatusCode::OK, &json!(200)), "{reply}");
-    app.stop().await;
+    // Applied a chunk at a time within the answer's time: on a slow machine the answer may ask
+    // for the batch again, as many times as it takes.
+    for _ in 0..100 {
+        let (status, reply) =
+            post_as_executor(&app, "/xxl-job-admin/api/callback", batch.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{reply}");
+        if reply["code"] == 200 {
+            app.stop().await;
+            return;
+        }
+        assert!(reply["msg"].as_str().unwrap_or_default().starts_with(CALLBACK_BUSY), "{reply}");
+    }
+    panic!("the 80,000 results were never acknowledged");
 }
 
 /// The lines of every outbox segment in the executor data dir `dir`.
@@ -431,5 +445,104 @@ async fn an_unconfirmed_run_is_killed_where_it_went() {
     let log = ended_log(&format!("http://127.0.0.1:{port}"), first, trigger_time_ms).await;
     assert!(log.contains("killed: the run was stopped on request"), "{log}");
     executor.stop().await;
+    app.stop().await;
+}
+
+/// An XXL-JOB executor that takes every trigger and never calls back: the test sends the
+/// results itself. Returns its URL.
+async fn silent_xxl_executor() -> String {
+    async fn answer() -> axum::Json<Value> {
+        axum::Json(json!({"code": 200}))
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new().fallback(answer);
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+/// A callback the admin cannot record in its time is answered anyway, with what it recorded
+/// and "send it again"; sent again, the rest is recorded and what was recorded is not applied a
+/// second time. The answer's time is the admin's to choose: here it has none, then its default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_is_answered_in_time_and_what_it_could_not_take_comes_again() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let admin = app.admin.as_ref().unwrap();
+    let (status, group) = app
+        .api
+        .post("/api/v1/groups", json!({"app_name": "xxl", "title": "XXL", "address_type": "AUTO"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{group}");
+    let executor = silent_xxl_executor().await;
+    let registry = json!({"registryGroup": "EXECUTOR", "registryKey": "xxl",
+        "registryValue": format!("{executor}/")});
+    let (_, reply) = post_as_executor(&app, "/api/registry", registry.to_string().into()).await;
+    assert_eq!(reply["code"], 200, "{reply}");
+    let job_id = app
+        .api
+        .create_job(json!({"group_id": group["id"], "glue_type": "BEAN", "handler": "demo"}))
+        .await;
+    // More runs than one chunk of results.
+    let count = 700;
+    for _ in 0..count {
+        let (status, run) =
+            app.api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({})).await;
+        assert!(status.is_success(), "{run}");
+    }
+    let runs = |state: RunState| {
+        let filter = RunFilter {
+            job_id: Some(job_id),
+            state: Some(state),
+            limit: 10_000,
+            ..RunFilter::default()
+        };
+        async move { admin.state.db.list_runs(&filter).await.unwrap().items }
+    };
+    let running = app
+        .api
+        .wait_until("every run to be sent", || async {
+            let running = runs(RunState::Running).await;
+            (running.len() == count).then_some(running)
+        })
+        .await;
+    let results: Vec<Value> = running
+        .iter()
+        .map(|run| {
+            json!({"logId": run.id, "logDateTim": run.trigger_time_ms, "handleCode": 200,
+                "handleMsg": format!("done {}", run.id)})
+        })
+        .collect();
+    let batch = serde_json::to_vec(&results).unwrap();
+
+    // No time at all: nothing is recorded, and the answer asks for the batch again.
+    admin.state.dispatcher.set_answer_within(Duration::ZERO);
+    let (_, reply) = post_as_executor(&app, "/api/callback", batch.clone()).await;
+    assert_eq!(reply["code"], 500, "{reply}");
+    let message = reply["msg"].as_str().unwrap();
+    assert!(message.starts_with(CALLBACK_BUSY), "{message}");
+    assert!(message.contains(&format!("0 of {count} results recorded")), "{message}");
+    assert_eq!(runs(RunState::Running).await.len(), count);
+
+    // Its usual time: sent again until acknowledged, as an executor does, it is all recorded.
+    admin.state.dispatcher.set_answer_within(ANSWER_WITHIN);
+    let mut answers = Vec::new();
+    for _ in 0..100 {
+        let (_, reply) = post_as_executor(&app, "/api/callback", batch.clone()).await;
+        answers.push(reply.clone());
+        if reply["code"] == 200 {
+            break;
+        }
+        let message = reply["msg"].as_str().unwrap_or_default();
+        assert!(message.starts_with(CALLBACK_BUSY), "{reply}");
+    }
+    assert_eq!(answers.last().unwrap()["code"], 200, "{answers:?}");
+    let succeeded = runs(RunState::Success).await;
+    assert_eq!(succeeded.len(), count);
+    assert!(succeeded.iter().all(|run| run.handle_msg == format!("done {}", run.id)));
+
+    // Once more, as an executor whose acknowledgement was lost: nothing changes.
+    let (_, reply) = post_as_executor(&app, "/api/callback", batch).await;
+    assert_eq!(reply["code"], 200, "{reply}");
+    assert_eq!(runs(RunState::Success).await, succeeded);
     app.stop().await;
 }

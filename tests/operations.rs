@@ -214,7 +214,8 @@ async fn json_log_lines_follow_a_run_from_the_admin_to_the_executor() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_wasmjob"))
         .args(["standalone", "--config"])
         .arg(&config)
-        .env("RUST_LOG", "info")
+        // A run's send and its success are debug lines.
+        .env("RUST_LOG", "info,wasmjob=debug")
         .env_remove("WASMJOB_ADMIN_TOKEN")
         .env_remove("WASMJOB_LOG_FORMAT")
         .stdout(Stdio::null())

@@ -27,6 +27,7 @@
 //! - `send.rs`: the send under a lease, from the timer to the executor's answer and its record;
 //! - `sender.rs` and `peers.rs`: the per-executor send queues, and what each executor speaks;
 //! - `events.rs`: lifecycle events applied with their consequences (retries, child jobs, kills);
+//! - `results.rs`: an executor callback's results, applied a chunk at a time within a budget;
 //! - `sweep.rs`: the periodic pass that finds work whose owner died or whose executor went away.
 
 mod cache;
@@ -34,13 +35,16 @@ mod caps;
 mod events;
 mod peers;
 mod plan;
+mod results;
 mod route;
 mod send;
 mod sender;
 mod sweep;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -53,6 +57,7 @@ pub use self::cache::Cache;
 
 pub use self::peers::{Peer, PeerKind};
 pub use self::plan::{PlannedTrigger, TriggerError};
+pub use self::results::{ANSWER_WITHIN, Applied};
 pub use self::send::RESULT_GRACE_MS;
 use self::send::Unrecorded;
 use self::sender::Senders;
@@ -85,6 +90,9 @@ struct Inner {
     /// Sends being posted, or accepted by their executors, that this admin has not recorded
     /// yet, by run.
     unrecorded: Mutex<HashMap<i64, Unrecorded>>,
+    /// How long a callback's results are applied before it is answered, in µs
+    /// ([`ANSWER_WITHIN`] unless set).
+    answer_within_us: AtomicU64,
 }
 
 impl Dispatcher {
@@ -110,6 +118,7 @@ impl Dispatcher {
             owner: hex::encode(rand::random::<[u8; 8]>()),
             timers: CancellationToken::new(),
             unrecorded: Mutex::default(),
+            answer_within_us: AtomicU64::new(ANSWER_WITHIN.as_micros() as u64),
         };
         Dispatcher { inner: Arc::new(inner) }
     }
@@ -122,6 +131,17 @@ impl Dispatcher {
     /// The protocol client (reading executor logs goes through it too).
     pub fn client(&self) -> &protocol::Client {
         &self.inner.client
+    }
+
+    /// How long a callback's results are applied before it is answered, the rest left for the
+    /// executor to send again ([`ANSWER_WITHIN`] by default; a test sets 0 to see the answer).
+    pub fn set_answer_within(&self, within: Duration) {
+        let micros = u64::try_from(within.as_micros()).unwrap_or(u64::MAX);
+        self.inner.answer_within_us.store(micros, Ordering::Relaxed);
+    }
+
+    fn answer_within(&self) -> Duration {
+        Duration::from_micros(self.inner.answer_within_us.load(Ordering::Relaxed))
     }
 
     /// Cancels the pending send timers (their runs stay pending for the next start).

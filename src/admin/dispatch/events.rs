@@ -9,14 +9,11 @@
 
 use std::sync::Arc;
 
-use tracing::Instrument;
-
 use super::{Dispatcher, Peer, PeerKind, PlannedTrigger, now_ms};
-use crate::failpoint;
 use crate::lifecycle::retry::{RetryPolicy, retry_due_ms};
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
 use crate::model::{Job, MAX_CHILD_JOBS, RunRecord, RunState, ScheduleType, TriggerType};
-use crate::protocol::{HandleCallbackParam, JobIdParam};
+use crate::protocol::JobIdParam;
 use crate::schedule::Schedule;
 use crate::storage::NewRun;
 
@@ -120,15 +117,26 @@ impl Dispatcher {
                     });
                 }
                 crate::metrics::admin().run_ended(run.state.as_str(), fuel_used);
-                tracing::info!(
-                    run.id = run_id,
-                    job.id = run.job_id,
-                    executor = run.executor_address.as_deref().unwrap_or_default(),
-                    run.state = %run.state,
-                    "run {run_id} ended {}: {}",
-                    run.state,
-                    run.handle_msg
-                );
+                // A line per successful run would cost a busy admin more than the run's own
+                // writes (the run's record says it all): it is a debug line, the others info.
+                macro_rules! ended {
+                    ($level:ident) => {
+                        tracing::$level!(
+                            run.id = run_id,
+                            job.id = run.job_id,
+                            executor = run.executor_address.as_deref().unwrap_or_default(),
+                            run.state = %run.state,
+                            "run {run_id} ended {}: {}",
+                            run.state,
+                            run.handle_msg
+                        )
+                    };
+                }
+                if run.state == RunState::Success {
+                    ended!(debug);
+                } else {
+                    ended!(info);
+                }
             }
             // The kill goes first, so a lost run's executor is asked to stop it before its
             // retry is sent; the retry does not wait for the kill's answer.
@@ -236,106 +244,6 @@ impl Dispatcher {
             }
         }
         Ok(runs)
-    }
-
-    /// Applies one batch of executor results. Each result is applied on its own, so one that
-    /// cannot be applied does not hold back the others, and all at once, so that their writes
-    /// share the database's group commits; the answer is whether all were applied.
-    pub async fn apply_results(&self, results: &[HandleCallbackParam]) -> bool {
-        crate::metrics::admin().callback_batch_size.observe(results.len() as f64);
-        // One read for the whole batch; a run that changed since is read again on its own.
-        let ids: Vec<i64> = results.iter().map(|result| result.log_id).collect();
-        let (mut runs, read): (std::collections::HashMap<i64, RunRecord>, bool) = match self
-            .inner
-            .db
-            .get_runs(&ids)
-            .await
-        {
-            Ok(runs) => (runs.into_iter().map(|run| (run.id, run)).collect(), true),
-            Err(error) => {
-                tracing::warn!(%error, "reading a batch of runs failed: reading them one by one");
-                (std::collections::HashMap::new(), false)
-            }
-        };
-        let mut applying = tokio::task::JoinSet::new();
-        let mut all_read = true;
-        for result in results {
-            let (this, result) = (self.clone(), result.clone());
-            let run = match runs.remove(&result.log_id) {
-                Some(run) => run,
-                // A run the batch's read did not find does not exist (deleted past the
-                // retention, or never): its result has nothing to apply to, and is not read
-                // again alone (an XXL-JOB executor's batch after an outage holds tens of
-                // thousands).
-                None if read => {
-                    tracing::debug!(
-                        "result for run {} that does not exist: ignored",
-                        result.log_id
-                    );
-                    continue;
-                }
-                None => match self.inner.db.get_run(result.log_id).await {
-                    Ok(Some(run)) => run,
-                    Ok(None) => continue,
-                    Err(error) => {
-                        tracing::error!(%error, "reading run {} failed", result.log_id);
-                        all_read = false;
-                        continue;
-                    }
-                },
-            };
-            // The result of another run that had this id (a database restored from a copy, or
-            // one that lost synced commits, handed the id out again): acknowledged, so that its
-            // executor forgets it, and never applied to this run. Executors that send no fire
-            // time (0) are taken at their word.
-            if result.log_date_tim != 0 && result.log_date_tim != run.trigger_time_ms {
-                tracing::warn!(
-                    run.id = run.id,
-                    job.id = run.job_id,
-                    "a result for run {} of the fire at {} ms came for the run of {} ms: ignored",
-                    run.id,
-                    result.log_date_tim,
-                    run.trigger_time_ms
-                );
-                continue;
-            }
-            let run = Some(run);
-            if let Some(run) = run.as_ref().filter(|run| run.trigger_type == TriggerType::Cron) {
-                // When it started there, or, from an executor that does not say, when it took it.
-                let started = result.started_at.unwrap_or(run.dispatched_at_ms);
-                crate::metrics::admin().fire_started(started - run.trigger_time_ms);
-            }
-            let accepted = self.take_unrecorded_send(result.log_id, result.started_at);
-            let span = tracing::info_span!("result", run.id = result.log_id);
-            applying.spawn(
-                async move {
-                    let (handle_code, message) = result.code_and_msg();
-                    let started_at_ms = result.started_at;
-                    let event = Event::Result { handle_code, message, started_at_ms, accepted };
-                    let applied = this
-                        .apply_to(result.log_id, run, None, event, None, result.fuel_used)
-                        .await;
-                    (result.log_id, applied)
-                }
-                .instrument(span),
-            );
-        }
-        let mut all_applied = all_read;
-        let mut done = 0;
-        while let Some(joined) = applying.join_next().await {
-            done += 1;
-            if done == 1 && results.len() > 1 {
-                failpoint::hit("callback.mid_batch");
-            }
-            let error = match joined {
-                Ok((_, Ok(_))) => continue,
-                Ok((log_id, Err(error))) => format!("run {log_id}: {error:#}"),
-                Err(error) => error.to_string(),
-            };
-            tracing::error!(%error, "applying a result failed");
-            all_applied = false;
-        }
-        all_applied
     }
 
     /// Kills run `run`: a pending run ends here, a run being sent is stopped once its executor

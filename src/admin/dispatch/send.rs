@@ -163,7 +163,7 @@ impl Dispatcher {
                     }
                     Sent::Accepted { address, .. } => {
                         tracing::Span::current().record("executor", address.as_str());
-                        tracing::info!(job.id = run.job_id, "run {} sent to {address}", run.id);
+                        tracing::debug!(job.id = run.job_id, "run {} sent to {address}", run.id);
                         let at_ms = now_ms();
                         if !self.await_result(run.id, at_ms).await {
                             // Its result came first and was recorded with the acceptance.

@@ -16,10 +16,10 @@ use axum::routing::{get, post};
 use super::error::ApiError;
 use super::extract::Path;
 use crate::access::constant_time_eq;
-use crate::admin::dispatch::Peer;
+use crate::admin::dispatch::{Applied, Peer};
 use crate::admin::{AppState, now_ms};
 use crate::protocol::{
-    ACCESS_TOKEN_HEADER, APP_NAME_HEADER, MAX_EXECUTOR_BODY_BYTES, ProtocolJson,
+    ACCESS_TOKEN_HEADER, APP_NAME_HEADER, CALLBACK_BUSY, MAX_EXECUTOR_BODY_BYTES, ProtocolJson,
     REGISTRY_GROUP_EXECUTOR, RegistryParam, ReturnT, parse_callbacks,
 };
 use crate::storage;
@@ -157,11 +157,15 @@ async fn callback(State(state): State<AppState>, body: Bytes) -> axum::Json<Retu
     }
     let applied = state.dispatcher.apply_results(&callbacks.results).await;
     match (applied, callbacks.refused.is_empty()) {
-        (true, true) => axum::Json(ReturnT::success()),
-        // Not acknowledged: the executor keeps the results and sends them again, one by one,
-        // so the entries that were applied are ignored the second time (a result applies once).
-        (false, _) => axum::Json(ReturnT::fail("callback failed: internal error")),
-        (true, false) => axum::Json(ReturnT::fail(format!(
+        (Applied::All, true) => axum::Json(ReturnT::success()),
+        // Not acknowledged: the executor keeps the results and sends them again, so the entries
+        // that were applied are ignored the second time (a result applies once).
+        (Applied::Failed, _) => axum::Json(ReturnT::fail("callback failed: internal error")),
+        (Applied::Partly { recorded }, _) => axum::Json(ReturnT::fail(format!(
+            "{CALLBACK_BUSY} {recorded} of {} results recorded; send the batch again later",
+            callbacks.results.len()
+        ))),
+        (Applied::All, false) => axum::Json(ReturnT::fail(format!(
             "callback entries refused: {}",
             callbacks.refused.join("; ")
         ))),

@@ -222,6 +222,11 @@ async fn send(
         match sent {
             Ok(_) => return Sent::Acknowledged,
             Err(error @ ProtocolError::Transport { .. }) => unreachable = Some(error),
+            // The admin recorded part of the batch in its time: the whole batch goes again
+            // after a backoff, not each result alone (which would cost it more).
+            Err(error @ ProtocolError::Refused { .. }) if is_busy(&error) => {
+                unreachable = Some(error)
+            }
             Err(error) => refused = Some(error),
         }
     }
@@ -230,4 +235,9 @@ async fn send(
         (None, Some(error)) => Sent::Unreachable(error.into()),
         (None, None) => Sent::Unreachable(anyhow::anyhow!("no admin URL configured")),
     }
+}
+
+/// Whether `error` is an admin's answer that it recorded only part of a callback in its time.
+fn is_busy(error: &ProtocolError) -> bool {
+    matches!(error, ProtocolError::Refused { msg, .. } if msg.starts_with(protocol::CALLBACK_BUSY))
 }

@@ -20,6 +20,8 @@ struct FakeAdmin {
     /// The log ids of each call, in order.
     calls: Arc<Mutex<Vec<Vec<i64>>>>,
     refuse: Arc<Mutex<HashSet<i64>>>,
+    /// Answer every call that only part of it was recorded in time.
+    busy: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FakeAdmin {
@@ -30,7 +32,12 @@ impl FakeAdmin {
         ) -> Json<ReturnT<String>> {
             let ids: Vec<i64> = body.into_list().iter().map(|result| result.log_id).collect();
             let refused = ids.iter().any(|id| admin.refuse.lock().unwrap().contains(id));
+            let count = ids.len();
             admin.calls.lock().unwrap().push(ids);
+            if admin.busy.load(std::sync::atomic::Ordering::SeqCst) {
+                let busy = format!("{} 0 of {count} results recorded", protocol::CALLBACK_BUSY);
+                return Json(ReturnT::fail(busy));
+            }
             if refused {
                 return Json(ReturnT::fail("cannot apply one of the results"));
             }
@@ -134,6 +141,29 @@ async fn a_refused_result_does_not_hold_back_the_others() {
     due_now(&outbox, 3);
     outbox.deliver_once(&client(), &link(&url)).await.unwrap();
     assert_eq!(admin.calls(), [vec![3]]);
+    assert!(outbox.pending_ids().is_empty());
+}
+
+/// An admin that recorded only part of a batch in its time gets the whole batch again after a
+/// backoff, not each result alone (which would cost it more).
+#[tokio::test]
+async fn a_busy_admin_gets_the_batch_again_whole() {
+    let admin = FakeAdmin::default();
+    admin.busy.store(true, std::sync::atomic::Ordering::SeqCst);
+    let url = admin.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = Outbox::open(dir.path().join("outbox")).unwrap();
+    for log_id in 1..=3 {
+        outbox.push(&result(log_id)).unwrap();
+    }
+    assert!(outbox.deliver_once(&client(), &link(&url)).await.is_err());
+    assert_eq!(admin.calls(), [vec![1, 2, 3]]);
+    assert_eq!(outbox.pending_ids(), [1, 2, 3]);
+    assert!(outbox.inner.state.lock().unwrap().entries.values().all(|e| e.refusals == 0));
+
+    admin.busy.store(false, std::sync::atomic::Ordering::SeqCst);
+    outbox.deliver_once(&client(), &link(&url)).await.unwrap();
+    assert_eq!(admin.calls(), [vec![1, 2, 3]]);
     assert!(outbox.pending_ids().is_empty());
 }
 

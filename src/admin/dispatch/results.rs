@@ -1,0 +1,174 @@
+//! Applying the results an executor's callback carries, within a time budget.
+//!
+//! An XXL-JOB executor waits at most 3 s for the answer to `/api/callback` and, without one,
+//! keeps the whole batch and sends it again later; after an outage its batch holds everything it
+//! kept meanwhile, tens of thousands of results. So a callback is applied a chunk at a time
+//! ([`CHUNK`] results: one read, then their writes sharing the database's group commits), and
+//! no chunk starts once [`ANSWER_WITHIN`] has passed. The answer then says which: every result
+//! recorded, or some of them and "send again" ([`protocol::CALLBACK_BUSY`]). A result applies
+//! once, so the ones recorded before are ignored when the batch comes again.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use super::Dispatcher;
+use crate::failpoint;
+use crate::lifecycle::Event;
+use crate::model::{RunRecord, TriggerType};
+use crate::protocol::HandleCallbackParam;
+
+/// The most results applied together: one read of their runs, their writes in flight at once.
+const CHUNK: usize = 512;
+/// A callback is answered within this much time of its parse, at any load: no chunk starts
+/// after it, and a chunk still in flight then is left to finish on its own (a chunk whose
+/// writes take longer than this still makes progress, one chunk per callback).
+pub const ANSWER_WITHIN: Duration = Duration::from_millis(800);
+
+/// What came of a callback's results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// Every result was applied (or had nothing to apply to).
+    All,
+    /// Some could not be applied (an error); the executor should send them again.
+    Failed,
+    /// [`ANSWER_WITHIN`] passed with `recorded` of the results applied; the executor should
+    /// send the rest again.
+    Partly { recorded: usize },
+}
+
+impl Dispatcher {
+    /// Applies one callback's results. Each result is applied on its own, so one that cannot
+    /// be applied does not hold back the others, and a chunk's all at once, so that their writes
+    /// share the database's group commits.
+    pub async fn apply_results(&self, results: &[HandleCallbackParam]) -> Applied {
+        crate::metrics::admin().callback_batch_size.observe(results.len() as f64);
+        let deadline = tokio::time::Instant::now() + self.answer_within();
+        let mut outcome = Applied::All;
+        let mut recorded = 0;
+        for chunk in results.chunks(CHUNK) {
+            if tokio::time::Instant::now() >= deadline {
+                return Applied::Partly { recorded };
+            }
+            match tokio::time::timeout_at(deadline, self.apply_chunk(chunk)).await {
+                Ok(true) => recorded += chunk.len(),
+                Ok(false) => outcome = Applied::Failed,
+                Err(_) => return Applied::Partly { recorded },
+            }
+        }
+        outcome
+    }
+
+    /// Applies `results` together; whether all were applied. Dropped before the end (the
+    /// callback's time is up), the results in flight are still applied.
+    async fn apply_chunk(&self, results: &[HandleCallbackParam]) -> bool {
+        // One read for the whole chunk; a run that changed since is read again on its own.
+        let ids: Vec<i64> = results.iter().map(|result| result.log_id).collect();
+        let (mut runs, read): (HashMap<i64, RunRecord>, bool) = match self
+            .inner
+            .db
+            .get_runs(&ids)
+            .await
+        {
+            Ok(runs) => (runs.into_iter().map(|run| (run.id, run)).collect(), true),
+            Err(error) => {
+                tracing::warn!(%error, "reading a batch of runs failed: reading them one by one");
+                (HashMap::new(), false)
+            }
+        };
+        let mut applying = tokio::task::JoinSet::new();
+        let mut all_read = true;
+        for result in results {
+            let run = match runs.remove(&result.log_id) {
+                Some(run) => run,
+                // A run the chunk's read did not find does not exist (deleted past the
+                // retention, or never): its result has nothing to apply to, and is not read
+                // again alone.
+                None if read => {
+                    tracing::debug!(
+                        "result for run {} that does not exist: ignored",
+                        result.log_id
+                    );
+                    continue;
+                }
+                None => match self.inner.db.get_run(result.log_id).await {
+                    Ok(Some(run)) => run,
+                    Ok(None) => continue,
+                    Err(error) => {
+                        tracing::error!(%error, "reading run {} failed", result.log_id);
+                        all_read = false;
+                        continue;
+                    }
+                },
+            };
+            // The result of another run that had this id (a database restored from a copy, or
+            // one that lost synced commits, handed the id out again): acknowledged, so that its
+            // executor forgets it, and never applied to this run. Executors that send no fire
+            // time (0) are taken at their word.
+            if result.log_date_tim != 0 && result.log_date_tim != run.trigger_time_ms {
+                tracing::warn!(
+                    run.id = run.id,
+                    job.id = run.job_id,
+                    "a result for run {} of the fire at {} ms came for the run of {} ms: ignored",
+                    run.id,
+                    result.log_date_tim,
+                    run.trigger_time_ms
+                );
+                continue;
+            }
+            // Sent again (a callback answered "send again", or one whose answer was lost): it
+            // was applied, and nothing is left to do.
+            if run.state.is_terminal() {
+                continue;
+            }
+            if run.trigger_type == TriggerType::Cron {
+                // When it started there, or, from an executor that does not say, when it took it.
+                let started = result.started_at.unwrap_or(run.dispatched_at_ms);
+                crate::metrics::admin().fire_started(started - run.trigger_time_ms);
+            }
+            let accepted = self.take_unrecorded_send(result.log_id, result.started_at);
+            let (this, result) = (self.clone(), result.clone());
+            let span = tracing::debug_span!("result", run.id = result.log_id);
+            applying.spawn(
+                async move {
+                    let (handle_code, message) = result.code_and_msg();
+                    let started_at_ms = result.started_at;
+                    let event = Event::Result { handle_code, message, started_at_ms, accepted };
+                    let applied = this
+                        .apply_to(result.log_id, Some(run), None, event, None, result.fuel_used)
+                        .await;
+                    (result.log_id, applied)
+                }
+                .instrument(span),
+            );
+        }
+        // Dropped at the callback's deadline, the set's tasks are left to finish.
+        let mut applying = DetachOnDrop(applying);
+        let mut all_applied = all_read;
+        let mut done = 0;
+        while let Some(joined) = applying.0.join_next().await {
+            done += 1;
+            if done == 1 && results.len() > 1 {
+                failpoint::hit("callback.mid_batch");
+            }
+            let error = match joined {
+                Ok((_, Ok(_))) => continue,
+                Ok((log_id, Err(error))) => format!("run {log_id}: {error:#}"),
+                Err(error) => error.to_string(),
+            };
+            tracing::error!(%error, "applying a result failed");
+            all_applied = false;
+        }
+        all_applied
+    }
+}
+
+/// A set of tasks that run to their end even when the set is dropped.
+struct DetachOnDrop<T: 'static>(tokio::task::JoinSet<T>);
+
+impl<T: 'static> Drop for DetachOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.detach_all();
+    }
+}

@@ -1,8 +1,6 @@
 //! The bound on unfinished runs against a real platform on 127.0.0.1: at the bound, triggers
-//! get 503 `overloaded` with `Retry-After` and the scheduler holds its fires; once runs end,
-//! both go on.
-
-use std::time::Duration;
+//! get 503 `overloaded` with `Retry-After` and the scheduler holds the fires of jobs with runs
+//! in flight, not of the others; once runs end, both go on.
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -36,7 +34,7 @@ async fn refusals(api: &Api, source: &str) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_the_bound_triggers_are_refused_and_fires_held_until_runs_end() {
+async fn at_the_bound_triggers_are_refused_and_jobs_with_runs_in_flight_held() {
     for backend in backends() {
         let app = TestApp::start_with(backend, |config| config.max_unfinished_runs = Some(2)).await;
         let api = &app.api;
@@ -63,34 +61,46 @@ async fn at_the_bound_triggers_are_refused_and_fires_held_until_runs_end() {
         assert!(message.contains("--max-unfinished-runs"), "{message}");
         assert_eq!(runs_of(api, hello).await, Vec::<Value>::new());
 
-        // A job firing every second is held: the scheduler counts the held passes and makes
-        // no run while the bound stands.
+        // Past the bound, a job whose runs pile up is held, and one whose runs finish keeps
+        // its schedule: a job that sleeps an hour every second fires once and then waits, the
+        // scheduler counting its held passes, while a job of `hello` every second goes on.
+        let piling = api
+            .create_job(json!({"name": "piling up", "schedule_type": "CRON",
+                "schedule_conf": "* * * * * ?", "param": "3600000"}))
+            .await;
+        assert_eq!(api.upload(piling, sample_job("sleeper")).await.0, StatusCode::CREATED);
         let every_second = api
             .create_job(json!({"name": "every second", "schedule_type": "CRON", "schedule_conf": "* * * * * ?"}))
             .await;
         assert_eq!(api.upload(every_second, sample_job("hello")).await.0, StatusCode::CREATED);
         let before = refusals(api, "schedule").await;
-        let (status, job) =
-            api.post(&format!("/api/v1/jobs/{every_second}/start"), json!({})).await;
-        assert_eq!(status, StatusCode::OK, "{job}");
-        api.wait_until("the scheduler holds a pass", || async {
-            (refusals(api, "schedule").await > before).then_some(())
+        for job in [piling, every_second] {
+            let (status, body) = api.post(&format!("/api/v1/jobs/{job}/start"), json!({})).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+        }
+        api.wait_until("the job whose runs finish fires past the bound", || async {
+            let runs = runs_of(api, every_second).await;
+            (runs.iter().filter(|run| run["state"] == "success").count() >= 3).then_some(())
         })
         .await;
-        tokio::time::sleep(Duration::from_millis(2_500)).await;
-        assert_eq!(runs_of(api, every_second).await, Vec::<Value>::new());
+        assert!(refusals(api, "schedule").await > before);
+        let piled = runs_of(api, piling).await;
+        assert_eq!(piled.len(), 1, "{piled:?}");
+        assert_eq!(piled[0]["state"], "running", "{piled:?}");
+        long_runs.push(piled[0]["id"].as_i64().unwrap());
 
-        // The long runs are killed: triggers are admitted again and the job fires again.
+        // The long runs are killed: the held job fires again, and triggers are admitted again.
         for run in &long_runs {
             let (status, body) = api.post(&format!("/api/v1/logs/{run}/kill"), json!({})).await;
             assert_eq!(status, StatusCode::OK, "{body}");
             assert_eq!(api.finished_run(*run).await["state"], "killed");
         }
-        api.wait_until("the job fires again", || async {
-            let runs = runs_of(api, every_second).await;
-            runs.iter().any(|run| run["state"] == "success").then_some(())
+        api.wait_until("the held job fires again", || async {
+            (runs_of(api, piling).await.len() >= 2).then_some(())
         })
         .await;
+        let (status, _) = api.post(&format!("/api/v1/jobs/{piling}/stop"), json!({})).await;
+        assert_eq!(status, StatusCode::OK);
         let (status, _) = api.post(&format!("/api/v1/jobs/{every_second}/stop"), json!({})).await;
         assert_eq!(status, StatusCode::OK);
         let again = api

@@ -5,9 +5,13 @@
 //! database can finish runs, that backlog would grow without end, and every pass over it would
 //! get slower, until nothing moved. So the admin admits new runs only while fewer than
 //! `--max-unfinished-runs` are unfinished:
-//! - the scheduler does not fire while the bound is reached. Its due jobs wait, and when it fires
-//!   them their lateness is judged as any late fire is: by the job's misfire strategy and
-//!   threshold (`schedule::decide`), so an overload shows as misfires, never as an unbounded queue;
+//! - while the bound is reached, the scheduler fires only the due jobs that have no run in
+//!   flight (sent, or running on an executor). A job whose runs pile up (its executor or the
+//!   results path is slower than its schedule) waits, and when it fires its lateness is judged as
+//!   any late fire is: by the job's misfire strategy and threshold (`schedule::decide`). So an
+//!   overload slows the fires of the jobs that cause it to the pace their results come back,
+//!   while jobs whose runs finish keep their schedule; it shows as misfires of those jobs, never
+//!   as an unbounded queue. Each such job adds at most one fire's runs past the bound at a time;
 //! - a manual or API trigger is refused with 503 `overloaded` and `Retry-After`;
 //! - retries and child jobs, which follow from runs already admitted, are never refused: they
 //!   are created, pending, in the transaction that ends their run, so none is lost, and they
@@ -130,9 +134,9 @@ impl Admission {
         Ok(crate::backfill::room_for_backfills(Some(limit), unfinished))
     }
 
-    /// Counts `runs` a backfill created in the reused count, as [`Admission::admit`] counts
-    /// the runs it admits.
-    pub fn count_backfill_runs(&self, runs: u64) {
+    /// Counts `runs` created past [`Admission::admit`] (a backfill's, or fires of jobs with
+    /// nothing in flight past the bound) in the reused count, as it counts the runs it admits.
+    pub fn count_created_runs(&self, runs: u64) {
         if let Ok(mut seen) = self.seen.lock()
             && let Some((_, count)) = seen.as_mut()
         {

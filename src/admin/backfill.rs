@@ -187,7 +187,7 @@ async fn release(
         // Paused, cancelled or taken over since the pass began: nothing was created.
         return Ok(());
     };
-    state.admission.count_backfill_runs(created.len() as u64);
+    state.admission.count_created_runs(created.len() as u64);
     tracing::debug!(
         backfill.id = backfill.id,
         job.id = job.id,

@@ -20,7 +20,7 @@
 //!
 //! Between passes the loop sleeps until the earliest next fire (at most [`MAX_SLEEP`]), or until
 //! woken by a job change. While the bound on unfinished runs is reached (`admission`), a pass
-//! fires nothing and looks again after [`HELD_FOR_MS`].
+//! fires only the due jobs with no run in flight, and looks again after [`HELD_FOR_MS`].
 
 use std::time::Duration;
 
@@ -79,22 +79,28 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     if due.is_empty() {
         return Ok(state.db.earliest_fire().await?);
     }
-    match state.admission.admit(due.len() as u64).await {
-        Ok(()) => {}
+    // Past the bound, the jobs with a run in flight hold their fires (`admission`).
+    let held = match state.admission.admit(due.len() as u64).await {
+        Ok(()) => None,
         Err(AdmitError::Overloaded(overloaded)) => {
-            // Hold the fires: the jobs stay due, and their lateness is judged by their misfire
-            // strategy when they fire (`admission`).
             crate::metrics::admin().admission_refused("schedule");
+            let ids: Vec<i64> = due.iter().map(|job| job.id).collect();
+            let busy = state.db.jobs_with_runs_in_flight(&ids).await?;
             if overloaded.newly {
-                tracing::warn!(due = due.len(), "holding fires: {overloaded}");
+                tracing::warn!(
+                    due = due.len(),
+                    "holding the fires of {} jobs with runs in flight: {overloaded}",
+                    busy.len()
+                );
             }
-            return Ok(Some(now + LOOKAHEAD_MS + HELD_FOR_MS));
+            Some(busy)
         }
         Err(AdmitError::Internal(error)) => return Err(error.into()),
-    }
+    };
     let mut fires = Vec::with_capacity(due.len());
     for job in &due {
-        match plan(state, job, now).await {
+        let hold = held.as_ref().is_some_and(|busy| busy.contains(&job.id));
+        match plan(state, job, now, hold).await {
             Ok(Some(fire)) => fires.push(fire),
             Ok(None) => {}
             Err(error) => tracing::error!(
@@ -106,6 +112,9 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
         }
     }
     let planned: Vec<Fire> = fires.iter().map(|(fire, _)| fire.clone()).collect();
+    if planned.is_empty() && held.is_some() {
+        return Ok(Some(now + LOOKAHEAD_MS + HELD_FOR_MS));
+    }
     let committed = match state.db.fire_jobs(&planned, now).await {
         Ok(ids) => ids,
         Err(error) => {
@@ -128,6 +137,10 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     crate::metrics::admin()
         .fires
         .inc_by(committed.iter().filter(|ids| !ids.is_empty()).count() as u64);
+    if held.is_some() {
+        let runs: usize = committed.iter().map(Vec::len).sum();
+        state.admission.count_created_runs(runs as u64);
+    }
     if committed.iter().any(|ids| !ids.is_empty()) {
         crate::failpoint::hit("scheduler.after_fire_commit");
     }
@@ -135,6 +148,10 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
         for run in fired {
             state.dispatcher.send_created_at(run, *fire_at);
         }
+    }
+    if held.as_ref().is_some_and(|busy| !busy.is_empty()) {
+        // Jobs held past the bound stay due: look again shortly.
+        return Ok(Some(now + LOOKAHEAD_MS + HELD_FOR_MS));
     }
     if due.len() as i64 == BATCH {
         // More jobs are due than one pass takes: go again at once.
@@ -145,7 +162,14 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
 
 /// What firing `job` now means: its fire (next fire time and runs) and the instant to send the
 /// runs at, or `None` when the job stops because its schedule no longer parses.
-async fn plan(state: &AppState, job: &Job, now: i64) -> anyhow::Result<Option<(Fire, i64)>> {
+/// `hold`: the job has runs in flight past the bound on unfinished runs, and a fire now is held
+/// (`None`, the job stays due); a misfire still moves it on.
+async fn plan(
+    state: &AppState,
+    job: &Job,
+    now: i64,
+    hold: bool,
+) -> anyhow::Result<Option<(Fire, i64)>> {
     let schedule = match Schedule::parse(
         job.spec.schedule_type,
         &job.spec.schedule_conf,
@@ -196,6 +220,9 @@ async fn plan(state: &AppState, job: &Job, now: i64) -> anyhow::Result<Option<(F
             }
         }
     };
+    if hold && decision.fire.is_some() {
+        return Ok(None);
+    }
     let fire_at = decision.fire.map_or(now, |(at_ms, _)| at_ms);
     let mut claim = None;
     let runs = match decision.fire {

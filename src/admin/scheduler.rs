@@ -75,32 +75,27 @@ pub async fn run(state: AppState, shutdown: CancellationToken) {
 /// Fires every due job once, in one transaction; returns the earliest next fire.
 async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     let now = now_ms();
-    let due = state.db.due_jobs(now + LOOKAHEAD_MS, BATCH).await?;
+    let mut due = state.db.due_jobs(now + LOOKAHEAD_MS, BATCH).await?;
     if due.is_empty() {
         return Ok(state.db.earliest_fire().await?);
     }
-    // Past the bound, the jobs with a run in flight hold their fires (`admission`).
+    // Past the bound, only the due jobs with no run in flight fire (`admission`); the others
+    // stay due, and are not read, so that however many they are they hold back no other job.
     let held = match state.admission.admit(due.len() as u64).await {
-        Ok(()) => None,
+        Ok(()) => false,
         Err(AdmitError::Overloaded(overloaded)) => {
             crate::metrics::admin().admission_refused("schedule");
-            let ids: Vec<i64> = due.iter().map(|job| job.id).collect();
-            let busy = state.db.jobs_with_runs_in_flight(&ids).await?;
+            due = state.db.due_jobs_without_runs_in_flight(now + LOOKAHEAD_MS, BATCH).await?;
             if overloaded.newly {
-                tracing::warn!(
-                    due = due.len(),
-                    "holding the fires of {} jobs with runs in flight: {overloaded}",
-                    busy.len()
-                );
+                tracing::warn!("holding the fires of the jobs with runs in flight: {overloaded}");
             }
-            Some(busy)
+            true
         }
         Err(AdmitError::Internal(error)) => return Err(error.into()),
     };
     let mut fires = Vec::with_capacity(due.len());
     for job in &due {
-        let hold = held.as_ref().is_some_and(|busy| busy.contains(&job.id));
-        match plan(state, job, now, hold).await {
+        match plan(state, job, now).await {
             Ok(Some(fire)) => fires.push(fire),
             Ok(None) => {}
             Err(error) => tracing::error!(
@@ -112,7 +107,7 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
         }
     }
     let planned: Vec<Fire> = fires.iter().map(|(fire, _)| fire.clone()).collect();
-    if planned.is_empty() && held.is_some() {
+    if planned.is_empty() && held {
         return Ok(Some(now + LOOKAHEAD_MS + HELD_FOR_MS));
     }
     let committed = match state.db.fire_jobs(&planned, now).await {
@@ -137,7 +132,7 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     crate::metrics::admin()
         .fires
         .inc_by(committed.iter().filter(|ids| !ids.is_empty()).count() as u64);
-    if held.is_some() {
+    if held {
         let runs: usize = committed.iter().map(Vec::len).sum();
         state.admission.count_created_runs(runs as u64);
     }
@@ -149,7 +144,7 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
             state.dispatcher.send_created_at(run, *fire_at);
         }
     }
-    if held.as_ref().is_some_and(|busy| !busy.is_empty()) {
+    if held {
         // Jobs held past the bound stay due: look again shortly.
         return Ok(Some(now + LOOKAHEAD_MS + HELD_FOR_MS));
     }
@@ -162,14 +157,7 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
 
 /// What firing `job` now means: its fire (next fire time and runs) and the instant to send the
 /// runs at, or `None` when the job stops because its schedule no longer parses.
-/// `hold`: the job has runs in flight past the bound on unfinished runs, and a fire now is held
-/// (`None`, the job stays due); a misfire still moves it on.
-async fn plan(
-    state: &AppState,
-    job: &Job,
-    now: i64,
-    hold: bool,
-) -> anyhow::Result<Option<(Fire, i64)>> {
+async fn plan(state: &AppState, job: &Job, now: i64) -> anyhow::Result<Option<(Fire, i64)>> {
     let schedule = match Schedule::parse(
         job.spec.schedule_type,
         &job.spec.schedule_conf,
@@ -220,9 +208,6 @@ async fn plan(
             }
         }
     };
-    if hold && decision.fire.is_some() {
-        return Ok(None);
-    }
     let fire_at = decision.fire.map_or(now, |(at_ms, _)| at_ms);
     let mut claim = None;
     let runs = match decision.fire {

@@ -128,30 +128,6 @@ impl Db {
         rows.iter().map(|row| Ok(row.try_get("group_id")?)).collect()
     }
 
-    /// Those of jobs `job_ids` that have a run in flight (sent, or running on an executor).
-    pub async fn jobs_with_runs_in_flight(
-        &self,
-        job_ids: &[i64],
-    ) -> Result<std::collections::HashSet<i64>> {
-        let mut busy = std::collections::HashSet::new();
-        // A statement's parameters are bounded (SQLite's at 32,766): a few hundred at a time.
-        for ids in job_ids.chunks(500) {
-            let placeholders: Vec<String> = (1..=ids.len()).map(|n| format!("${n}")).collect();
-            let sql = format!(
-                "select distinct job_id from runs where job_id in ({}) and {IN_FLIGHT}",
-                placeholders.join(", ")
-            );
-            let mut query = sqlx::query(&sql);
-            for id in ids {
-                query = query.bind(*id);
-            }
-            for row in query.fetch_all(&self.pool).await? {
-                busy.insert(row.try_get("job_id")?);
-            }
-        }
-        Ok(busy)
-    }
-
     /// Job `job_id`'s runs in flight, oldest first, at most `limit`.
     pub async fn runs_in_flight(&self, job_id: i64, limit: i64) -> Result<Vec<i64>> {
         let rows = sqlx::query(&format!(

@@ -202,6 +202,27 @@ impl Db {
         rows.iter().map(job_from_row).collect()
     }
 
+    /// [`Db::due_jobs`] without the jobs that have a run in flight (sent, or running on an
+    /// executor): what the scheduler fires past the bound on unfinished runs.
+    pub async fn due_jobs_without_runs_in_flight(
+        &self,
+        until_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<Job>> {
+        let rows = sqlx::query(&format!(
+            "select {COLUMNS} from jobs
+             where running = 1 and next_fire_ms > 0 and next_fire_ms <= $1
+                and not exists (select 1 from runs where runs.job_id = jobs.id
+                    and runs.state in ('dispatching', 'running'))
+             order by next_fire_ms limit $2"
+        ))
+        .bind(until_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
     /// The earliest next fire of any running job, if there is one.
     pub async fn earliest_fire(&self) -> Result<Option<i64>> {
         let row = sqlx::query(

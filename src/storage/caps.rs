@@ -23,8 +23,9 @@ use crate::lifecycle::caps::{Held, Room, release_order};
 /// ("wjcap" in ASCII, shifted clear of the ids).
 const CAP_LOCK_BASE: i64 = 0x0077_6a63_6170_i64 << 20;
 
-/// The runs in flight: they hold a place under a cap.
-const IN_FLIGHT: &str = "state in ('dispatching', 'running')";
+/// The runs in flight (sent, or running on an executor): they hold a place under a cap, and past
+/// the bound on unfinished runs they hold back their job's fires.
+pub(super) const IN_FLIGHT: &str = "state in ('dispatching', 'running')";
 
 /// What [`Db::claim_capped`] did.
 #[derive(Debug)]

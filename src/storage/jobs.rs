@@ -190,16 +190,7 @@ impl Db {
 
     /// Running jobs whose next fire is at or before `until_ms`, soonest first.
     pub async fn due_jobs(&self, until_ms: i64, limit: i64) -> Result<Vec<Job>> {
-        let rows = sqlx::query(&format!(
-            "select {COLUMNS} from jobs
-             where running = 1 and next_fire_ms > 0 and next_fire_ms <= $1
-             order by next_fire_ms limit $2"
-        ))
-        .bind(until_ms)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(job_from_row).collect()
+        self.due_jobs_where(until_ms, limit, "").await
     }
 
     /// [`Db::due_jobs`] without the jobs that have a run in flight (sent, or running on an
@@ -209,11 +200,18 @@ impl Db {
         until_ms: i64,
         limit: i64,
     ) -> Result<Vec<Job>> {
+        let idle = format!(
+            "and not exists (select 1 from runs where runs.job_id = jobs.id and runs.{})",
+            super::caps::IN_FLIGHT
+        );
+        self.due_jobs_where(until_ms, limit, &idle).await
+    }
+
+    /// The due jobs that also meet `condition` (a SQL `and …` over `jobs`, or nothing).
+    async fn due_jobs_where(&self, until_ms: i64, limit: i64, condition: &str) -> Result<Vec<Job>> {
         let rows = sqlx::query(&format!(
             "select {COLUMNS} from jobs
-             where running = 1 and next_fire_ms > 0 and next_fire_ms <= $1
-                and not exists (select 1 from runs where runs.job_id = jobs.id
-                    and runs.state in ('dispatching', 'running'))
+             where running = 1 and next_fire_ms > 0 and next_fire_ms <= $1 {condition}
              order by next_fire_ms limit $2"
         ))
         .bind(until_ms)

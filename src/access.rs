@@ -213,6 +213,7 @@ mod tests {
                 ("POST", "/backfills/{id}/cancel"),
                 ("POST", "/jobs/{id}/versions/{version}/activate"),
                 ("GET", "/jobs/{id}/versions/{version}/source"),
+                ("GET", "/jobs/{id}/versions/{version}/component"),
                 ("GET", "/jobs/{id}/versions/{from}/diff/{to}"),
                 ("POST", "/logs/{id}/kill"),
                 ("GET", "/logs/{id}/stream"),
@@ -244,6 +245,7 @@ mod tests {
                 POST /backfills/{id}/cancel: GroupWrite admin operator -
                 POST /jobs/{id}/versions/{version}/activate: GroupWrite admin operator -
                 GET /jobs/{id}/versions/{version}/source: Read admin operator viewer
+                GET /jobs/{id}/versions/{version}/component: Read admin operator viewer
                 GET /jobs/{id}/versions/{from}/diff/{to}: Read admin operator viewer
                 POST /logs/{id}/kill: GroupWrite admin operator -
                 GET /logs/{id}/stream: Read admin operator viewer

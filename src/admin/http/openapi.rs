@@ -84,6 +84,7 @@ pub struct ApiDoc;
     super::versions::upload_version,
     super::versions::activate_version,
     super::versions::get_version_source,
+    super::versions::get_version_component,
     super::versions::diff_versions,
     super::logs::list_logs,
     super::logs::get_log,

@@ -1,6 +1,7 @@
 //! `/api/v1/jobs/{id}/versions`: upload a component, or Python or JavaScript source (it becomes
 //! the active version), list the history, read a version's source and the diff of two, activate
-//! an older or newer version (rollback).
+//! an older or newer version (rollback), and download a version's component (what
+//! `wasmjob export --components` keeps, so that a file can recreate the job elsewhere).
 //!
 //! An upload is checked before any version exists: size (413, enforced while reading, so an
 //! oversized body is never buffered), for source the language against the job's glue type and a
@@ -50,6 +51,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         )
         .route("/jobs/{id}/versions/{version}/activate", post(activate_version))
         .route("/jobs/{id}/versions/{version}/source", get(get_version_source))
+        .route("/jobs/{id}/versions/{version}/component", get(get_version_component))
         .route("/jobs/{id}/versions/{from}/diff/{to}", get(diff_versions))
 }
 
@@ -329,6 +331,25 @@ async fn get_version_source(
 ) -> Result<impl IntoResponse, ApiError> {
     let source = version_source(&state, id, version).await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], source))
+}
+
+/// The component of a version, as executors get it: the uploaded bytes, or what a source
+/// version was built into.
+#[utoipa::path(get, path = "/jobs/{id}/versions/{version}/component", tag = "versions",
+    params(("id" = i64, Path), ("version" = i64, Path)), responses(
+    (status = 200, description = "The component.", content((inline(Binary) = "application/wasm"))),
+    BadRequest, Unauthorized, NotFound, Internal,
+))]
+async fn get_version_component(
+    State(state): State<AppState>,
+    Path((id, version)): Path<(i64, i64)>,
+) -> Result<impl IntoResponse, ApiError> {
+    find_job(&state, id).await?;
+    let not_found =
+        || ApiError::not_found("version_not_found", format!("version {version} of job {id}"));
+    let found = state.db.get_job_version(id, version).await?.ok_or_else(not_found)?;
+    let bytes = state.db.get_module(&found.sha256).await?.ok_or_else(not_found)?;
+    Ok(([(header::CONTENT_TYPE, "application/wasm")], bytes))
 }
 
 /// A unified diff of two versions' source texts, from `from` to `to`.

@@ -67,6 +67,15 @@ pub enum Command {
     Executors(client::ExecutorsArgs),
     /// Business calendars, through the REST API.
     Calendar(client::CalendarArgs),
+    /// Writes the admin's groups, calendars, jobs and alarms as one TOML or YAML document.
+    Export(client::ExportArgs),
+    /// Prints how the admin differs from a document; exits 8 when it does.
+    Diff(client::DiffArgs),
+    /// Makes the admin match a document: prints the diff, then creates, changes and (with
+    /// `--prune`) deletes.
+    Apply(client::ApplyArgs),
+    /// Prints the JSON Schema of the document `export` writes and `apply` reads.
+    Schema,
     /// Installs the builders of Python and JavaScript job source (componentize-py with pip,
     /// componentize-js with npm) at their pinned versions.
     SetupBuilders(SetupBuildersArgs),

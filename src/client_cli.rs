@@ -1,4 +1,5 @@
-//! The command-line client of the operator REST API: `wasmjob job|run|log|version|group|executors`.
+//! The command-line client of the operator REST API: `wasmjob job|run|log|version|group|executors|
+//! calendar`, and the cluster as a file: `wasmjob export|diff|apply|schema` (`apply.rs`, `manifest.rs`).
 //!
 //! Each command is one or a few calls to `/api/v1` with the bearer token; people get aligned
 //! tables or `key: value` lines, scripts get the API's JSON with `--json`. `wasmjob log RUN
@@ -11,10 +12,12 @@
 //! Errors are one line on stderr, and the exit code says what kind ([`ExitKind`]). This module
 //! is only a client: it knows the API's JSON, never the admin's code.
 
+mod apply;
 mod backfill;
 mod calendar;
 pub mod config_file;
 mod log;
+pub mod manifest;
 mod table;
 
 use std::io::Write;
@@ -24,8 +27,8 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::cli::client::{
-    CalendarCommand, ConnectArgs, ExecutorsCommand, GroupCommand, JobCommand, JobFields, LogArgs,
-    RunCommand, VersionCommand,
+    ApplyArgs, CalendarCommand, ConnectArgs, DiffArgs, ExecutorsCommand, ExportArgs, GroupCommand,
+    JobCommand, JobFields, LogArgs, RunCommand, VersionCommand,
 };
 
 /// What a client command was asked to do.
@@ -45,6 +48,14 @@ pub enum ClientCommand {
     Executors(ConnectArgs, ExecutorsCommand),
     /// `wasmjob calendar …`.
     Calendar(ConnectArgs, CalendarCommand),
+    /// `wasmjob export`.
+    Export(ExportArgs),
+    /// `wasmjob diff -f FILE`.
+    Diff(DiffArgs),
+    /// `wasmjob apply -f FILE`.
+    Apply(ApplyArgs),
+    /// `wasmjob schema`: the document's JSON Schema; needs no admin.
+    Schema,
 }
 
 impl ClientCommand {
@@ -61,6 +72,10 @@ impl ClientCommand {
             Command::Group(args) => ClientCommand::Group(args.connect, args.command),
             Command::Executors(args) => ClientCommand::Executors(args.connect, args.command),
             Command::Calendar(args) => ClientCommand::Calendar(args.connect, args.command),
+            Command::Export(args) => ClientCommand::Export(args),
+            Command::Diff(args) => ClientCommand::Diff(args),
+            Command::Apply(args) => ClientCommand::Apply(args),
+            Command::Schema => ClientCommand::Schema,
             other => return Err(Box::new(other)),
         })
     }
@@ -83,6 +98,8 @@ pub enum ExitKind {
     RunFailed = 6,
     /// 7: the config file is there but unreadable or invalid (or `--config` names no file).
     Config = 7,
+    /// 8: `diff` found the admin and the document apart.
+    Differs = 8,
 }
 
 /// A failed command: its kind and its one line.
@@ -120,6 +137,16 @@ async fn dispatch(command: ClientCommand) -> Result<(), ClientError> {
         ClientCommand::Group(connect, command) => group(&Api::new(&connect)?, command).await,
         ClientCommand::Calendar(connect, command) => {
             calendar::calendar(&Api::new(&connect)?, command).await
+        }
+        ClientCommand::Export(args) => apply::export(&Api::new(&args.connect)?, args).await,
+        ClientCommand::Diff(args) => apply::diff(&Api::new(&args.connect)?, args).await,
+        ClientCommand::Apply(args) => apply::apply(&Api::new(&args.connect)?, args).await,
+        ClientCommand::Schema => {
+            let schema = serde_json::to_string_pretty(&manifest::json_schema()).unwrap_or_default();
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(format!("{schema}\n").as_bytes()).map_err(|error| {
+                ClientError::new(ExitKind::Unavailable, format!("stdout: {error}"))
+            })
         }
         ClientCommand::Executors(connect, ExecutorsCommand::List) => {
             let api = Api::new(&connect)?;
@@ -407,6 +434,22 @@ impl Api {
             request = request.json(&body);
         }
         self.send(request).await
+    }
+
+    /// A reply that is not JSON: a version's source text.
+    async fn text(&self, method: &str, path: &str) -> Result<String, ClientError> {
+        let request = self.request(method, path).timeout(Duration::from_secs(60));
+        let response = request.send().await.map_err(|error| unavailable(&self.base, &error))?;
+        let response = self.check(response).await?;
+        response.text().await.map_err(|error| unavailable(&self.base, &error))
+    }
+
+    /// A reply's bytes: a version's component.
+    async fn bytes(&self, method: &str, path: &str) -> Result<bytes::Bytes, ClientError> {
+        let request = self.request(method, path).timeout(Duration::from_secs(300));
+        let response = request.send().await.map_err(|error| unavailable(&self.base, &error))?;
+        let response = self.check(response).await?;
+        response.bytes().await.map_err(|error| unavailable(&self.base, &error))
     }
 
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, ClientError> {

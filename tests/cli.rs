@@ -11,13 +11,13 @@ use crate::support::sample_job;
 use crate::support::standalone::spawn_standalone;
 
 /// Runs the client with the admin's URL and token from the environment.
-struct Client {
-    url: String,
-    token: String,
+pub(crate) struct Client {
+    pub(crate) url: String,
+    pub(crate) token: String,
 }
 
 impl Client {
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_wasmjob"))
             .args(args)
             .env("WASMJOB_ADMIN_URL", &self.url)
@@ -27,21 +27,21 @@ impl Client {
     }
 
     /// Runs a command that must succeed; its stdout.
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let output = self.run(args);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{args:?} failed: {}\n{stderr}", output.status);
         String::from_utf8(output.stdout).unwrap()
     }
 
-    fn json(&self, args: &[&str]) -> Value {
+    pub(crate) fn json(&self, args: &[&str]) -> Value {
         let mut args = args.to_vec();
         args.push("--json");
         serde_json::from_str(&self.ok(&args)).unwrap()
     }
 
     /// Runs a command that must fail with `code`; its one line of stderr.
-    fn fails(&self, args: &[&str], code: i32) -> String {
+    pub(crate) fn fails(&self, args: &[&str], code: i32) -> String {
         let output = self.run(args);
         assert_eq!(output.status.code(), Some(code), "{args:?}: {output:?}");
         let stderr = String::from_utf8(output.stderr).unwrap();

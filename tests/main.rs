@@ -38,6 +38,8 @@ mod end_to_end;
 mod executor_lifecycle;
 /// Real admin and executor processes killed and restarted mid-lifecycle, then checked.
 mod fault;
+/// Jobs as files: `wasmjob apply|diff|export` against real admins, round trips, prune.
+mod files;
 /// GLUE source: Python and JavaScript handlers built by the admin, run, diffed, rolled back, contained.
 mod glue;
 /// The admin's side of the run lifecycle: each way a run was lost, stranded or doubled.

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 
 /// Where the admin is and who calls it, shared by every client command.
 ///
@@ -76,6 +76,65 @@ pub struct CalendarArgs {
     pub connect: ConnectArgs,
     #[command(subcommand)]
     pub command: CalendarCommand,
+}
+
+/// A document's text format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DocumentFormat {
+    Toml,
+    Yaml,
+}
+
+/// `wasmjob export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Writes the document to FILE instead of standard output.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The format [default: YAML for a `.yaml` or `.yml` output, else TOML].
+    #[arg(long, value_enum)]
+    pub format: Option<DocumentFormat>,
+    /// Saves each active component in DIR as `<sha256>.wasm` and names it by path, so that the
+    /// document recreates the jobs on another admin.
+    #[arg(long, value_name = "DIR")]
+    pub components: Option<PathBuf>,
+}
+
+/// `wasmjob diff -f FILE`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The document (`-` reads standard input).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: PathBuf,
+    /// Counts what the document does not have as to be deleted, as `apply --prune` would.
+    #[arg(long)]
+    pub prune: bool,
+    /// The format [default: YAML for a `.yaml` or `.yml` file, else TOML].
+    #[arg(long, value_enum)]
+    pub format: Option<DocumentFormat>,
+}
+
+/// `wasmjob apply -f FILE`.
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The document (`-` reads standard input).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: PathBuf,
+    /// Also deletes the jobs, calendars and alarms the document does not have (groups stay).
+    #[arg(long)]
+    pub prune: bool,
+    /// Prints the diff and changes nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The format [default: YAML for a `.yaml` or `.yml` file, else TOML].
+    #[arg(long, value_enum)]
+    pub format: Option<DocumentFormat>,
 }
 
 /// `wasmjob executors …`.

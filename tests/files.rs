@@ -203,6 +203,38 @@ fn a_document_the_admin_cannot_take_changes_nothing_and_says_why() {
     assert_eq!(schema["$defs"]["JobDoc"]["properties"]["running"]["type"], "boolean");
 }
 
+#[test]
+fn the_published_schema_accepts_what_export_writes_and_refuses_what_apply_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_a, a) = admin(dir.path(), "a");
+    std::fs::create_dir_all(dir.path().join("components")).unwrap();
+    std::fs::write(dir.path().join("components/hello.wasm"), sample_job("hello")).unwrap();
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(&file, DOCUMENT).unwrap();
+    a.ok(&["apply", "-f", file.to_str().unwrap()]);
+
+    let schema: Value = serde_json::from_str(&a.ok(&["schema"])).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let exported: toml::Table = toml::from_str(&a.ok(&["export"])).unwrap();
+    let exported = serde_json::to_value(exported).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&exported).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?} in {exported}");
+    let written: toml::Table = toml::from_str(DOCUMENT).unwrap();
+    assert!(validator.is_valid(&serde_json::to_value(written).unwrap()));
+
+    let refused = [
+        serde_json::json!({"jobs": []}),
+        serde_json::json!({"version": 1, "jobs": [{"group": "g"}]}),
+        serde_json::json!({"version": 1, "jobs": [{"group": "g", "name": "n", "retries": 3}]}),
+        serde_json::json!({"version": 1, "jobs": [{"group": "g", "name": "n", "running": "yes"}]}),
+        serde_json::json!({"version": 1, "groups": [{"app_name": "g", "max_concurrent_runs": "4"}]}),
+        serde_json::json!({"version": 1, "alarms": [{"name": "ops"}]}),
+    ];
+    for document in refused {
+        assert!(!validator.is_valid(&document), "{document}");
+    }
+}
+
 fn find<'a>(jobs: &'a Value, name: &str) -> &'a Value {
     jobs.as_array()
         .into_iter()

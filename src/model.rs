@@ -343,6 +343,10 @@ pub struct JobSpec {
     pub max_concurrent_runs: i64,
     /// The business calendar whose excluded instants the job does not fire at, by name.
     pub calendar: Option<String>,
+    /// What the job is for, for people; empty when not given.
+    pub description: String,
+    /// Who answers for the job (XXL-JOB's author); empty when not given.
+    pub owner: String,
 }
 
 /// The most child jobs a job may have ([`JobSpec::child_job_ids`], each listed once): one

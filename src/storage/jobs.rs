@@ -15,7 +15,7 @@ pub(super) const COLUMNS: &str =
     child_job_ids, alarm_email, fuel_limit, memory_limit_mb, misfire_threshold_ms,
     sharding_total_count, sharding_item_parameters, sharding_strategy, alarm_silence_secs, retry_interval_secs,
     retry_backoff, retry_max_interval_secs, max_concurrent_runs, running, next_fire_ms, active_version, created_at, updated_at,
-    calendar";
+    calendar, description, owner";
 
 /// The key of the PostgreSQL advisory lock that changes of the child-job graph take, so that
 /// they are checked and written one at a time ("wjchild" in ASCII).
@@ -43,14 +43,16 @@ impl Db {
                 misfire_threshold_ms, sharding_total_count, sharding_item_parameters,
                 sharding_strategy, alarm_silence_secs, retry_interval_secs, retry_backoff,
                 retry_max_interval_secs, max_concurrent_runs, running, next_fire_ms, created_at,
-                updated_at, calendar)
+                updated_at, calendar, description, owner)
              values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-                $18, $19, $20, $21, $22, $23, $24, $25, $26, 0, 0, $27, $27, $28)
+                $18, $19, $20, $21, $22, $23, $24, $25, $26, 0, 0, $27, $27, $28, $29, $30)
              returning {COLUMNS}"
         );
         let row = bind_job(sqlx::query(&sql), job)
             .bind(now_ms)
             .bind(job.calendar.as_deref())
+            .bind(&job.description)
+            .bind(&job.owner)
             .fetch_one(self.writer())
             .await?;
         job_from_row(&row)
@@ -72,6 +74,8 @@ impl Db {
             .bind(next_fire_ms)
             .bind(id)
             .bind(job.calendar.as_deref())
+            .bind(&job.description)
+            .bind(&job.owner)
             .fetch_optional(self.writer())
             .await?;
         row.as_ref().map(job_from_row).transpose()
@@ -120,6 +124,8 @@ impl Db {
             .bind(next_fire_ms)
             .bind(id)
             .bind(job.calendar.as_deref())
+            .bind(&job.description)
+            .bind(&job.owner)
             .fetch_optional(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -412,7 +418,7 @@ fn update_sql() -> String {
             sharding_item_parameters = $20, sharding_strategy = $21,
             alarm_silence_secs = $22, retry_interval_secs = $23, retry_backoff = $24,
             retry_max_interval_secs = $25, max_concurrent_runs = $26, updated_at = $27,
-            calendar = $30,
+            calendar = $30, description = $31, owner = $32,
             next_fire_ms = case
                 when running = 0 then 0
                 when next_fire_ms = 0 and schedule_type = 'FIX_DELAY' and $3 = 'FIX_DELAY' then 0
@@ -458,6 +464,8 @@ pub(super) fn job_from_row(row: &impl Cells) -> Result<Job> {
             retry_max_interval_secs: row.required_int("retry_max_interval_secs")?,
             max_concurrent_runs: row.required_int("max_concurrent_runs")?,
             calendar: row.text("calendar")?,
+            description: row.required_text("description")?,
+            owner: row.required_text("owner")?,
         },
         running: row.required_int("running")? == 1,
         next_fire_ms: row.required_int("next_fire_ms")?,

@@ -64,6 +64,8 @@ fn new_job(group_id: i64) -> JobSpec {
         retry_max_interval_secs: 600,
         max_concurrent_runs: 4,
         calendar: None,
+        description: "settles the day ✓".to_owned(),
+        owner: "Li Wei".to_owned(),
     }
 }
 

@@ -24,6 +24,8 @@ fn created(children: [i64; 2]) -> Vec<Entry> {
     let mut entries = entries(&[
         ("group_id", "2", json!(2)),
         ("name", "every field", json!("every field")),
+        ("description", "settles the day\nsecond line", json!("settles the day\nsecond line")),
+        ("owner", "Li Wei", json!("Li Wei")),
         ("schedule_type", "FIX_RATE", json!("FIX_RATE")),
         ("time_zone", "Asia/Shanghai", json!("Asia/Shanghai")),
         ("calendar", "weekends", json!("weekends")),
@@ -66,6 +68,8 @@ fn edited(children: [i64; 2]) -> Vec<Entry> {
     let mut entries = entries(&[
         ("group_id", "1", json!(1)),
         ("name", "every field, edited", json!("every field, edited")),
+        ("description", "", json!("")),
+        ("owner", "王芳", json!("王芳")),
         ("schedule_type", "CRON", json!("CRON")),
         ("time_zone", "Europe/Berlin", json!("Europe/Berlin")),
         ("calendar", "", Value::Null),

@@ -79,6 +79,13 @@ pub fn sections() -> Vec<Section> {
                     "",
                     |job| job.name.clone(),
                 ),
+                row("description", Input::Lines, "", |job| job.description.clone()),
+                row(
+                    "owner",
+                    Input::Text { required: false, max_len: Some(200), placeholder: "" },
+                    "",
+                    |job| job.owner.clone(),
+                ),
             ],
         },
         Section {

@@ -329,6 +329,8 @@ mod tests {
             retry_max_interval_secs: 0,
             max_concurrent_runs: 0,
             calendar: None,
+            description: String::new(),
+            owner: String::new(),
         };
         let (one, two) =
             (db.create_job(&spec, 1).await.unwrap(), db.create_job(&spec, 1).await.unwrap());

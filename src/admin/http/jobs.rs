@@ -82,6 +82,12 @@ struct JobBody {
     #[serde(default)]
     max_concurrent_runs: i64,
     calendar: Option<String>,
+    /// What the job is for, for people (at most 2,000 characters).
+    #[serde(default)]
+    description: String,
+    /// Who answers for the job, XXL-JOB's author (at most 200 characters).
+    #[serde(default)]
+    owner: String,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -114,6 +120,8 @@ struct JobResponse {
     sharding_strategy: &'static str,
     max_concurrent_runs: i64,
     calendar: Option<String>,
+    description: String,
+    owner: String,
     running: bool,
     next_fire_time: Option<String>,
     active_version: Option<i64>,
@@ -152,6 +160,8 @@ impl From<Job> for JobResponse {
             sharding_strategy: job.spec.sharding_strategy.as_str(),
             max_concurrent_runs: job.spec.max_concurrent_runs,
             calendar: job.spec.calendar,
+            description: job.spec.description,
+            owner: job.spec.owner,
             running: job.running,
             next_fire_time: rfc3339(job.next_fire_ms),
             active_version: job.active_version,

@@ -19,6 +19,10 @@ const MIN_MISFIRE_THRESHOLD_MS: i64 = 1_000;
 const MAX_MISFIRE_THRESHOLD_MS: i64 = 86_400_000;
 /// The longest alarm silence window: one day.
 const MAX_ALARM_SILENCE_SECS: i64 = 86_400;
+/// The longest description of a job.
+pub(crate) const MAX_DESCRIPTION_CHARS: usize = 2_000;
+/// The longest owner of a job.
+pub(crate) const MAX_OWNER_CHARS: usize = 200;
 
 /// Checks every field of a job body; the parsed schedule comes along. `actor` must be allowed
 /// to trigger each child job, since a success of this one runs them.
@@ -51,6 +55,8 @@ pub(super) async fn validate(
         ("alarm_email", body.alarm_email.as_ref()),
         ("time_zone", body.time_zone.as_ref()),
         ("sharding_item_parameters", Some(&body.sharding_item_parameters)),
+        ("description", Some(&body.description)),
+        ("owner", Some(&body.owner)),
     ];
     for (field, text) in texts {
         if text.is_some_and(|text| text.contains('\0')) {
@@ -118,6 +124,13 @@ pub(super) async fn validate(
     }
     if body.param.len() > 64 * 1024 {
         return Err(invalid("param: at most 64 KiB"));
+    }
+    if body.description.chars().count() > MAX_DESCRIPTION_CHARS {
+        return Err(invalid(&format!("description: at most {MAX_DESCRIPTION_CHARS} characters")));
+    }
+    let owner = body.owner.trim().to_owned();
+    if owner.chars().count() > MAX_OWNER_CHARS {
+        return Err(invalid(&format!("owner: at most {MAX_OWNER_CHARS} characters")));
     }
     let misfire_threshold_ms = body.misfire_threshold_ms.unwrap_or(DEFAULT_MISFIRE_THRESHOLD_MS);
     if !(MIN_MISFIRE_THRESHOLD_MS..=MAX_MISFIRE_THRESHOLD_MS).contains(&misfire_threshold_ms) {
@@ -206,6 +219,8 @@ pub(super) async fn validate(
         sharding_strategy,
         max_concurrent_runs: body.max_concurrent_runs,
         calendar: crate::admin::http::calendars::job_calendar(state, body.calendar).await?,
+        description: body.description,
+        owner,
     };
     Ok((job, schedule))
 }

@@ -76,6 +76,8 @@ pub enum Command {
     Apply(client::ApplyArgs),
     /// Prints the JSON Schema of the document `export` writes and `apply` reads.
     Schema,
+    /// Imports groups and jobs from another scheduler's database, through the REST API.
+    Import(client::ImportArgs),
     /// Installs the builders of Python and JavaScript job source (componentize-py with pip,
     /// componentize-js with npm) at their pinned versions.
     SetupBuilders(SetupBuildersArgs),

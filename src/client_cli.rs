@@ -19,6 +19,7 @@ pub mod config_file;
 mod log;
 pub mod manifest;
 mod table;
+mod xxl_import;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -28,7 +29,7 @@ use serde_json::{Map, Value, json};
 
 use crate::cli::client::{
     ApplyArgs, CalendarCommand, ConnectArgs, DiffArgs, ExecutorsCommand, ExportArgs, GroupCommand,
-    JobCommand, JobFields, LogArgs, RunCommand, VersionCommand,
+    ImportXxlArgs, JobCommand, JobFields, LogArgs, RunCommand, VersionCommand,
 };
 
 /// What a client command was asked to do.
@@ -56,6 +57,8 @@ pub enum ClientCommand {
     Apply(ApplyArgs),
     /// `wasmjob schema`: the document's JSON Schema; needs no admin.
     Schema,
+    /// `wasmjob import xxl-job --from URL`.
+    ImportXxlJob(ImportXxlArgs),
 }
 
 impl ClientCommand {
@@ -76,6 +79,9 @@ impl ClientCommand {
             Command::Diff(args) => ClientCommand::Diff(args),
             Command::Apply(args) => ClientCommand::Apply(args),
             Command::Schema => ClientCommand::Schema,
+            Command::Import(crate::cli::client::ImportArgs {
+                command: crate::cli::client::ImportCommand::XxlJob(args),
+            }) => ClientCommand::ImportXxlJob(args),
             other => return Err(Box::new(other)),
         })
     }
@@ -141,6 +147,9 @@ async fn dispatch(command: ClientCommand) -> Result<(), ClientError> {
         ClientCommand::Export(args) => apply::export(&Api::new(&args.connect)?, args).await,
         ClientCommand::Diff(args) => apply::diff(&Api::new(&args.connect)?, args).await,
         ClientCommand::Apply(args) => apply::apply(&Api::new(&args.connect)?, args).await,
+        ClientCommand::ImportXxlJob(args) => {
+            xxl_import::import(&Api::new(&args.connect)?, args).await
+        }
         ClientCommand::Schema => {
             let schema = serde_json::to_string_pretty(&manifest::json_schema()).unwrap_or_default();
             let mut stdout = std::io::stdout().lock();
@@ -256,6 +265,8 @@ const JOB_BODY_FIELDS: &[&str] = &[
     "alarm_silence_secs",
     "max_concurrent_runs",
     "calendar",
+    "description",
+    "owner",
 ];
 
 fn set_fields(body: &mut Map<String, Value>, fields: &JobFields) {

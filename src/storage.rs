@@ -28,6 +28,7 @@ mod runs;
 mod sqlite_writer;
 mod statement;
 mod users;
+pub mod xxl_job;
 
 use std::str::FromStr;
 

@@ -70,3 +70,5 @@ mod streaming;
 mod tidy;
 /// Rolling upgrades: an earlier build's files opened, migrations with several admins, `/readyz`.
 mod upgrade;
+/// `wasmjob import xxl-job` from XXL-JOB's tables of each layout in MariaDB (skipped without one).
+mod xxl_import;

@@ -137,6 +137,34 @@ pub struct ApplyArgs {
     pub format: Option<DocumentFormat>,
 }
 
+/// `wasmjob import …`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    #[command(subcommand)]
+    pub command: ImportCommand,
+}
+
+/// What `wasmjob import` reads.
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// An XXL-JOB admin's executor groups and jobs, from its MySQL or MariaDB database (XXL-JOB
+    /// 2.2 to 3.5); importing again changes only what changed there.
+    XxlJob(ImportXxlArgs),
+}
+
+/// `wasmjob import xxl-job`.
+#[derive(Debug, Args)]
+pub struct ImportXxlArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The XXL-JOB database: `mysql://user:password@host:3306/xxl_job`.
+    #[arg(long, value_name = "URL")]
+    pub from: String,
+    /// Prints what the import would create, change or leave, job by job, and changes nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
 /// `wasmjob executors …`.
 #[derive(Debug, Args)]
 pub struct ExecutorsArgs {

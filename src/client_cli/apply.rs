@@ -84,25 +84,37 @@ pub(super) async fn apply(api: &Api, args: ApplyArgs) -> Result<(), ClientError>
     if args.dry_run || plan.is_empty() {
         return Ok(());
     }
-    let mut ids = Ids::of(&current);
+    carry_out_plan(api, &plan, &file, &current).await?;
+    api.line(&format!("applied {} changes", plan.steps.len()))
+}
+
+/// Carries out `plan`'s steps one by one, made against `current` for `file`; the first refusal
+/// stops it, naming its step.
+pub(super) async fn carry_out_plan(
+    api: &Api,
+    plan: &manifest::Plan,
+    file: &File,
+    current: &Current,
+) -> Result<(), ClientError> {
+    let mut ids = Ids::of(current);
     let wanted: HashMap<String, &JobDoc> =
         file.document.jobs.iter().map(|job| (job.key(), job)).collect();
     let have: HashMap<String, &CurrentJob> =
         current.jobs.iter().map(|job| (job.doc.key(), job)).collect();
     for step in &plan.steps {
-        carry_out(api, step, &file, &wanted, &have, &mut ids).await.map_err(|error| {
+        carry_out(api, step, file, &wanted, &have, &mut ids).await.map_err(|error| {
             ClientError::new(error.kind, format!("{}: {}", step_name(step), error.message))
         })?;
     }
-    api.line(&format!("applied {} changes", plan.steps.len()))
+    Ok(())
 }
 
 /// A document read from its file, with where its relative paths start and the sha256 of each
 /// component file it names.
-struct File {
-    document: Document,
-    base: PathBuf,
-    sha256s: BTreeMap<String, String>,
+pub(super) struct File {
+    pub(super) document: Document,
+    pub(super) base: PathBuf,
+    pub(super) sha256s: BTreeMap<String, String>,
 }
 
 fn read_document(path: &Path, format: Option<DocumentFormat>) -> Result<File, ClientError> {
@@ -140,13 +152,13 @@ fn planned(file: &File, current: &Current, prune: bool) -> Result<manifest::Plan
 }
 
 /// The ids of what the admin has, by name, as the steps create more.
-struct Ids {
+pub(super) struct Ids {
     groups: HashMap<String, i64>,
     jobs: HashMap<String, i64>,
 }
 
 impl Ids {
-    fn of(current: &Current) -> Ids {
+    pub(super) fn of(current: &Current) -> Ids {
         Ids {
             groups: current.groups.iter().map(|(id, g)| (g.app_name.clone(), *id)).collect(),
             jobs: current.jobs.iter().map(|job| (job.doc.key(), job.id)).collect(),
@@ -160,7 +172,7 @@ impl Ids {
             .ok_or_else(|| ClientError::new(ExitKind::NotFound, format!("no group `{app_name}`")))
     }
 
-    fn job(&self, key: &str) -> Result<i64, ClientError> {
+    pub(super) fn job(&self, key: &str) -> Result<i64, ClientError> {
         self.jobs
             .get(key)
             .copied()
@@ -301,12 +313,14 @@ fn group_body(group: &GroupDoc) -> Value {
 }
 
 /// A job as `POST /jobs` and `PUT /jobs/{id}` take it, with `children` as its child jobs.
-fn job_body(job: &JobDoc, children: &[String], ids: &Ids) -> Result<Value, ClientError> {
+pub(super) fn job_body(job: &JobDoc, children: &[String], ids: &Ids) -> Result<Value, ClientError> {
     let child_job_ids =
         children.iter().map(|child| ids.job(child)).collect::<Result<Vec<i64>, _>>()?;
     Ok(json!({
         "group_id": ids.group(&job.group)?,
         "name": job.name,
+        "description": job.description,
+        "owner": job.owner,
         "schedule_type": job.schedule_type,
         "schedule_conf": job.schedule_conf,
         "time_zone": job.time_zone,
@@ -385,7 +399,7 @@ struct ApiAlarm {
 
 /// Reads the admin's groups, calendars, jobs (with the active component's sha256 or source
 /// text) and alarms.
-async fn read_current(api: &Api) -> Result<Current, ClientError> {
+pub(super) async fn read_current(api: &Api) -> Result<Current, ClientError> {
     let broken = |what: &str, error: serde_json::Error| {
         ClientError::new(ExitKind::Unavailable, format!("the admin's {what}: {error}"))
     };

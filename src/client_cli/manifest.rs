@@ -108,6 +108,12 @@ pub struct JobDoc {
     pub group: String,
     /// Its name, unique in its group as far as documents go.
     pub name: String,
+    /// What it is for, for people.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// Who answers for it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub owner: String,
     /// Whether the schedule fires (`POST /jobs/{id}/start`); a job is created stopped.
     #[serde(default, skip_serializing_if = "is_false")]
     pub running: bool,
@@ -274,6 +280,8 @@ impl JobDoc {
         JobDoc {
             group: group.to_owned(),
             name: name.to_owned(),
+            description: String::new(),
+            owner: String::new(),
             running: false,
             schedule_type: schedule_none(),
             schedule_conf: String::new(),

@@ -8,7 +8,7 @@
 //! call; the admin checks every field, and its refusal stops the apply with the step named.
 //! Applying a file the admin already matches changes nothing.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -423,11 +423,11 @@ pub(super) async fn read_current(api: &Api) -> Result<Current, ClientError> {
     let calendars: Vec<CalendarDoc> = {
         let list = api.call("GET", "/calendars", None).await?;
         let list: Vec<Value> = serde_json::from_value(list).map_err(|e| broken("calendars", e))?;
+        let known = manifest::fields_of("CalendarDoc");
         list.into_iter()
             .map(|mut calendar| {
                 if let Some(fields) = calendar.as_object_mut() {
-                    fields.remove("created_at");
-                    fields.remove("updated_at");
+                    fields.retain(|key, _| known.contains(key));
                 }
                 serde_json::from_value(calendar).map_err(|e| broken("calendars", e))
             })
@@ -437,10 +437,11 @@ pub(super) async fn read_current(api: &Api) -> Result<Current, ClientError> {
         .map_err(|e| broken("jobs", e))?;
     let mut keys = HashMap::new();
     let mut docs = Vec::new();
+    let job_fields = manifest::fields_of("JobDoc");
     for job in jobs {
         let group =
             app_names.get(&job.group_id).cloned().unwrap_or_else(|| job.group_id.to_string());
-        let doc = job_doc(&group, &job.fields).map_err(|e| broken("jobs", e))?;
+        let doc = job_doc(&group, &job.fields, &job_fields).map_err(|e| broken("jobs", e))?;
         keys.insert(job.id, doc.key());
         docs.push((job, doc));
     }
@@ -495,14 +496,16 @@ pub(super) async fn read_current(api: &Api) -> Result<Current, ClientError> {
 }
 
 /// A job's document from the API's fields (all but its children and versions).
-fn job_doc(group: &str, fields: &Value) -> Result<JobDoc, serde_json::Error> {
+fn job_doc(
+    group: &str,
+    fields: &Value,
+    known: &BTreeSet<String>,
+) -> Result<JobDoc, serde_json::Error> {
     let mut fields = fields.clone();
     if let Some(map) = fields.as_object_mut() {
-        for derived in ["next_fire_time", "created_at", "updated_at"] {
-            map.remove(derived);
-        }
-        // The API answers null or "" for what the document leaves out.
-        map.retain(|_, value| !value.is_null() && *value != json!(""));
+        // The API answers null or "" for what the document leaves out, and fields a document
+        // does not have (times it sets, and whatever a newer admin adds).
+        map.retain(|key, value| known.contains(key) && !value.is_null() && *value != json!(""));
         map.insert("group".into(), json!(group));
     }
     let doc: JobDoc = serde_json::from_value(fields)?;

@@ -490,6 +490,13 @@ pub fn json_schema() -> Value {
     root
 }
 
+/// The fields a document's `definition` (`JobDoc`, `CalendarDoc`) has, as its schema lists them.
+pub fn fields_of(definition: &str) -> BTreeSet<String> {
+    let schema = json_schema();
+    let properties = schema["$defs"][definition]["properties"].as_object();
+    properties.into_iter().flatten().map(|(key, _)| key.clone()).collect()
+}
+
 /// OpenAPI's `#/components/schemas/X` references as JSON Schema's `#/$defs/X`.
 fn rewrite_refs(value: &mut Value) {
     match value {

@@ -455,3 +455,11 @@ fn the_json_schema_describes_the_document_with_local_references() {
     assert_eq!(schema["$defs"]["JobDoc"]["required"], serde_json::json!(["group", "name"]));
     assert_eq!(schema["$defs"]["JobDoc"]["additionalProperties"], serde_json::json!(false));
 }
+
+#[test]
+fn the_fields_read_from_the_api_are_the_documents() {
+    let fields = fields_of("JobDoc");
+    assert_eq!(fields.len(), 32, "{fields:?}");
+    assert!(fields.contains("running") && fields.contains("description") && !fields.contains("id"));
+    assert!(fields_of("CalendarDoc").contains("included_dates"));
+}

@@ -235,7 +235,8 @@ fn the_published_schema_accepts_what_export_writes_and_refuses_what_apply_refuse
     }
 }
 
-fn find<'a>(jobs: &'a Value, name: &str) -> &'a Value {
+/// The job named `name` in a `job list --json`.
+pub(crate) fn find<'a>(jobs: &'a Value, name: &str) -> &'a Value {
     jobs.as_array()
         .into_iter()
         .flatten()

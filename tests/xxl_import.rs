@@ -10,6 +10,7 @@ use serde_json::Value;
 use sqlx::{Connection, Executor, MySqlConnection};
 
 use crate::cli::Client;
+use crate::files::find;
 use crate::support::standalone::spawn_standalone;
 
 /// The server, or `None` (and a line saying so) when the tests are to skip.
@@ -165,14 +166,6 @@ fn tables(layout: &str) -> Vec<String> {
           (4, 'GLUE_PYTHON', 'print(\"v1\")', 'v1', NOW())"
             .to_owned(),
     ]
-}
-
-fn find<'a>(jobs: &'a Value, name: &str) -> &'a Value {
-    jobs.as_array()
-        .into_iter()
-        .flatten()
-        .find(|job| job["name"] == name)
-        .unwrap_or_else(|| panic!("no job {name} in {jobs}"))
 }
 
 fn imports_each_field_once(layout: &str) {

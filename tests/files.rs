@@ -181,6 +181,10 @@ fn a_document_the_admin_cannot_take_changes_nothing_and_says_why() {
             "version = 1\n[[jobs]]\ngroup = \"default\"\nname = \"x\"\ncomponent = { path = \"missing.wasm\" }\n",
             "missing.wasm",
         ),
+        (
+            "version = 1\n[[jobs]]\ngroup = \"default\"\nname = \"x\"\nglue_type = \"GLUE_PYTHON\"\nsource_path = \"jobs/missing.py\"\n",
+            "source_path `jobs/missing.py`",
+        ),
     ];
     for (text, reason) in cases {
         std::fs::write(&file, text).unwrap();

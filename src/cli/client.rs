@@ -102,20 +102,27 @@ pub struct ExportArgs {
     pub components: Option<PathBuf>,
 }
 
+/// The document `diff` and `apply` read.
+#[derive(Debug, Args)]
+pub struct DocumentArgs {
+    /// The document (`-` reads standard input).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: PathBuf,
+    /// The format [default: YAML for a `.yaml` or `.yml` file, else TOML].
+    #[arg(long, value_enum)]
+    pub format: Option<DocumentFormat>,
+}
+
 /// `wasmjob diff -f FILE`.
 #[derive(Debug, Args)]
 pub struct DiffArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
-    /// The document (`-` reads standard input).
-    #[arg(short = 'f', long = "file", value_name = "FILE")]
-    pub file: PathBuf,
+    #[command(flatten)]
+    pub document: DocumentArgs,
     /// Counts what the document does not have as to be deleted, as `apply --prune` would.
     #[arg(long)]
     pub prune: bool,
-    /// The format [default: YAML for a `.yaml` or `.yml` file, else TOML].
-    #[arg(long, value_enum)]
-    pub format: Option<DocumentFormat>,
 }
 
 /// `wasmjob apply -f FILE`.
@@ -123,18 +130,14 @@ pub struct DiffArgs {
 pub struct ApplyArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
-    /// The document (`-` reads standard input).
-    #[arg(short = 'f', long = "file", value_name = "FILE")]
-    pub file: PathBuf,
+    #[command(flatten)]
+    pub document: DocumentArgs,
     /// Also deletes the jobs, calendars and alarms the document does not have (groups stay).
     #[arg(long)]
     pub prune: bool,
     /// Prints the diff and changes nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// The format [default: YAML for a `.yaml` or `.yml` file, else TOML].
-    #[arg(long, value_enum)]
-    pub format: Option<DocumentFormat>,
 }
 
 /// `wasmjob import …`.

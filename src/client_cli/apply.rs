@@ -64,7 +64,7 @@ pub(super) async fn export(api: &Api, args: ExportArgs) -> Result<(), ClientErro
 
 /// `wasmjob diff -f FILE`: the diff only; exits 8 when the admin and the file differ.
 pub(super) async fn diff(api: &Api, args: DiffArgs) -> Result<(), ClientError> {
-    let file = read_document(&args.file, args.format)?;
+    let file = read_document(&args.document.file, args.document.format)?;
     let current = read_current(api).await?;
     let plan = planned(&file, &current, args.prune)?;
     api.write(&plan.render())?;
@@ -77,7 +77,7 @@ pub(super) async fn diff(api: &Api, args: DiffArgs) -> Result<(), ClientError> {
 
 /// `wasmjob apply -f FILE`: the diff, then the changes.
 pub(super) async fn apply(api: &Api, args: ApplyArgs) -> Result<(), ClientError> {
-    let file = read_document(&args.file, args.format)?;
+    let file = read_document(&args.document.file, args.document.format)?;
     let current = read_current(api).await?;
     let plan = planned(&file, &current, args.prune)?;
     api.write(&plan.render())?;
@@ -126,7 +126,7 @@ fn read_document(path: &Path, format: Option<DocumentFormat>) -> Result<File, Cl
         std::fs::read_to_string(path).map_err(|e| usage(format!("{}: {e}", path.display())))?
     };
     let format = format.map_or_else(|| Format::of_path(path), Format::from);
-    let document = manifest::parse(&text, format).map_err(|error| {
+    let mut document = manifest::parse(&text, format).map_err(|error| {
         ClientError::new(ExitKind::Invalid, format!("{}: {error}", path.display()))
     })?;
     let base = if stdin {
@@ -134,6 +134,14 @@ fn read_document(path: &Path, format: Option<DocumentFormat>) -> Result<File, Cl
     } else {
         path.parent().map(Path::to_path_buf).unwrap_or_default()
     };
+    for job in &mut document.jobs {
+        if let Some(source) = &job.source_path {
+            let text = std::fs::read_to_string(base.join(source)).map_err(|error| {
+                usage(format!("job `{}`: source_path `{source}`: {error}", job.key()))
+            })?;
+            job.source = Some(text);
+        }
+    }
     let mut sha256s = BTreeMap::new();
     for job in &document.jobs {
         if let Some(component) = job.component.as_ref().and_then(|c| c.path.as_ref()) {

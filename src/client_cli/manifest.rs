@@ -177,6 +177,10 @@ pub struct JobDoc {
     /// The active source of a `GLUE_PYTHON` or `GLUE_JAVASCRIPT` job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// The active source in a file of its own, relative to the document's folder, instead of
+    /// `source`: reviewed as code, and read into `source` when the document is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_path: Option<String>,
 }
 
 /// A component, by the path of its file (relative to the document's folder), by its sha256, or
@@ -310,6 +314,7 @@ impl JobDoc {
             max_concurrent_runs: 0,
             component: None,
             source: None,
+            source_path: None,
         }
     }
 
@@ -429,10 +434,15 @@ fn check_names(document: &Document) -> Result<(), String> {
                 ));
             }
         }
-        match (job.versions(), &job.component, &job.source) {
+        if job.source.is_some() && job.source_path.is_some() {
+            return Err(format!("job `{}`: give `source` or `source_path`, not both", job.key()));
+        }
+        let source = job.source.as_ref().or(job.source_path.as_ref());
+        match (job.versions(), &job.component, source) {
             (Versions::Component, _, Some(_)) | (Versions::None, _, Some(_)) => {
                 return Err(format!(
-                    "job `{}`: `source` is for GLUE_PYTHON and GLUE_JAVASCRIPT jobs",
+                    "job `{}`: `source` and `source_path` are for GLUE_PYTHON and \
+                     GLUE_JAVASCRIPT jobs",
                     job.key()
                 ));
             }

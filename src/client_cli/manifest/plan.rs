@@ -219,6 +219,7 @@ pub fn plan(
             children: Vec::new(),
             component: None,
             source: None,
+            source_path: None,
             running: false,
             ..job.clone()
         };
@@ -501,7 +502,7 @@ fn summary(job: &JobDoc) -> Vec<String> {
 fn fields_of<T: Serialize>(value: &T) -> Vec<String> {
     let Ok(Value::Object(map)) = serde_json::to_value(value) else { return Vec::new() };
     map.iter()
-        .filter(|(key, _)| !matches!(key.as_str(), "component" | "source"))
+        .filter(|(key, _)| !matches!(key.as_str(), "component" | "source" | "source_path"))
         .map(|(key, value)| format!("{key}: {}", shown(value)))
         .collect()
 }

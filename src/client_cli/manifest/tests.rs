@@ -224,6 +224,17 @@ fn a_source_job_gets_its_source_uploaded_when_the_text_differs() {
         0 to create, 0 to change, 0 to delete, 2 unchanged
     "#]],
     );
+    // A source read from its file compares by its text; the path is no field of the job.
+    let mut from_file = have.clone();
+    from_file.source_path = Some("jobs/py.py".into());
+    check(
+        &document(vec![from_file]),
+        &current,
+        false,
+        expect![[r#"
+        0 to create, 0 to change, 0 to delete, 2 unchanged
+    "#]],
+    );
     have.source = Some("print(1)\nprint(2)\n".into());
     check(
         &document(vec![have]),
@@ -424,7 +435,11 @@ fn documents_that_cannot_be_applied_are_refused_with_the_reason() {
         ),
         (
             "version = 1\n[[jobs]]\ngroup = \"g\"\nname = \"a\"\nsource = \"print(1)\"\n",
-            "job `g/a`: `source` is for GLUE_PYTHON and GLUE_JAVASCRIPT jobs",
+            "job `g/a`: `source` and `source_path` are for GLUE_PYTHON and GLUE_JAVASCRIPT jobs",
+        ),
+        (
+            "version = 1\n[[jobs]]\ngroup = \"g\"\nname = \"a\"\nglue_type = \"GLUE_PYTHON\"\nsource = \"x\"\nsource_path = \"a.py\"\n",
+            "job `g/a`: give `source` or `source_path`, not both",
         ),
         (
             "version = 1\n[[jobs]]\ngroup = \"g\"\nname = \"a\"\n[jobs.component]\nsha256 = \"ABC\"\n",
@@ -459,7 +474,7 @@ fn the_json_schema_describes_the_document_with_local_references() {
 #[test]
 fn the_fields_read_from_the_api_are_the_documents() {
     let fields = fields_of("JobDoc");
-    assert_eq!(fields.len(), 32, "{fields:?}");
+    assert_eq!(fields.len(), 33, "{fields:?}");
     assert!(fields.contains("running") && fields.contains("description") && !fields.contains("id"));
     assert!(fields_of("CalendarDoc").contains("included_dates"));
 }

@@ -272,6 +272,8 @@ fn imports_each_field_once(layout: &str) {
     let again = cli.ok(&["import", "xxl-job", "--from", &url]);
     assert!(again.contains("0 to create, 0 to change, 0 to delete"), "{again}");
     assert!(!again.contains("build job"), "{again}");
+    // Job by job: what stays as it is is listed too.
+    assert!(again.contains("= job billing/settle\n"), "{again}");
     assert_eq!(cli.json(&["job", "list"]), jobs);
 
     // Renamed and changed in XXL-JOB: the same job here follows, by its recorded id.
@@ -375,5 +377,21 @@ fn python_handlers_from_xxl_job_become_versions_in_order() {
     let again = cli.ok(&["import", "xxl-job", "--from", &url]);
     assert!(!again.contains("build job"), "{again}");
     assert!(again.contains("0 to create, 0 to change, 0 to delete"), "{again}");
+    execute(&server, &format!("drop database {name}"));
+}
+
+/// A database that cannot be reached, or is not XXL-JOB's, stops the import before anything is
+/// read from or written to the admin, with the reason on one line.
+#[test]
+fn a_database_that_is_unreachable_or_not_xxl_jobs_is_refused_with_the_reason() {
+    let nowhere = Client { url: "http://127.0.0.1:1".to_owned(), token: "unused".to_owned() };
+    let refused =
+        nowhere.fails(&["import", "xxl-job", "--from", "mysql://root@127.0.0.1:1/xxl_job"], 1);
+    assert!(refused.contains("connecting to the XXL-JOB database"), "{refused}");
+    let Some(server) = server() else { return };
+    let name = format!("xxl_import_empty_{}", std::process::id());
+    let url = database(&server, &name, &["CREATE TABLE unrelated (id int)"]);
+    let refused = nowhere.fails(&["import", "xxl-job", "--from", &url], 1);
+    assert!(refused.contains("has no table xxl_job_info"), "{refused}");
     execute(&server, &format!("drop database {name}"));
 }

@@ -262,7 +262,7 @@ pub(super) async fn import(api: &Api, args: ImportXxlArgs) -> Result<(), ClientE
     }
     let plan = manifest::plan(&converted.document, &simulated, &BTreeMap::new(), false)
         .map_err(|error| ClientError::new(ExitKind::Invalid, error))?;
-    api.write(&plan.render())?;
+    api.write(&plan.render_all())?;
     for build in &converted.builds {
         api.line(&format!("build job {}: {} source versions", build.key, build.sources.len()))?;
     }

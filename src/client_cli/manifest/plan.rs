@@ -84,7 +84,7 @@ pub enum Step {
 /// A change, as a person reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Line {
-    /// `+` create, `~` update, `-` delete, `!` not in the document and kept.
+    /// `+` create, `~` update, `-` delete, `=` unchanged, `!` not in the document and kept.
     pub sign: char,
     /// `job billing/nightly`.
     pub what: String,
@@ -108,8 +108,17 @@ impl Plan {
 
     /// The diff, a line per change with its fields indented, and a count.
     pub fn render(&self) -> String {
+        self.rendered(false)
+    }
+
+    /// The diff with a `=` line for each thing that stays as it is.
+    pub fn render_all(&self) -> String {
+        self.rendered(true)
+    }
+
+    fn rendered(&self, unchanged: bool) -> String {
         let mut text = String::new();
-        for line in &self.lines {
+        for line in self.lines.iter().filter(|line| unchanged || line.sign != '=') {
             let _ = writeln!(text, "{} {}", line.sign, line.what);
             for field in &line.fields {
                 let _ = writeln!(text, "    {field}");
@@ -125,6 +134,12 @@ impl Plan {
             self.unchanged
         );
         text
+    }
+
+    /// Counts `what` as unchanged.
+    fn keep(&mut self, what: String) {
+        self.unchanged += 1;
+        self.lines.push(Line { sign: '=', what, fields: Vec::new() });
     }
 }
 
@@ -171,7 +186,7 @@ pub fn plan(
             Some((id, have)) => {
                 let fields = differences(have, wanted);
                 if fields.is_empty() {
-                    plan.unchanged += 1;
+                    plan.keep(what);
                 } else {
                     plan.lines.push(Line { sign: '~', what, fields });
                     plan.steps.push(Step::UpdateGroup { id: *id, doc: wanted.clone() });
@@ -193,7 +208,7 @@ pub fn plan(
             Some(have) => {
                 let fields = differences(*have, wanted);
                 if fields.is_empty() {
-                    plan.unchanged += 1;
+                    plan.keep(what);
                 } else {
                     plan.lines.push(Line { sign: '~', what, fields });
                     plan.steps.push(Step::UpdateCalendar(wanted.clone()));
@@ -265,7 +280,7 @@ pub fn plan(
                 );
                 plan.lines.push(Line { sign: '+', what, fields: lines });
             }
-            Some(_) if fields.is_empty() => plan.unchanged += 1,
+            Some(_) if fields.is_empty() => plan.keep(what),
             Some(_) => plan.lines.push(Line { sign: '~', what, fields }),
         }
     }
@@ -303,7 +318,7 @@ pub fn plan(
                         let fields =
                             differences(have, &AlarmDoc { secret: None, ..wanted.clone() });
                         if fields.is_empty() {
-                            plan.unchanged += 1;
+                            plan.keep(what);
                         } else {
                             plan.lines.push(Line { sign: '~', what, fields });
                             plan.steps.push(Step::UpdateAlarm { id: *id, doc: wanted.clone() });

@@ -1,6 +1,7 @@
 //! Delivering the outbox to an admin: due results in batches, each entry of a refused batch
-//! alone behind its own backoff, the whole outbox backed off while no admin answers, and a
-//! stopping executor's drain until nothing is left or its deadline passed.
+//! alone behind its own backoff, a batch the admin answered busy (`callback busy:`, it recorded
+//! only part in its time) sent again whole after a backoff, the whole outbox backed off while no
+//! admin answers, and a stopping executor's drain until nothing is left or its deadline passed.
 
 use super::*;
 

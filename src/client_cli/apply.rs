@@ -272,10 +272,7 @@ async fn carry_out(
                     })?;
                     ("application/wasm", bytes)
                 }
-                (_, Some(source)) if doc.glue_type == "GLUE_PYTHON" => {
-                    ("text/x-python", source.clone().into_bytes())
-                }
-                (_, Some(source)) => ("text/javascript", source.clone().into_bytes()),
+                (_, Some(source)) => (source_type(doc), source.clone().into_bytes()),
                 _ => return Err(ClientError::new(ExitKind::Invalid, "nothing to upload")),
             };
             let path = format!("/jobs/{}/versions?remark=wasmjob%20apply", ids.job(key)?);
@@ -318,6 +315,11 @@ fn group_body(group: &GroupDoc) -> Value {
         body["title"] = json!(title);
     }
     body
+}
+
+/// The content type a source job's versions are uploaded as.
+pub(super) fn source_type(job: &JobDoc) -> &'static str {
+    if job.glue_type == "GLUE_PYTHON" { "text/x-python" } else { "text/javascript" }
 }
 
 /// A job as `POST /jobs` and `PUT /jobs/{id}` take it, with `children` as its child jobs.

@@ -392,7 +392,7 @@ pub fn parse(text: &str, format: Format) -> Result<Document, String> {
             document.version
         ));
     }
-    check_names(&document)?;
+    check_document(&document)?;
     Ok(document)
 }
 
@@ -410,7 +410,9 @@ fn toml_error(text: &str, error: &toml::de::Error) -> String {
     }
 }
 
-fn check_names(document: &Document) -> Result<(), String> {
+/// Refuses a document that names a thing twice, names a child job otherwise than `group/name`,
+/// or gives a job a component or source its glue type does not take.
+fn check_document(document: &Document) -> Result<(), String> {
     fn unique<'a>(kind: &str, keys: impl Iterator<Item = String> + 'a) -> Result<(), String> {
         let mut seen = BTreeSet::new();
         for key in keys {

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::apply::{File, Ids, carry_out_plan, job_body, read_current};
+use super::apply::{File, Ids, carry_out_plan, job_body, read_current, source_type};
 use super::manifest::{self, Current, Document, GroupDoc, JobDoc};
 use super::{Api, ClientError, ExitKind};
 use crate::cli::client::ImportXxlArgs;
@@ -314,8 +314,7 @@ async fn build_sources(api: &Api, converted: &Converted) -> Result<(), ClientErr
     for build in &converted.builds {
         let Some(doc) = wanted.get(&build.key) else { continue };
         let id = ids.job(&build.key)?;
-        let content_type =
-            if doc.glue_type == "GLUE_PYTHON" { "text/x-python" } else { "text/javascript" };
+        let content_type = source_type(doc);
         let mut refused = None;
         for (at, source) in build.sources.iter().enumerate() {
             let path = format!("/jobs/{id}/versions?remark=imported%20from%20XXL-JOB");

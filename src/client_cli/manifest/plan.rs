@@ -331,49 +331,49 @@ pub fn plan(
 
     // What the document does not have: deleted with `prune` (alarms, then jobs, then calendars,
     // which jobs name), else listed. Groups are never deleted: the API has no such change.
-    let extra = |sign_if_pruned: char, what: String, plan: &mut Plan| {
-        let sign = if prune && sign_if_pruned == '-' { '-' } else { '!' };
-        let fields = if sign == '-' {
-            Vec::new()
-        } else if sign_if_pruned == '-' {
-            vec!["not in the document: kept (--prune deletes it)".to_owned()]
-        } else {
-            vec!["not in the document: kept (groups are not deleted)".to_owned()]
-        };
-        plan.lines.push(Line { sign, what, fields });
+    let not_in_document = |what: String, delete: Option<Step>, plan: &mut Plan| {
+        let kept = |why: &str| format!("not in the document: kept ({why})");
+        match delete {
+            Some(step) if prune => {
+                plan.lines.push(Line { sign: '-', what, fields: Vec::new() });
+                plan.steps.push(step);
+            }
+            Some(_) => {
+                plan.lines.push(Line { sign: '!', what, fields: vec![kept("--prune deletes it")] })
+            }
+            None => plan.lines.push(Line {
+                sign: '!',
+                what,
+                fields: vec![kept("groups are not deleted")],
+            }),
+        }
     };
     let named: BTreeSet<&str> = document.alarms.iter().map(|a| a.name.as_str()).collect();
     for (id, alarm) in current.alarms.iter().flatten() {
         if !named.contains(alarm.name.as_str()) {
-            extra('-', format!("alarm {}", alarm.name), &mut plan);
-            if prune {
-                plan.steps.push(Step::DeleteAlarm { id: *id, name: alarm.name.clone() });
-            }
+            let delete = Step::DeleteAlarm { id: *id, name: alarm.name.clone() };
+            not_in_document(format!("alarm {}", alarm.name), Some(delete), &mut plan);
         }
     }
     let named: BTreeSet<String> = document.jobs.iter().map(JobDoc::key).collect();
     for job in &current.jobs {
         let key = job.doc.key();
         if !named.contains(&key) {
-            extra('-', format!("job {key}"), &mut plan);
-            if prune {
-                plan.steps.push(Step::DeleteJob { id: job.id, key });
-            }
+            let what = format!("job {key}");
+            not_in_document(what, Some(Step::DeleteJob { id: job.id, key }), &mut plan);
         }
     }
     let named: BTreeSet<&str> = document.calendars.iter().map(|c| c.name.as_str()).collect();
     for calendar in &current.calendars {
         if !named.contains(calendar.name.as_str()) {
-            extra('-', format!("calendar {}", calendar.name), &mut plan);
-            if prune {
-                plan.steps.push(Step::DeleteCalendar { name: calendar.name.clone() });
-            }
+            let delete = Step::DeleteCalendar { name: calendar.name.clone() };
+            not_in_document(format!("calendar {}", calendar.name), Some(delete), &mut plan);
         }
     }
     let named: BTreeSet<&str> = document.groups.iter().map(|g| g.app_name.as_str()).collect();
     for (_, group) in &current.groups {
         if !named.contains(group.app_name.as_str()) {
-            extra('!', format!("group {}", group.app_name), &mut plan);
+            not_in_document(format!("group {}", group.app_name), None, &mut plan);
         }
     }
     Ok(plan)

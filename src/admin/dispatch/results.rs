@@ -4,9 +4,11 @@
 //! keeps the whole batch and sends it again later; after an outage its batch holds everything it
 //! kept meanwhile, tens of thousands of results. So a callback is applied a chunk at a time
 //! ([`CHUNK`] results: one read, then their writes sharing the database's group commits), and
-//! no chunk starts once [`ANSWER_WITHIN`] has passed. The answer then says which: every result
-//! recorded, or some of them and "send again" ([`protocol::CALLBACK_BUSY`]). A result applies
-//! once, so the ones recorded before are ignored when the batch comes again.
+//! no chunk starts once [`ANSWER_WITHIN`] has passed. The first chunk is waited for up to
+//! [`FIRST_CHUNK_WITHIN`], so that a loaded database still records something of every callback
+//! and a small callback is not sent back for want of a few milliseconds. The answer then says
+//! which: every result recorded, or some of them and "send again" ([`protocol::CALLBACK_BUSY`]).
+//! A result applies once, so the ones recorded before are ignored when the batch comes again.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -25,6 +27,9 @@ const CHUNK: usize = 512;
 /// after it, and a chunk still in flight then is left to finish on its own (a chunk whose
 /// writes take longer than this still makes progress, one chunk per callback).
 pub const ANSWER_WITHIN: Duration = Duration::from_millis(800);
+/// How long the first chunk is waited for, past [`ANSWER_WITHIN`] when it must: well inside
+/// XXL-JOB's 3 s client timeout.
+pub const FIRST_CHUNK_WITHIN: Duration = Duration::from_millis(2_500);
 
 /// What came of a callback's results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,14 +49,17 @@ impl Dispatcher {
     /// share the database's group commits.
     pub async fn apply_results(&self, results: &[HandleCallbackParam]) -> Applied {
         crate::metrics::admin().callback_batch_size.observe(results.len() as f64);
-        let deadline = tokio::time::Instant::now() + self.answer_within();
+        let started = tokio::time::Instant::now();
+        let deadline = started + self.answer_within();
+        let first_deadline = deadline.max(started + FIRST_CHUNK_WITHIN);
         let mut outcome = Applied::All;
         let mut recorded = 0;
-        for chunk in results.chunks(CHUNK) {
+        for (at, chunk) in results.chunks(CHUNK).enumerate() {
             if tokio::time::Instant::now() >= deadline {
                 return Applied::Partly { recorded };
             }
-            match tokio::time::timeout_at(deadline, self.apply_chunk(chunk)).await {
+            let until = if at == 0 { first_deadline } else { deadline };
+            match tokio::time::timeout_at(until, self.apply_chunk(chunk)).await {
                 Ok(true) => recorded += chunk.len(),
                 Ok(false) => outcome = Applied::Failed,
                 Err(_) => return Applied::Partly { recorded },

@@ -242,7 +242,7 @@ pub struct AdminArgs {
     /// The listen address (REST API and executor API).
     #[arg(long, env = "WASMJOB_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
-    /// `sqlite:PATH` (one admin) or `postgres://…` (several admins).
+    /// `sqlite:PATH` (one admin), or `postgres://…` or `mysql://…` (several admins).
     #[arg(
         long,
         env = "WASMJOB_DATABASE_URL",

@@ -487,8 +487,14 @@ fn sqlite_file(url: &str) -> anyhow::Result<PathBuf> {
              (`pg_dump --format=custom --file=wasmjob.dump URL`) and restore it with pg_restore"
         );
     }
+    if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+        anyhow::bail!(
+            "--database-url is a MySQL database: back it up with mysqldump \
+             (`mysqldump --single-transaction DATABASE > wasmjob.sql`) and restore it with mysql"
+        );
+    }
     let Some(path) = url.strip_prefix("sqlite:") else {
-        anyhow::bail!("--database-url: use sqlite:PATH (for PostgreSQL, pg_dump)");
+        anyhow::bail!("--database-url: use sqlite:PATH (for PostgreSQL, pg_dump; for MySQL, mysqldump)");
     };
     let path = path.trim_start_matches("//");
     let file = path.split_once('?').map_or(path, |(file, _)| file);

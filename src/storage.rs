@@ -20,6 +20,7 @@ mod caps;
 mod groups;
 mod jobs;
 mod modules;
+mod query;
 mod queued;
 mod registry;
 mod reports;
@@ -66,6 +67,15 @@ pub enum Dialect {
     Sqlite,
     /// PostgreSQL: the store shared by several admins.
     Postgres,
+    /// MySQL or MariaDB (InnoDB): shared by several admins, as PostgreSQL is.
+    Mysql,
+}
+
+impl Dialect {
+    /// Whether several admins may share the database (a server, not a file).
+    pub fn is_shared(self) -> bool {
+        self != Dialect::Sqlite
+    }
 }
 
 /// Why a storage call failed.
@@ -147,16 +157,21 @@ impl Db {
             (Dialect::Sqlite, url, Some(file))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             (Dialect::Postgres, url.to_owned(), None)
+        } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            (Dialect::Mysql, url.replacen("mariadb://", "mysql://", 1), None)
         } else {
-            anyhow::bail!("unsupported database URL `{url}`: use sqlite:PATH or postgres://…");
+            anyhow::bail!(
+                "unsupported database URL `{}`: use sqlite:PATH, postgres://… or mysql://…",
+                redact(url)
+            );
         };
         let max_connections = match dialect {
             Dialect::Sqlite => 4,
-            Dialect::Postgres => 10,
+            Dialect::Postgres | Dialect::Mysql => 10,
         };
         // A SQLite connection is a file handle in this process, which cannot drop as a server's
         // socket can: checking it at each acquire (a round trip to its thread) buys nothing.
-        let options = AnyPoolOptions::new().test_before_acquire(dialect == Dialect::Postgres);
+        let options = AnyPoolOptions::new().test_before_acquire(dialect.is_shared());
         let options = options.after_connect(move |connection, _| {
             Box::pin(async move {
                 if dialect == Dialect::Sqlite {
@@ -171,6 +186,18 @@ impl Db {
                     // temporary file made and removed by every transaction.
                     sqlx::query("pragma temp_store = memory").execute(&mut *connection).await?;
                     sqlx::query(&format!("pragma wal_autocheckpoint = {CHECKPOINT_PAGES}"))
+                        .execute(&mut *connection)
+                        .await?;
+                }
+                if dialect == Dialect::Mysql {
+                    // PostgreSQL's isolation, which the statements are written for: each
+                    // statement sees what committed before it, and InnoDB locks the rows it
+                    // changes without the gap locks of REPEATABLE READ. String literals mean
+                    // what they say, as in standard SQL.
+                    sqlx::query("set session transaction isolation level read committed")
+                        .execute(&mut *connection)
+                        .await?;
+                    sqlx::query("set session sql_mode = concat(@@sql_mode, ',NO_BACKSLASH_ESCAPES')")
                         .execute(&mut *connection)
                         .await?;
                 }
@@ -196,7 +223,7 @@ impl Db {
                 .connect(&url)
                 .await
                 .with_context(|| format!("connecting to {}", redact(&url)))?,
-            Dialect::Postgres => pool.clone(),
+            Dialect::Postgres | Dialect::Mysql => pool.clone(),
         };
         let sqlite_writer = match file {
             Some(file) => Some(std::sync::Arc::new(
@@ -257,6 +284,7 @@ impl Db {
 /// The migrations this build applies, per dialect: the schema it expects.
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
+static MYSQL_MIGRATIONS: Migrator = sqlx::migrate!("migrations/mysql");
 
 /// The database did not answer a connection (not listening, not created yet, login refused):
 /// trying again later may work. [`Db::connect`]'s error holds it then, under its context
@@ -279,7 +307,7 @@ async fn migrate(pool: &AnyPool, dialect: Dialect) -> anyhow::Result<()> {
         Ok(()) => Ok(()),
         Err(sqlx::migrate::MigrateError::VersionMissing(version)) => {
             let description =
-                sqlx::query("select description from _sqlx_migrations where version = $1")
+                query::query("select description from _sqlx_migrations where version = $1")
                     .bind(version)
                     .fetch_optional(pool)
                     .await
@@ -304,6 +332,7 @@ fn migrator(dialect: Dialect) -> &'static Migrator {
     match dialect {
         Dialect::Sqlite => &SQLITE_MIGRATIONS,
         Dialect::Postgres => &POSTGRES_MIGRATIONS,
+        Dialect::Mysql => &MYSQL_MIGRATIONS,
     }
 }
 
@@ -448,6 +477,43 @@ pub mod testing {
         sqlx::query(&format!("drop database if exists {name} with (force)"))
             .execute(&server)
             .await?;
+        server.close().await;
+        Ok(())
+    }
+
+    /// Creates an empty database (`utf8mb4`, binary collation without padding) on the server of
+    /// `WASMJOB_TEST_MYSQL_URL` and returns its URL, or `None` when the variable is unset
+    /// (MySQL tests are then skipped).
+    pub async fn mysql_database(label: &str) -> anyhow::Result<Option<String>> {
+        #[expect(clippy::disallowed_methods, reason = "test configuration, read only by tests")]
+        let Ok(server_url) = std::env::var("WASMJOB_TEST_MYSQL_URL") else {
+            return Ok(None);
+        };
+        let label: String = label.chars().filter(char::is_ascii_alphanumeric).take(20).collect();
+        let name = format!("wasmjob_test_{label}_{:08x}", rand::random::<u32>());
+        let server_url = server_url.trim_end_matches('/');
+        let base = match server_url.split_once("://") {
+            Some((_, rest)) if rest.contains('/') => {
+                server_url.rsplit_once('/').map_or(server_url, |(base, _)| base)
+            }
+            _ => server_url,
+        };
+        sqlx::any::install_default_drivers();
+        let server = AnyPool::connect(base).await?;
+        sqlx::query(&format!(
+            "create database {name} character set utf8mb4 collate utf8mb4_nopad_bin"
+        ))
+        .execute(&server)
+        .await?;
+        server.close().await;
+        Ok(Some(format!("{base}/{name}")))
+    }
+
+    /// Drops a database made by [`mysql_database`].
+    pub async fn drop_mysql_database(url: &str) -> anyhow::Result<()> {
+        let Some((base, name)) = url.rsplit_once('/') else { return Ok(()) };
+        let server = AnyPool::connect(base).await?;
+        sqlx::query(&format!("drop database if exists {name}")).execute(&server).await?;
         server.close().await;
         Ok(())
     }

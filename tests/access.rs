@@ -12,7 +12,7 @@ use wasmjob::config::AdminConfig;
 use wasmjob::storage::Db;
 
 use crate::support::ADMIN_TOKEN;
-use crate::support::app::{Backend, admin_config, backends};
+use crate::support::app::{admin_config, backends};
 
 const PASSWORD: &str = "a long enough password";
 
@@ -686,13 +686,8 @@ async fn two_concurrent_updates_cannot_close_a_child_cycle() {
     for backend in backends() {
         wasmjob::telemetry::init_for_test();
         let dir = tempfile::tempdir().unwrap();
-        let postgres = match backend {
-            Backend::Sqlite => None,
-            Backend::Postgres => {
-                wasmjob::storage::testing::postgres_database("cycle").await.unwrap()
-            }
-        };
-        let url = postgres
+        let server = crate::support::server_database(backend, "cycle").await;
+        let url = server
             .clone()
             .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("cycle.db").display()));
         let db = Db::connect(&url).await.unwrap();
@@ -736,8 +731,8 @@ async fn two_concurrent_updates_cannot_close_a_child_cycle() {
             assert!(statuses.contains(&StatusCode::OK), "{backend:?} round {round}: {statuses:?}");
         }
         db.close().await;
-        if let Some(url) = postgres {
-            wasmjob::storage::testing::drop_postgres_database(&url).await.unwrap();
+        if let Some(url) = server {
+            crate::support::drop_database(&url).await;
         }
     }
 }

@@ -11,7 +11,8 @@
 //! restarts beating the 5 s misfire threshold, which parallel scenarios on shared cores would
 //! put at risk.
 //!
-//! The PostgreSQL scenario needs `WASMJOB_TEST_POSTGRES_URL` and is skipped without it.
+//! The PostgreSQL scenario needs `WASMJOB_TEST_POSTGRES_URL`, the MySQL one
+//! `WASMJOB_TEST_MYSQL_URL`; each is skipped without it.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -167,6 +168,32 @@ async fn two_admins_one_killed_repeatedly_on_postgres() {
         )],
         chaos_for: Duration::from_secs(24),
         ..Scenario::new("two admins on PostgreSQL, one killed repeatedly")
+    };
+    scenario.run(Some(url)).await.assert_clean();
+}
+
+/// The same two admins on one MySQL (MariaDB) database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_admins_one_killed_repeatedly_on_mysql() {
+    let Some(url) = wasmjob::storage::testing::mysql_database("fault").await.unwrap() else {
+        eprintln!("WASMJOB_TEST_MYSQL_URL is unset: skipping the two-admin MySQL scenario");
+        return;
+    };
+    let scenario = Scenario {
+        admins: 2,
+        api_admin: 1,
+        workload: Workload { plain: 16, failing: 2, parents: 2, ..Workload::default() },
+        crashes: &[(
+            Role::Admin(0),
+            &[
+                Crash::sigkill(3_000),
+                Crash::at("scheduler.after_fire_commit=abort@3", 5_000),
+                Crash::sigkill(3_500),
+                Crash::at("dispatch.after_send=abort@20", 5_000),
+            ],
+        )],
+        chaos_for: Duration::from_secs(24),
+        ..Scenario::new("two admins on MySQL, one killed repeatedly")
     };
     scenario.run(Some(url)).await.assert_clean();
 }
@@ -330,9 +357,9 @@ impl Scenario<'_> {
         }
     }
 
-    async fn run(&self, postgres_url: Option<String>) -> Outcome {
+    async fn run(&self, database_url: Option<String>) -> Outcome {
         let _serial = SERIAL.lock().await;
-        let mut cluster = Cluster::start(postgres_url, self.admins, self.executors).await;
+        let mut cluster = Cluster::start(database_url, self.admins, self.executors).await;
         let api = cluster.api_of(self.api_admin);
         let hung = match self.hung_executor {
             true => Some(HungExecutor::start(&cluster).await),

@@ -13,5 +13,8 @@ pub mod scenarios;
 pub mod sse;
 pub mod standalone;
 
-pub use app::{ACCESS_TOKEN, ADMIN_TOKEN, Api, Backend, TestApp, backends, wait_until};
+pub use app::{
+    ACCESS_TOKEN, ADMIN_TOKEN, Api, Backend, TestApp, backends, drop_database, server_database,
+    wait_until,
+};
 pub use sample_jobs::sample_job;

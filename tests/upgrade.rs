@@ -177,7 +177,7 @@ async fn schema_snapshot(url: &str) -> Vec<String> {
     };
     let pool = sqlx::any::AnyPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
     let mut snapshot = Vec::new();
-    let migrations = "select version, description, \
+    let migrations = "select version, cast(description as char) as description, \
                       case when success then 'applied' else 'failed' end as ok \
                       from _sqlx_migrations order by version";
     for row in sqlx::query(migrations).fetch_all(&pool).await.unwrap() {
@@ -189,6 +189,9 @@ async fn schema_snapshot(url: &str) -> Vec<String> {
     let columns = if url.starts_with("sqlite:") {
         "select m.name || '.' || p.name as col from sqlite_master m, pragma_table_info(m.name) p \
          where m.type = 'table' order by 1"
+    } else if url.starts_with("mysql:") {
+        "select cast(concat(table_name, '.', column_name) as char) as col \
+         from information_schema.columns where table_schema = database() order by 1"
     } else {
         "select table_name || '.' || column_name as col from information_schema.columns \
          where table_schema = 'public' order by 1"
@@ -207,7 +210,7 @@ async fn add_future_migration(url: &str) {
         None => url.to_owned(),
     };
     let pool = sqlx::any::AnyPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
-    let checksum = if url.starts_with("sqlite:") { "x'00'" } else { "'\\x00'::bytea" };
+    let checksum = if url.starts_with("postgres") { "'\\x00'::bytea" } else { "x'00'" };
     sqlx::query(&format!(
         "insert into _sqlx_migrations (version, description, success, checksum, execution_time) \
          values (9999, 'from the future', true, {checksum}, 1)"
@@ -227,7 +230,9 @@ async fn an_admin_older_than_its_database_refuses_to_start_and_changes_nothing()
         let dir = tempfile::tempdir().unwrap();
         let url = match backend {
             Backend::Sqlite => format!("sqlite:{}", dir.path().join("wasmjob.db").display()),
-            Backend::Postgres => postgres_database("future").await.unwrap().unwrap(),
+            Backend::Postgres | Backend::Mysql => {
+                crate::support::server_database(backend, "future").await.unwrap()
+            }
         };
         Db::connect(&url).await.unwrap().close().await;
         add_future_migration(&url).await;
@@ -252,8 +257,8 @@ async fn an_admin_older_than_its_database_refuses_to_start_and_changes_nothing()
             assert!(stderr.contains("newer than this build"), "{stderr}");
         }
         assert_eq!(schema_snapshot(&url).await, before, "{backend:?}: the database changed");
-        if backend == Backend::Postgres {
-            drop_postgres_database(&url).await.unwrap();
+        if backend != Backend::Sqlite {
+            crate::support::drop_database(&url).await;
         }
     }
 }

@@ -12,6 +12,7 @@
 //! What is silenced, which channels an event goes to and when to try again are the admin's
 //! decisions; this module stores them.
 
+use super::query::query;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
@@ -161,7 +162,7 @@ impl Db {
         webhook: &NewAlarmWebhook,
         now_ms: i64,
     ) -> Result<AlarmWebhook> {
-        let row = sqlx::query(&format!(
+        let row = query(&format!(
             "insert into alarm_webhooks (name, url, secret, group_id, created_at, updated_at)
              values ($1, $2, $3, $4, $5, $5) returning {WEBHOOK_COLUMNS}"
         ))
@@ -178,7 +179,7 @@ impl Db {
     /// Every webhook, by id.
     pub async fn list_alarm_webhooks(&self) -> Result<Vec<AlarmWebhook>> {
         let rows =
-            sqlx::query(&format!("select {WEBHOOK_COLUMNS} from alarm_webhooks order by id"))
+            query(&format!("select {WEBHOOK_COLUMNS} from alarm_webhooks order by id"))
                 .fetch_all(&self.pool)
                 .await?;
         rows.iter().map(webhook_from_row).collect()
@@ -187,7 +188,7 @@ impl Db {
     /// Webhook `id`, if it exists.
     pub async fn get_alarm_webhook(&self, id: i64) -> Result<Option<AlarmWebhook>> {
         let row =
-            sqlx::query(&format!("select {WEBHOOK_COLUMNS} from alarm_webhooks where id = $1"))
+            query(&format!("select {WEBHOOK_COLUMNS} from alarm_webhooks where id = $1"))
                 .bind(id)
                 .fetch_optional(&self.pool)
                 .await?;
@@ -201,7 +202,7 @@ impl Db {
         webhook: &NewAlarmWebhook,
         now_ms: i64,
     ) -> Result<Option<AlarmWebhook>> {
-        let row = sqlx::query(&format!(
+        let row = query(&format!(
             "update alarm_webhooks set name = $1, url = $2, secret = coalesce($3, secret),
                 group_id = $4, updated_at = $5
              where id = $6 returning {WEBHOOK_COLUMNS}"
@@ -219,7 +220,7 @@ impl Db {
 
     /// Deletes webhook `id`; whether it existed. Its pending deliveries fail when attempted.
     pub async fn delete_alarm_webhook(&self, id: i64) -> Result<bool> {
-        let done = sqlx::query("delete from alarm_webhooks where id = $1")
+        let done = query("delete from alarm_webhooks where id = $1")
             .bind(id)
             .execute(self.writer())
             .await?;
@@ -237,7 +238,7 @@ impl Db {
         now_ms: i64,
     ) -> Result<Vec<(String, String)>> {
         let mut tx = self.writer().begin().await?;
-        let rows = sqlx::query(
+        let rows = query(
             "update registry set lost_alarmed_at = $1
              where registry_group = $2 and updated_at < $3 and lost_alarmed_at < updated_at
              returning registry_key, registry_value",
@@ -251,7 +252,7 @@ impl Db {
         for row in rows {
             let app_name: String = row.try_get("registry_key")?;
             let address: String = row.try_get("registry_value")?;
-            sqlx::query(
+            query(
                 "insert into alarm_events (kind, app_name, executor_address, message, created_at)
                  values ($1, $2, $3, $4, $5)",
             )
@@ -270,7 +271,7 @@ impl Db {
 
     /// Events not settled yet, oldest first, at most `limit`.
     pub async fn new_alarm_events(&self, limit: i64) -> Result<Vec<AlarmEvent>> {
-        let rows = sqlx::query(&format!(
+        let rows = query(&format!(
             "select {EVENT_COLUMNS} from alarm_events e where e.status = 'new' order by e.id limit $1"
         ))
         .bind(limit)
@@ -285,7 +286,7 @@ impl Db {
         job_id: Option<i64>,
         limit: i64,
     ) -> Result<Vec<AlarmEvent>> {
-        let rows = sqlx::query(&format!(
+        let rows = query(&format!(
             "select {EVENT_COLUMNS} from alarm_events e
              where ($1 = 0 or e.job_id = $1) order by e.id desc limit $2"
         ))
@@ -299,7 +300,7 @@ impl Db {
     /// Job `job_id`'s silence row: when its last alarm was sent, and that alarm's event id.
     pub async fn alarm_silence(&self, job_id: i64) -> Result<Option<(i64, i64)>> {
         let row =
-            sqlx::query("select last_alarm_at, last_event_id from alarm_silence where job_id = $1")
+            query("select last_alarm_at, last_event_id from alarm_silence where job_id = $1")
                 .bind(job_id)
                 .fetch_optional(&self.pool)
                 .await?;
@@ -321,7 +322,7 @@ impl Db {
             match settle {
                 Settle::Silenced { job_id, last } => {
                     // A no-op update: it checks the row and holds it until the commit.
-                    let done = sqlx::query(
+                    let done = query(
                         "update alarm_silence set last_alarm_at = last_alarm_at
                      where job_id = $1 and last_alarm_at = $2 and last_event_id = $3",
                     )
@@ -339,7 +340,7 @@ impl Db {
                 Settle::Send { job_id: Some(job_id), last, .. } => {
                     let done =
                         match last {
-                            None => sqlx::query(
+                            None => query(
                                 "insert into alarm_silence (job_id, last_alarm_at, last_event_id)
                          values ($1, $2, $3) on conflict (job_id) do nothing",
                             )
@@ -348,7 +349,7 @@ impl Db {
                             .bind(event.id)
                             .execute(&mut *tx)
                             .await?,
-                            Some((at_ms, event_id)) => sqlx::query(
+                            Some((at_ms, event_id)) => query(
                                 "update alarm_silence set last_alarm_at = $1, last_event_id = $2
                          where job_id = $3 and last_alarm_at = $4 and last_event_id = $5",
                             )
@@ -364,7 +365,7 @@ impl Db {
                         return Ok(false);
                     }
                     let previous = last.map_or(0, |(_, event_id)| event_id);
-                    let silenced: i64 = sqlx::query(
+                    let silenced: i64 = query(
                         "select count(*) as n from alarm_events
                      where job_id = $1 and status = 'silenced' and id > $2 and id < $3",
                     )
@@ -377,7 +378,7 @@ impl Db {
                     ("sent", silenced)
                 }
             };
-        let done = sqlx::query(
+        let done = query(
             "update alarm_events set status = $1, silenced_before = $2
              where id = $3 and status = 'new'",
         )
@@ -391,7 +392,7 @@ impl Db {
         }
         if let Settle::Send { deliveries, .. } = settle {
             for (channel, target) in deliveries {
-                sqlx::query(
+                query(
                     "insert into alarm_deliveries
                         (event_id, channel, target, next_attempt_at, created_at)
                      values ($1, $2, $3, $4, $4)",
@@ -410,7 +411,7 @@ impl Db {
 
     /// Ids of deliveries due at `now_ms` and not held by anyone, oldest first, at most `limit`.
     pub async fn due_alarm_deliveries(&self, now_ms: i64, limit: i64) -> Result<Vec<i64>> {
-        let rows = sqlx::query(
+        let rows = query(
             "select id from alarm_deliveries
              where state = 'pending' and next_attempt_at <= $1 and lease_until < $1
              order by next_attempt_at, id limit $2",
@@ -431,7 +432,7 @@ impl Db {
         now_ms: i64,
         lease_until_ms: i64,
     ) -> Result<Option<AlarmDelivery>> {
-        let done = sqlx::query(
+        let done = query(
             "update alarm_deliveries set lease_owner = $1, lease_until = $2
              where id = $3 and state = 'pending' and next_attempt_at <= $4 and lease_until < $4",
         )
@@ -444,7 +445,7 @@ impl Db {
         if done.rows_affected() != 1 {
             return Ok(None);
         }
-        let row = sqlx::query(&format!(
+        let row = query(&format!(
             "select {DELIVERY_COLUMNS}, {EVENT_COLUMNS}
              from alarm_deliveries d join alarm_events e on e.id = d.event_id where d.id = $1"
         ))
@@ -466,7 +467,7 @@ impl Db {
             DeliveryOutcome::Retry { at_ms, error } => ("pending", *at_ms, error.as_str(), 0),
             DeliveryOutcome::Failed { error } => ("failed", 0, error.as_str(), 0),
         };
-        let done = sqlx::query(
+        let done = query(
             "update alarm_deliveries set state = $1, attempts = attempts + 1,
                 next_attempt_at = case when $2 = 0 then next_attempt_at else $2 end,
                 last_error = $3, delivered_at = $4, lease_owner = '', lease_until = 0
@@ -487,13 +488,13 @@ impl Db {
     /// pending, and settled events with no delivery left. Returns how many rows went.
     pub async fn delete_old_alarms(&self, before_ms: i64) -> Result<u64> {
         let mut tx = self.writer().begin().await?;
-        let deliveries = sqlx::query(
+        let deliveries = query(
             "delete from alarm_deliveries where created_at < $1 and state <> 'pending'",
         )
         .bind(before_ms)
         .execute(&mut *tx)
         .await?;
-        let events = sqlx::query(
+        let events = query(
             "delete from alarm_events where created_at < $1 and status <> 'new'
                 and not exists (select 1 from alarm_deliveries d where d.event_id = alarm_events.id)",
         )
@@ -506,7 +507,7 @@ impl Db {
 
     /// Deliveries newest first, at most `limit`, with their events.
     pub async fn list_alarm_deliveries(&self, limit: i64) -> Result<Vec<AlarmDelivery>> {
-        let rows = sqlx::query(&format!(
+        let rows = query(&format!(
             "select {DELIVERY_COLUMNS}, {EVENT_COLUMNS}
              from alarm_deliveries d join alarm_events e on e.id = d.event_id
              order by d.id desc limit $1"
@@ -525,7 +526,7 @@ pub(super) async fn insert_run_failed(
     run: &RunRecord,
     now_ms: i64,
 ) -> Result<()> {
-    sqlx::query(
+    query(
         "insert into alarm_events
             (kind, job_id, run_id, attempt, state, message, executor_address, created_at)
          values ($1, $2, $3, $4, $5, $6, $7, $8)",

@@ -1,5 +1,6 @@
 //! The audit log: one row per state change, appended and read newest first, never changed.
 
+use super::query::query;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -58,13 +59,13 @@ impl Db {
         // The prefix is matched with `substr`, so `_` and `%` in it mean themselves.
         let prefix = action_prefix.unwrap_or("");
         let filter = "($1 = '' or actor = $1) and ($2 = '' or substr(action, 1, length($2)) = $2)";
-        let total: i64 = sqlx::query(&format!("select count(*) as n from audit where {filter}"))
+        let total: i64 = query(&format!("select count(*) as n from audit where {filter}"))
             .bind(actor)
             .bind(prefix)
             .fetch_one(&self.pool)
             .await?
             .try_get("n")?;
-        let rows = sqlx::query(&format!(
+        let rows = query(&format!(
             "select id, at, actor, user_id, source, action, target, before_json, after_json
              from audit where {filter} order by id desc limit $3 offset $4"
         ))

@@ -10,6 +10,7 @@
 //!
 //! This module does not decide what to release or when; `admin::backfill` does.
 
+use super::query::query;
 use sqlx::Row;
 
 use super::run_writes::{Insert, insert_many};
@@ -63,7 +64,7 @@ pub struct Release<'a> {
 impl Db {
     /// Creates a running backfill; its cursor is just before its window.
     pub async fn create_backfill(&self, new: &NewBackfill, now_ms: i64) -> Result<Backfill> {
-        let row = sqlx::query(&format!(
+        let row = query(&format!(
             "insert into backfills (job_id, from_ms, to_ms, max_concurrent, rerun, schedule_type,
                 schedule_conf, time_zone, anchor_ms, total, cursor_ms, created_by, created_at,
                 updated_at)
@@ -90,7 +91,7 @@ impl Db {
 
     /// Whether any backfill is running (the partial index of running backfills answers it).
     pub async fn running_backfills_exist(&self) -> Result<bool> {
-        let row = sqlx::query(
+        let row = query(
             "select count(*) as n from (select 1 from backfills where state = 'running' limit 1) b",
         )
         .fetch_one(&self.pool)
@@ -100,7 +101,7 @@ impl Db {
 
     /// Backfill `id`, if it exists.
     pub async fn get_backfill(&self, id: i64) -> Result<Option<Backfill>> {
-        let row = sqlx::query(&format!("select {COLUMNS} from backfills where id = $1"))
+        let row = query(&format!("select {COLUMNS} from backfills where id = $1"))
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
@@ -109,7 +110,7 @@ impl Db {
 
     /// The backfills of job `job_id`, newest first, at most `limit`.
     pub async fn list_backfills(&self, job_id: i64, limit: i64) -> Result<Vec<Backfill>> {
-        let rows = sqlx::query(&format!(
+        let rows = query(&format!(
             "select {COLUMNS} from backfills where job_id = $1 order by id desc limit $2"
         ))
         .bind(job_id)
@@ -123,12 +124,12 @@ impl Db {
     /// one of its runs ended otherwise than in success, running if one has not ended, done if
     /// all succeeded (or were deleted by retention since).
     pub async fn backfill_progress(&self, backfill: &Backfill) -> Result<Progress> {
-        let row = sqlx::query(&format!(
-            "select coalesce(sum(skipped), 0) as skipped,
-                coalesce(sum(case when skipped = 0 and unfinished = 1 then 1 else 0 end), 0)
-                    as running,
-                coalesce(sum(case when skipped = 0 and unfinished = 0 and failed = 1
-                    then 1 else 0 end), 0) as failed,
+        let row = query(&format!(
+            "select cast(coalesce(sum(skipped), 0) as bigint) as skipped,
+                cast(coalesce(sum(case when skipped = 0 and unfinished = 1 then 1 else 0 end), 0)
+                    as bigint) as running,
+                cast(coalesce(sum(case when skipped = 0 and unfinished = 0 and failed = 1
+                    then 1 else 0 end), 0) as bigint) as failed,
                 count(*) as released
              from (select b.instant,
                     max(case when b.run_id is null then 1 else 0 end) as skipped,
@@ -166,7 +167,7 @@ impl Db {
     ) -> Result<Option<Backfill>> {
         let states: Vec<String> = from.iter().map(|state| format!("'{state}'")).collect();
         let finished = if to.is_final() { now_ms } else { 0 };
-        let row = sqlx::query(&format!(
+        let row = query(&format!(
             "update backfills set state = $1, reason = $2, updated_at = $3, finished_at = $4
              where id = $5 and state in ({})
              returning {COLUMNS}",
@@ -193,11 +194,11 @@ impl Db {
         lease_until_ms: i64,
         limit: i64,
     ) -> Result<Vec<Backfill>> {
-        let rows = sqlx::query(&format!(
+        let rows = query(&format!(
             "update backfills set lease_owner = $1, lease_until = $2
-             where id in (select id from backfills
+             where id in (select id from (select id from backfills
                  where state = 'running' and (lease_owner = $1 or lease_until < $3)
-                 order by id limit $4)
+                 order by id limit $4) as due)
                and state = 'running' and (lease_owner = $1 or lease_until < $3)
              returning {COLUMNS}"
         ))
@@ -216,7 +217,7 @@ impl Db {
     /// Gives up `owner`'s leases on backfills (at a graceful stop), so that another admin, or
     /// this one started again, takes them at once instead of when they run out.
     pub async fn release_backfill_leases(&self, owner: &str) -> Result<u64> {
-        let released = sqlx::query(
+        let released = query(
             "update backfills set lease_owner = null, lease_until = 0 where lease_owner = $1",
         )
         .bind(owner)
@@ -228,7 +229,7 @@ impl Db {
     /// How many runs of backfill `id` have not ended. The index of unfinished runs answers it,
     /// so it costs the unfinished runs of the job, not the backfill's released ones.
     pub async fn unfinished_backfill_runs(&self, id: i64, job_id: i64) -> Result<i64> {
-        let row = sqlx::query(&format!(
+        let row = query(&format!(
             "select count(*) as n from runs r
              where exists (select 1 from backfill_runs b where b.run_id = r.id and b.backfill_id = $1)
                and r.job_id = $2 and r.{UNFINISHED}"
@@ -248,7 +249,7 @@ impl Db {
     pub async fn release_backfill(&self, release: &Release<'_>) -> Result<Option<Vec<Claim>>> {
         let Some(&(last, _)) = release.instants.last() else { return Ok(Some(Vec::new())) };
         let mut tx = self.writer().begin().await?;
-        let moved = sqlx::query(
+        let moved = query(
             "update backfills set cursor_ms = $1, released = released + $2, updated_at = $3
              where id = $4 and lease_owner = $5 and cursor_ms = $6 and state = 'running'",
         )
@@ -294,7 +295,7 @@ impl Db {
                 "insert into backfill_runs (backfill_id, instant, shard_index, run_id) values {}",
                 values.join(", ")
             );
-            let mut query = sqlx::query(&sql);
+            let mut query = query(&sql);
             for (instant, shard_index, run_id) in chunk {
                 query =
                     query.bind(release.backfill_id).bind(*instant).bind(*shard_index).bind(*run_id);
@@ -308,7 +309,7 @@ impl Db {
     /// Ends backfill `id` as done if `owner` holds it, it is running, every instant is
     /// released and none of its runs is unfinished. Whether it ended.
     pub async fn finish_backfill(&self, id: i64, owner: &str, now_ms: i64) -> Result<bool> {
-        let done = sqlx::query(&format!(
+        let done = query(&format!(
             "update backfills set state = 'done', updated_at = $1, finished_at = $1
              where id = $2 and lease_owner = $3 and state = 'running' and released >= total
                and not exists (select 1 from backfill_runs b join runs r on r.id = b.run_id

@@ -6,6 +6,7 @@
 //! deleted: [`Db::delete_calendar`] answers with the jobs instead, and a job saved meanwhile
 //! makes the delete fail on the key.
 
+use super::query::query;
 use serde_json::{Map, Value};
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -35,7 +36,7 @@ impl Db {
         spec: &CalendarSpec,
         now_ms: i64,
     ) -> Result<CalendarRecord> {
-        let row = sqlx::query(&format!(
+        let row = query(&format!(
             "insert into calendars (name, time_zone, description, rules, created_at, updated_at)
              values ($1, $2, $3, $4, $5, $5) returning {COLUMNS}"
         ))
@@ -51,7 +52,7 @@ impl Db {
 
     /// Calendar `name`, if it exists.
     pub async fn get_calendar(&self, name: &str) -> Result<Option<CalendarRecord>> {
-        let row = sqlx::query(&format!("select {COLUMNS} from calendars where name = $1"))
+        let row = query(&format!("select {COLUMNS} from calendars where name = $1"))
             .bind(name)
             .fetch_optional(&self.pool)
             .await?;
@@ -60,7 +61,7 @@ impl Db {
 
     /// All calendars, by name.
     pub async fn list_calendars(&self) -> Result<Vec<CalendarRecord>> {
-        let rows = sqlx::query(&format!("select {COLUMNS} from calendars order by name"))
+        let rows = query(&format!("select {COLUMNS} from calendars order by name"))
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(calendar_from_row).collect()
@@ -73,7 +74,7 @@ impl Db {
         spec: &CalendarSpec,
         now_ms: i64,
     ) -> Result<Option<CalendarRecord>> {
-        let row = sqlx::query(&format!(
+        let row = query(&format!(
             "update calendars set time_zone = $1, description = $2, rules = $3, updated_at = $4
              where name = $5 returning {COLUMNS}"
         ))
@@ -90,7 +91,7 @@ impl Db {
     /// Deletes calendar `name` unless a job names it, in one transaction.
     pub async fn delete_calendar(&self, name: &str) -> Result<CalendarDelete> {
         let mut tx = self.writer().begin().await?;
-        let rows = sqlx::query("select id, name from jobs where calendar = $1 order by id")
+        let rows = query("select id, name from jobs where calendar = $1 order by id")
             .bind(name)
             .fetch_all(&mut *tx)
             .await?;
@@ -102,7 +103,7 @@ impl Db {
             tx.rollback().await?;
             return Ok(CalendarDelete::InUse(jobs));
         }
-        let done = sqlx::query("delete from calendars where name = $1")
+        let done = query("delete from calendars where name = $1")
             .bind(name)
             .execute(&mut *tx)
             .await?;
@@ -116,7 +117,7 @@ impl Db {
 
     /// The running jobs that name calendar `name`, by id.
     pub async fn running_jobs_with_calendar(&self, name: &str) -> Result<Vec<Job>> {
-        let rows = sqlx::query(&format!(
+        let rows = query(&format!(
             "select {JOB_COLUMNS} from jobs where calendar = $1 and running = 1 order by id"
         ))
         .bind(name)
@@ -135,7 +136,7 @@ impl Db {
         next_ms: i64,
         now_ms: i64,
     ) -> Result<bool> {
-        let done = sqlx::query(
+        let done = query(
             "update jobs set next_fire_ms = $1, updated_at = $2
              where id = $3 and running = 1 and next_fire_ms = $4",
         )

@@ -13,6 +13,7 @@
 //! lock first. So a run is never held after the release that would have claimed it read the
 //! held runs, and two admins cannot both claim the last free place.
 
+use super::query::query;
 use sqlx::{AnyConnection, Row};
 
 use super::runs::{COLUMNS, Claim, run_from_row};
@@ -58,7 +59,7 @@ impl Db {
             Some(claim) => CappedClaim::Claimed(Box::new(claim)),
             None => {
                 let held =
-                    sqlx::query("update runs set held = 1 where id = $1 and state = 'pending'")
+                    query("update runs set held = 1 where id = $1 and state = 'pending'")
                         .bind(id)
                         .execute(&mut *tx)
                         .await?;
@@ -81,7 +82,7 @@ impl Db {
     ) -> Result<Vec<Claim>> {
         let mut tx = self.writer().begin().await?;
         self.lock_caps(&mut tx, group_id).await?;
-        let rows = sqlx::query(
+        let rows = query(
             "select r.id, r.job_id, r.trigger_time from runs r join jobs j on j.id = r.job_id
              where j.group_id = $1 and r.state = 'pending' and r.held = 1
              order by r.trigger_time, r.id limit $2",
@@ -119,7 +120,7 @@ impl Db {
     /// The groups that have held runs, at most `limit`: the sweep releases them, in case the
     /// release after a run's end was lost with its admin.
     pub async fn groups_with_held_runs(&self, limit: i64) -> Result<Vec<i64>> {
-        let rows = sqlx::query(
+        let rows = query(
             "select distinct j.group_id from runs r join jobs j on j.id = r.job_id
              where r.state = 'pending' and r.held = 1 limit $1",
         )
@@ -131,7 +132,7 @@ impl Db {
 
     /// Job `job_id`'s runs in flight, oldest first, at most `limit`.
     pub async fn runs_in_flight(&self, job_id: i64, limit: i64) -> Result<Vec<i64>> {
-        let rows = sqlx::query(&format!(
+        let rows = query(&format!(
             "select id from runs where job_id = $1 and {IN_FLIGHT} order by id limit $2"
         ))
         .bind(job_id)
@@ -141,15 +142,24 @@ impl Db {
         rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
     }
 
-    /// On PostgreSQL, takes group `group_id`'s cap lock until the transaction ends; SQLite's
-    /// single writer needs none.
+    /// Takes group `group_id`'s cap lock until the transaction ends: an advisory lock on
+    /// PostgreSQL, the group's row on MySQL; SQLite's single writer needs none.
     async fn lock_caps(&self, conn: &mut AnyConnection, group_id: i64) -> Result<()> {
-        if self.dialect == Dialect::Postgres {
-            // Wrapped, so that the row read holds no `void` column (which `Any` rows lack).
-            sqlx::query("select 1 as locked from (select pg_advisory_xact_lock($1)) as l")
-                .bind(CAP_LOCK_BASE.wrapping_add(group_id))
-                .fetch_one(&mut *conn)
-                .await?;
+        match self.dialect {
+            Dialect::Postgres => {
+                // Wrapped, so that the row read holds no `void` column (which `Any` rows lack).
+                query("select 1 as locked from (select pg_advisory_xact_lock($1)) as l")
+                    .bind(CAP_LOCK_BASE.wrapping_add(group_id))
+                    .fetch_one(&mut *conn)
+                    .await?;
+            }
+            Dialect::Mysql => {
+                query("select id from groups where id = $1 for update")
+                    .bind(group_id)
+                    .fetch_all(&mut *conn)
+                    .await?;
+            }
+            Dialect::Sqlite => {}
         }
         Ok(())
     }
@@ -157,7 +167,7 @@ impl Db {
 
 /// Group `group_id`'s caps and its jobs', with their runs in flight, read on `conn`.
 async fn room(conn: &mut AnyConnection, group_id: i64) -> Result<Room> {
-    let group_cap = sqlx::query("select max_concurrent_runs from groups where id = $1")
+    let group_cap = query("select max_concurrent_runs from groups where id = $1")
         .bind(group_id)
         .fetch_optional(&mut *conn)
         .await?
@@ -165,7 +175,7 @@ async fn room(conn: &mut AnyConnection, group_id: i64) -> Result<Room> {
         .transpose()?
         .unwrap_or(0);
     let mut room = Room { group_cap, ..Room::default() };
-    let caps = sqlx::query(
+    let caps = query(
         "select id, max_concurrent_runs from jobs where group_id = $1 and max_concurrent_runs > 0",
     )
     .bind(group_id)
@@ -174,7 +184,7 @@ async fn room(conn: &mut AnyConnection, group_id: i64) -> Result<Room> {
     for row in caps {
         room.job_caps.insert(row.try_get("id")?, row.try_get("max_concurrent_runs")?);
     }
-    let in_flight = sqlx::query(&format!(
+    let in_flight = query(&format!(
         "select a.job_id, count(*) as n from runs a join jobs j on j.id = a.job_id
          where j.group_id = $1 and a.{IN_FLIGHT} group by a.job_id"
     ))
@@ -198,7 +208,7 @@ async fn claim(
     now_ms: i64,
     lease_until_ms: i64,
 ) -> Result<Option<Claim>> {
-    let row = sqlx::query(&format!(
+    let row = query(&format!(
         "update runs set state = 'dispatching', held = 0, lease_owner = $1, lease_until = $2,
             fence = fence + 1, claimed_at = case when claimed_at = 0 then $3 else claimed_at end
          where id = $4 and ((state = 'dispatching' and lease_until < $3) or (state = 'pending'

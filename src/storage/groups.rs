@@ -1,5 +1,6 @@
 //! Executor groups (XXL-JOB's `xxl_job_group`).
 
+use super::query::query;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -19,7 +20,7 @@ impl Db {
         max_concurrent_runs: i64,
         now_ms: i64,
     ) -> Result<Group> {
-        let row = sqlx::query(&format!(
+        let row = query(&format!(
             "insert into groups (app_name, title, address_type, addresses, max_concurrent_runs,
                 created_at, updated_at)
              values ($1, $2, $3, $4, $5, $6, $6) returning {COLUMNS}"
@@ -46,7 +47,7 @@ impl Db {
         max_concurrent_runs: i64,
         now_ms: i64,
     ) -> Result<Option<Group>> {
-        let row = sqlx::query(&format!(
+        let row = query(&format!(
             "update groups set title = $1, address_type = $2, addresses = $3,
                 max_concurrent_runs = $4, updated_at = $5
              where id = $6 returning {COLUMNS}"
@@ -64,7 +65,7 @@ impl Db {
 
     /// Creates the group `app_name` unless it exists, and returns it either way.
     pub async fn ensure_group(&self, app_name: &str, title: &str, now_ms: i64) -> Result<Group> {
-        sqlx::query(
+        query(
             "insert into groups (app_name, title, address_type, addresses, created_at, updated_at)
              values ($1, $2, 'AUTO', '', $3, $3) on conflict (app_name) do nothing",
         )
@@ -73,7 +74,7 @@ impl Db {
         .bind(now_ms)
         .execute(self.writer())
         .await?;
-        let row = sqlx::query(&format!("select {COLUMNS} from groups where app_name = $1"))
+        let row = query(&format!("select {COLUMNS} from groups where app_name = $1"))
             .bind(app_name)
             .fetch_one(self.writer())
             .await?;
@@ -82,7 +83,7 @@ impl Db {
 
     /// The group `id`, if it exists.
     pub async fn get_group(&self, id: i64) -> Result<Option<Group>> {
-        let row = sqlx::query(&format!("select {COLUMNS} from groups where id = $1"))
+        let row = query(&format!("select {COLUMNS} from groups where id = $1"))
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
@@ -91,7 +92,7 @@ impl Db {
 
     /// All groups, by id.
     pub async fn list_groups(&self) -> Result<Vec<Group>> {
-        let rows = sqlx::query(&format!("select {COLUMNS} from groups order by id"))
+        let rows = query(&format!("select {COLUMNS} from groups order by id"))
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(group_from_row).collect()

@@ -1,5 +1,6 @@
 //! Jobs (XXL-JOB's `xxl_job_info`) and the scheduler's fire transaction.
 
+use super::query::query;
 use sqlx::{AnyConnection, Row};
 
 use super::run_writes::{Insert, insert_many};
@@ -48,7 +49,7 @@ impl Db {
                 $18, $19, $20, $21, $22, $23, $24, $25, $26, 0, 0, $27, $27, $28, $29, $30)
              returning {COLUMNS}"
         );
-        let row = bind_job(sqlx::query(&sql), job)
+        let row = bind_job(query(&sql), job)
             .bind(now_ms)
             .bind(job.calendar.as_deref())
             .bind(&job.description)
@@ -69,7 +70,7 @@ impl Db {
         next_fire_ms: i64,
         now_ms: i64,
     ) -> Result<Option<Job>> {
-        let row = bind_job(sqlx::query(&update_sql()), job)
+        let row = bind_job(query(&update_sql()), job)
             .bind(now_ms)
             .bind(next_fire_ms)
             .bind(id)
@@ -101,13 +102,18 @@ impl Db {
         if !job.child_job_ids.is_empty() {
             if self.dialect == Dialect::Postgres {
                 // Wrapped, so that the row read holds no `void` column (which `Any` rows lack).
-                sqlx::query("select 1 as locked from (select pg_advisory_xact_lock($1)) as l")
+                query("select 1 as locked from (select pg_advisory_xact_lock($1)) as l")
                     .bind(CHILD_GRAPH_LOCK)
                     .fetch_one(&mut *tx)
                     .await?;
             }
-            let rows =
-                sqlx::query("select id, child_job_ids from jobs").fetch_all(&mut *tx).await?;
+            // On MySQL the read itself locks every job's row, in key order: an update that
+            // comes second waits here and then reads the first one's write.
+            let read = match self.dialect {
+                Dialect::Mysql => "select id, child_job_ids from jobs order by id for update",
+                Dialect::Postgres | Dialect::Sqlite => "select id, child_job_ids from jobs",
+            };
+            let rows = query(read).fetch_all(&mut *tx).await?;
             let mut edges = std::collections::HashMap::new();
             for row in &rows {
                 let children: String = row.try_get("child_job_ids")?;
@@ -119,7 +125,7 @@ impl Db {
                 return Ok(JobUpdate::Cycle(cycle));
             }
         }
-        let row = bind_job(sqlx::query(&update_sql()), job)
+        let row = bind_job(query(&update_sql()), job)
             .bind(now_ms)
             .bind(next_fire_ms)
             .bind(id)
@@ -138,18 +144,18 @@ impl Db {
     /// Deletes job `id` with its versions; its runs stay as history. Whether it existed.
     pub async fn delete_job(&self, id: i64) -> Result<bool> {
         let mut tx = self.writer().begin().await?;
-        sqlx::query("delete from job_versions where job_id = $1")
+        query("delete from job_versions where job_id = $1")
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        let done = sqlx::query("delete from jobs where id = $1").bind(id).execute(&mut *tx).await?;
+        let done = query("delete from jobs where id = $1").bind(id).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Job `id`, if it exists.
     pub async fn get_job(&self, id: i64) -> Result<Option<Job>> {
-        let row = sqlx::query(&format!("select {COLUMNS} from jobs where id = $1"))
+        let row = query(&format!("select {COLUMNS} from jobs where id = $1"))
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
@@ -166,7 +172,7 @@ impl Db {
 
     /// Jobs by id, optionally of one group.
     pub async fn list_jobs(&self, group_id: Option<i64>) -> Result<Vec<Job>> {
-        let rows = sqlx::query(&format!(
+        let rows = query(&format!(
             "select {COLUMNS} from jobs where ($1 = 0 or group_id = $1) order by id"
         ))
         .bind(group_id.unwrap_or(0))
@@ -182,7 +188,7 @@ impl Db {
         next_fire_ms: Option<i64>,
         now_ms: i64,
     ) -> Result<bool> {
-        let done = sqlx::query(
+        let done = query(
             "update jobs set running = $1, next_fire_ms = $2, updated_at = $3 where id = $4",
         )
         .bind(i64::from(next_fire_ms.is_some()))
@@ -215,7 +221,7 @@ impl Db {
 
     /// The due jobs that also meet `condition` (a SQL `and …` over `jobs`, or nothing).
     async fn due_jobs_where(&self, until_ms: i64, limit: i64, condition: &str) -> Result<Vec<Job>> {
-        let rows = sqlx::query(&format!(
+        let rows = query(&format!(
             "select {COLUMNS} from jobs
              where running = 1 and next_fire_ms > 0 and next_fire_ms <= $1 {condition}
              order by next_fire_ms limit $2"
@@ -229,7 +235,7 @@ impl Db {
 
     /// The earliest next fire of any running job, if there is one.
     pub async fn earliest_fire(&self) -> Result<Option<i64>> {
-        let row = sqlx::query(
+        let row = query(
             "select min(next_fire_ms) as at from jobs where running = 1 and next_fire_ms > 0",
         )
         .fetch_one(&self.pool)
@@ -306,6 +312,9 @@ async fn move_fires(
     fires: &[&Fire],
     now_ms: i64,
 ) -> Result<std::collections::HashSet<i64>> {
+    if super::query::is_mysql(conn) {
+        return move_fires_one_by_one(conn, fires, now_ms).await;
+    }
     let p = super::placeholder(conn);
     let values = (0..fires.len())
         .map(|row| {
@@ -321,7 +330,7 @@ async fn move_fires(
          returning id",
         p(1)
     );
-    let mut query = sqlx::query(&sql).bind(now_ms);
+    let mut query = query(&sql).bind(now_ms);
     for fire in fires {
         query = query
             .bind(fire.job_id)
@@ -331,6 +340,33 @@ async fn move_fires(
     }
     let rows = query.fetch_all(&mut *conn).await?;
     rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
+}
+
+/// [`move_fires`] on MySQL and MariaDB, which have no `update … from (values …)`: a statement
+/// per job, in the same transaction.
+async fn move_fires_one_by_one(
+    conn: &mut AnyConnection,
+    fires: &[&Fire],
+    now_ms: i64,
+) -> Result<std::collections::HashSet<i64>> {
+    let mut moved = std::collections::HashSet::new();
+    for fire in fires {
+        let done = query(
+            "update jobs set next_fire_ms = $1, running = $2, updated_at = $3
+             where id = $4 and running = 1 and next_fire_ms = $5",
+        )
+        .bind(fire.next.at().unwrap_or(0))
+        .bind(i64::from(fire.next != NextFire::Never))
+        .bind(now_ms)
+        .bind(fire.job_id)
+        .bind(fire.expected_fire_ms)
+        .execute(&mut *conn)
+        .await?;
+        if done.rows_affected() == 1 {
+            moved.insert(fire.job_id);
+        }
+    }
+    Ok(moved)
 }
 
 /// One job's fire, for [`Db::fire_jobs`].
@@ -373,10 +409,7 @@ impl Fired {
     }
 }
 
-fn bind_job<'q>(
-    query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
-    job: &'q JobSpec,
-) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+fn bind_job<'q>(query: super::query::Query<'q>, job: &'q JobSpec) -> super::query::Query<'q> {
     let child_job_ids: Vec<String> = job.child_job_ids.iter().map(i64::to_string).collect();
     query
         .bind(job.group_id)
@@ -408,9 +441,15 @@ fn bind_job<'q>(
 }
 
 /// The statement of a job's update: its fields, then `updated_at`, the next fire and the id.
+/// The next fire is assigned first: it reads the job's old `schedule_type`, and MySQL evaluates
+/// assignments in order, each seeing those before it.
 fn update_sql() -> String {
     format!(
-        "update jobs set group_id = $1, name = $2, schedule_type = $3, schedule_conf = $4,
+        "update jobs set next_fire_ms = case
+                when running = 0 then 0
+                when next_fire_ms = 0 and schedule_type = 'FIX_DELAY' and $3 = 'FIX_DELAY' then 0
+                else $28 end,
+            group_id = $1, name = $2, schedule_type = $3, schedule_conf = $4,
             time_zone = $5, misfire_strategy = $6, route_strategy = $7, block_strategy = $8,
             timeout_secs = $9, retry_count = $10, glue_type = $11, handler = $12, param = $13,
             child_job_ids = $14, alarm_email = $15, fuel_limit = $16, memory_limit_mb = $17,
@@ -418,11 +457,7 @@ fn update_sql() -> String {
             sharding_item_parameters = $20, sharding_strategy = $21,
             alarm_silence_secs = $22, retry_interval_secs = $23, retry_backoff = $24,
             retry_max_interval_secs = $25, max_concurrent_runs = $26, updated_at = $27,
-            calendar = $30, description = $31, owner = $32,
-            next_fire_ms = case
-                when running = 0 then 0
-                when next_fire_ms = 0 and schedule_type = 'FIX_DELAY' and $3 = 'FIX_DELAY' then 0
-                else $28 end
+            calendar = $30, description = $31, owner = $32
          where id = $29 returning {COLUMNS}"
     )
 }

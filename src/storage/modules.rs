@@ -1,6 +1,7 @@
 //! Module blobs by sha256 and the versions of each job that point at them, with the source text
 //! of versions uploaded as Python or JavaScript.
 
+use super::query::query;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -39,7 +40,7 @@ impl Db {
     ) -> Result<JobVersion> {
         let NewVersion { sha256, bytes, remark, language, source, keep } = new;
         let mut tx = self.writer().begin().await?;
-        sqlx::query(
+        query(
             "insert into modules (sha256, size, bytes, created_at) values ($1, $2, $3, $4)
              on conflict (sha256) do nothing",
         )
@@ -49,7 +50,7 @@ impl Db {
         .bind(now_ms)
         .execute(&mut *tx)
         .await?;
-        let row = sqlx::query(&format!(
+        let row = query(&format!(
             "insert into job_versions (job_id, version, sha256, size, remark, created_at, language, source)
              select $1, coalesce(max(version), 0) + 1, $2, $3, $4, $5, $6, $7 from job_versions where job_id = $1
              returning {VERSION_COLUMNS}"
@@ -64,13 +65,13 @@ impl Db {
         .fetch_one(&mut *tx)
         .await?;
         let version = version_from_row(&row)?;
-        sqlx::query("update jobs set active_version = $1, updated_at = $2 where id = $3")
+        query("update jobs set active_version = $1, updated_at = $2 where id = $3")
             .bind(version.version)
             .bind(now_ms)
             .bind(job_id)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(
+        query(
             "delete from job_versions where job_id = $1 and version <= $2
              and version <> (select active_version from jobs where id = $1)",
         )
@@ -84,7 +85,7 @@ impl Db {
 
     /// Versions of job `job_id`, newest first.
     pub async fn list_job_versions(&self, job_id: i64) -> Result<Vec<JobVersion>> {
-        let rows = sqlx::query(&format!(
+        let rows = query(&format!(
             "select {VERSION_COLUMNS} from job_versions where job_id = $1 order by version desc"
         ))
         .bind(job_id)
@@ -95,7 +96,7 @@ impl Db {
 
     /// Version `version` of job `job_id`, if it exists.
     pub async fn get_job_version(&self, job_id: i64, version: i64) -> Result<Option<JobVersion>> {
-        let row = sqlx::query(&format!(
+        let row = query(&format!(
             "select {VERSION_COLUMNS} from job_versions where job_id = $1 and version = $2"
         ))
         .bind(job_id)
@@ -112,7 +113,7 @@ impl Db {
         job_id: i64,
         version: i64,
     ) -> Result<Option<Option<String>>> {
-        let row = sqlx::query("select source from job_versions where job_id = $1 and version = $2")
+        let row = query("select source from job_versions where job_id = $1 and version = $2")
             .bind(job_id)
             .bind(version)
             .fetch_optional(&self.pool)
@@ -127,7 +128,7 @@ impl Db {
         version: i64,
         now_ms: i64,
     ) -> Result<bool> {
-        let done = sqlx::query(
+        let done = query(
             "update jobs set active_version = $1, updated_at = $2
              where id = $3 and exists (select 1 from job_versions where job_id = $3 and version = $1)",
         )
@@ -141,7 +142,7 @@ impl Db {
 
     /// The bytes of module `sha256`, if stored.
     pub async fn get_module(&self, sha256: &str) -> Result<Option<Vec<u8>>> {
-        let row = sqlx::query("select bytes from modules where sha256 = $1")
+        let row = query("select bytes from modules where sha256 = $1")
             .bind(sha256)
             .fetch_optional(&self.pool)
             .await?;
@@ -150,7 +151,7 @@ impl Db {
 
     /// How many module blobs are stored (the same bytes count once).
     pub async fn count_modules(&self) -> Result<i64> {
-        let row = sqlx::query("select count(*) as n from modules").fetch_one(&self.pool).await?;
+        let row = query("select count(*) as n from modules").fetch_one(&self.pool).await?;
         Ok(row.try_get("n")?)
     }
 }

@@ -4,6 +4,7 @@
 //! The peer kind is stored as the admin spells it and read back as text: what the spellings mean
 //! is the admin's business (`admin::dispatch::peers`), not storage's.
 
+use super::query::query;
 use sqlx::Row;
 
 use super::{Db, Result};
@@ -38,7 +39,7 @@ impl Db {
         peer: &Peer<'_>,
         now_ms: i64,
     ) -> Result<()> {
-        sqlx::query(
+        query(
             "insert into registry
                  (registry_group, registry_key, registry_value, updated_at, peer_kind, version)
              values ($1, $2, $3, $4, $5, $6)
@@ -64,7 +65,7 @@ impl Db {
         app_name: &str,
         address: &str,
     ) -> Result<()> {
-        sqlx::query(
+        query(
             "delete from registry where registry_group = $1 and registry_key = $2 and registry_value = $3",
         )
         .bind(group)
@@ -82,7 +83,7 @@ impl Db {
         app_name: &str,
         since_ms: i64,
     ) -> Result<Vec<String>> {
-        let rows = sqlx::query(
+        let rows = query(
             "select registry_value from registry
              where registry_group = $1 and registry_key = $2 and updated_at >= $3
              order by registry_value",
@@ -102,7 +103,7 @@ impl Db {
         group: &str,
         address: &str,
     ) -> Result<Option<RegisteredPeer>> {
-        let row = sqlx::query(
+        let row = query(
             "select registry_key, peer_kind from registry
              where registry_group = $1 and registry_value = $2
              order by updated_at desc, registry_key limit 1",
@@ -120,7 +121,7 @@ impl Db {
 
     /// Every registry row of `group`, by application and address.
     pub async fn list_registrations(&self, group: &str) -> Result<Vec<Registration>> {
-        let rows = sqlx::query(
+        let rows = query(
             "select registry_key, registry_value, updated_at, peer_kind, version from registry
              where registry_group = $1 order by registry_key, registry_value",
         )
@@ -142,7 +143,7 @@ impl Db {
 
     /// Deletes rows not heard from since `before_ms`; returns how many.
     pub async fn remove_stale_registrations(&self, before_ms: i64) -> Result<u64> {
-        let done = sqlx::query("delete from registry where updated_at < $1")
+        let done = query("delete from registry where updated_at < $1")
             .bind(before_ms)
             .execute(self.writer())
             .await?;

@@ -15,6 +15,7 @@
 //! `job_failures` with the report, so the dashboard reads a few rows per job and day instead of
 //! a week of runs.
 
+use super::query::query;
 use std::collections::BTreeMap;
 
 use sqlx::Row;
@@ -73,7 +74,7 @@ impl Db {
         let mut days: BTreeMap<i64, DayCounts> = (first..=last)
             .map(|day| (day, DayCounts { day_ms: day * DAY_MS, ..DayCounts::default() }))
             .collect();
-        let rows = sqlx::query(
+        let rows = query(
             "select day, state, cast(sum(runs) as bigint) as runs from (
                 select day, state, runs from run_report where day >= $1 and day <= $2
                 union all
@@ -99,9 +100,9 @@ impl Db {
     /// folding at once never add one twice.
     pub async fn fold_report(&self, limit: i64) -> Result<u64> {
         let mut tx = self.writer().begin().await?;
-        let rows = sqlx::query(
-            "delete from run_report_delta where id in (
-                select id from run_report_delta order by id limit $1)
+        let rows = query(
+            "delete from run_report_delta where id in (select id from (
+                select id from run_report_delta order by id limit $1) as oldest)
              returning day, state, runs",
         )
         .bind(limit)
@@ -113,7 +114,7 @@ impl Db {
                 row.try_get::<i64, _>("runs")?;
         }
         for ((day, state), runs) in sums.into_iter().filter(|(_, runs)| *runs != 0) {
-            sqlx::query(
+            query(
                 "insert into run_report (day, state, runs) values ($1, $2, $3)
                  on conflict (day, state) do update set runs = run_report.runs + excluded.runs",
             )
@@ -123,9 +124,9 @@ impl Db {
             .execute(&mut *tx)
             .await?;
         }
-        let failures = sqlx::query(
-            "delete from job_failure_delta where id in (
-                select id from job_failure_delta order by id limit $1)
+        let failures = query(
+            "delete from job_failure_delta where id in (select id from (
+                select id from job_failure_delta order by id limit $1) as oldest)
              returning day, job_id, runs",
         )
         .bind(limit)
@@ -137,7 +138,7 @@ impl Db {
                 row.try_get::<i64, _>("runs")?;
         }
         for ((day, job_id), runs) in per_job {
-            sqlx::query(
+            query(
                 "insert into job_failures (day, job_id, runs) values ($1, $2, $3)
                  on conflict (day, job_id) do update set runs = job_failures.runs + excluded.runs",
             )
@@ -155,7 +156,7 @@ impl Db {
     /// created on the UTC days from the one holding `since_ms`: `(job id, failures)`, most
     /// first. Read from the per-job counts, never from the run table.
     pub async fn top_failing_jobs(&self, since_ms: i64, limit: i64) -> Result<Vec<(i64, i64)>> {
-        let rows = sqlx::query(
+        let rows = query(
             "select job_id, cast(sum(runs) as bigint) as n from (
                 select job_id, runs from job_failures where day >= $1
                 union all

@@ -2,6 +2,7 @@
 //! targets and transitions as updates, many rows to a statement, and new runs as inserts, each
 //! told apart in a multi-row insert by its identity.
 
+use super::query::query;
 use sqlx::{AnyConnection, Row};
 
 use super::reports::Deltas;
@@ -19,7 +20,7 @@ pub(super) async fn claim(
     now_ms: i64,
     lease_until_ms: i64,
 ) -> Result<Option<Claim>> {
-    let row = sqlx::query(&format!(
+    let row = query(&format!(
         "update runs set state = 'dispatching', lease_owner = $1, lease_until = $2,
             fence = fence + 1, claimed_at = case when claimed_at = 0 then $3 else claimed_at end
          where id = $4 and (state = 'pending' or (state = 'dispatching' and lease_until < $3))
@@ -43,7 +44,7 @@ pub(super) async fn renew(
     fence: i64,
     lease_until_ms: i64,
 ) -> Result<bool> {
-    let done = sqlx::query(
+    let done = query(
         "update runs set lease_until = $1
          where id = $2 and state = 'dispatching' and lease_owner = $3 and fence = $4",
     )
@@ -64,7 +65,7 @@ pub(super) async fn target(
     fence: i64,
     address: &str,
 ) -> Result<bool> {
-    let done = sqlx::query(
+    let done = query(
         "update runs set executor_address = $1
          where id = $2 and state = 'dispatching' and lease_owner = $3 and fence = $4",
     )
@@ -154,6 +155,9 @@ async fn update_rows(
     updates: &[Update<'_>],
     deltas: &mut Deltas,
 ) -> Result<Vec<RunRecord>> {
+    if exec.is_mysql() {
+        return update_rows_one_by_one(exec, updates, deltas).await;
+    }
     const TYPES: [&str; UPDATE_PARAMS] = [
         "bigint", "text", "bigint", "text", "text", "bigint", "bigint", "bigint", "text", "bigint",
         "bigint", "bigint", "text", "text", "bigint", "bigint", "bigint",
@@ -196,39 +200,83 @@ async fn update_rows(
     });
     let mut statement = Statement::new(sql);
     for update in updates {
-        let transition = update.transition;
-        let (handle_code, handle_msg) = match &transition.handle {
-            Some((code, msg)) => (Some(i64::from(*code)), Some(msg.as_str())),
-            None => (None, None),
-        };
-        let (dispatched_at, deadline) = transition.dispatched.unzip();
-        let (owner, fence) = update.lease.unzip();
-        statement
-            .bind(update.id)
-            .bind(transition.to.as_str())
-            .bind(transition.trigger_code.map(i64::from))
-            .bind(transition.trigger_msg.as_deref())
-            .bind(transition.executor_address.as_deref())
-            .bind(dispatched_at)
-            .bind(deadline)
-            .bind(handle_code)
-            .bind(handle_msg)
-            .bind(update.now_ms)
-            .bind(update.fuel_used)
-            .bind(i64::from(transition.request_kill))
-            .bind(transition.from.as_str())
-            .bind(owner.unwrap_or(""))
-            .bind(fence.unwrap_or(0))
-            .bind(i64::from(transition.kill_requested_before))
-            .bind(transition.started_at);
+        bind_update(&mut statement, update);
     }
     let rows = exec.fetch_all(&statement).await?;
+    ended_rows(&rows, deltas)
+}
+
+/// [`update_rows`] on MySQL and MariaDB, which can neither update from a list of values nor
+/// return what an update wrote: a statement per run, each run as three (see `query.rs`).
+async fn update_rows_one_by_one(
+    exec: &mut Exec<'_>,
+    updates: &[Update<'_>],
+    deltas: &mut Deltas,
+) -> Result<Vec<RunRecord>> {
+    let sql = format!(
+        "update runs set state = $2,
+            trigger_code = coalesce($3, trigger_code),
+            trigger_msg = coalesce($4, trigger_msg),
+            executor_address = coalesce($5, executor_address),
+            dispatched_at = coalesce($6, dispatched_at),
+            deadline = coalesce($7, deadline),
+            handle_code = coalesce($8, handle_code),
+            handle_msg = coalesce($9, handle_msg),
+            handle_time = case when $8 is null then handle_time else $10 end,
+            fuel_used = coalesce($11, fuel_used),
+            kill_requested = case when $12 = 1 then 1 else kill_requested end,
+            lease_owner = case when $2 = 'dispatching' then lease_owner else null end,
+            started_at = coalesce($17, started_at)
+         where id = $1 and state = $13 and kill_requested = $16
+            and ($14 = '' or (lease_owner = $14 and fence = $15))
+         returning {COLUMNS}, created_at"
+    );
+    let mut rows = Vec::with_capacity(updates.len());
+    for update in updates {
+        let mut statement = Statement::new(sql.as_str());
+        bind_update(&mut statement, update);
+        rows.extend(exec.fetch_all(&statement).await?);
+    }
+    ended_rows(&rows, deltas)
+}
+
+/// The runs `rows` hold, the ended ones counted in `deltas`.
+fn ended_rows(rows: &[super::statement::Row], deltas: &mut Deltas) -> Result<Vec<RunRecord>> {
     let runs = rows.iter().map(run_from_row).collect::<Result<Vec<_>>>()?;
     // A transition never leaves an ended state: each ended run here ended in this statement.
     let created_at = rows.iter().map(|row| row.required_int("created_at"));
     let ended = created_at.zip(&runs).map(|(at, run)| Ok((at?, run.state, run.job_id)));
     deltas.ended(ended.collect::<Result<Vec<_>>>()?);
     Ok(runs)
+}
+
+/// Binds `update`'s 17 arguments, in the order of `update_rows`'s columns.
+fn bind_update<'a>(statement: &mut Statement<'a>, update: &'a Update<'_>) {
+    let transition = update.transition;
+    let (handle_code, handle_msg) = match &transition.handle {
+        Some((code, msg)) => (Some(i64::from(*code)), Some(msg.as_str())),
+        None => (None, None),
+    };
+    let (dispatched_at, deadline) = transition.dispatched.unzip();
+    let (owner, fence) = update.lease.unzip();
+    statement
+        .bind(update.id)
+        .bind(transition.to.as_str())
+        .bind(transition.trigger_code.map(i64::from))
+        .bind(transition.trigger_msg.as_deref())
+        .bind(transition.executor_address.as_deref())
+        .bind(dispatched_at)
+        .bind(deadline)
+        .bind(handle_code)
+        .bind(handle_msg)
+        .bind(update.now_ms)
+        .bind(update.fuel_used)
+        .bind(i64::from(transition.request_kill))
+        .bind(transition.from.as_str())
+        .bind(owner.unwrap_or(""))
+        .bind(fence.unwrap_or(0))
+        .bind(i64::from(transition.kill_requested_before))
+        .bind(transition.started_at);
 }
 
 /// Sets the next fire of `FIX_DELAY` job `job_id` to `next_fire_ms` if it is running, waits for
@@ -245,11 +293,11 @@ async fn schedule_after_fire(
     next_fire_ms: i64,
     now_ms: i64,
 ) -> Result<()> {
-    sqlx::query("update jobs set next_fire_ms = next_fire_ms where id = $1")
+    query("update jobs set next_fire_ms = next_fire_ms where id = $1")
         .bind(job_id)
         .execute(&mut *conn)
         .await?;
-    sqlx::query(&format!(
+    query(&format!(
         "update jobs set next_fire_ms = $1, updated_at = $2
          where id = $3 and running = 1 and next_fire_ms = 0 and schedule_type = 'FIX_DELAY'
             and not exists (select 1 from runs where job_id = $3 and fire_time = $4 and {UNFINISHED})"

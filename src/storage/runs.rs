@@ -9,6 +9,7 @@
 //! a `FIX_DELAY` job's next fire when the run was the last unfinished one of its fire, and
 //! inserts the alarm event of a final failure.
 
+use super::query::query;
 use sqlx::Row;
 
 use super::statement::Cells;
@@ -108,7 +109,7 @@ impl Db {
 
     /// Run `id`, if it exists.
     pub async fn get_run(&self, id: i64) -> Result<Option<RunRecord>> {
-        let row = sqlx::query(&format!("select {COLUMNS} from runs where id = $1"))
+        let row = query(&format!("select {COLUMNS} from runs where id = $1"))
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
@@ -131,7 +132,7 @@ impl Db {
             None => format!("select count(*) as n from runs where {condition}"),
         };
         let cap = filter.count_up_to.unwrap_or(i64::MAX);
-        let total: i64 = sqlx::query(&counted)
+        let total: i64 = query(&counted)
             .bind(job_id)
             .bind(handle_code)
             .bind(from_ms)
@@ -141,7 +142,7 @@ impl Db {
             .await?
             .try_get("n")?;
         // One row past the page says whether another page follows.
-        let rows = sqlx::query(&format!(
+        let rows = query(&format!(
             "select {COLUMNS} from runs where {condition} order by id desc limit $5 offset $6"
         ))
         .bind(job_id)
@@ -181,7 +182,7 @@ impl Db {
                 now_ms,
             ),
         ] {
-            let rows = sqlx::query(sql).bind(bound).bind(limit).fetch_all(&self.pool).await?;
+            let rows = query(sql).bind(bound).bind(limit).fetch_all(&self.pool).await?;
             for row in rows {
                 ids.push((row.try_get("id")?, row.try_get("job_id")?));
             }
@@ -191,7 +192,7 @@ impl Db {
 
     /// Running runs whose admin deadline passed before `now_ms`, at most `limit`.
     pub async fn runs_past_deadline(&self, now_ms: i64, limit: i64) -> Result<Vec<RunRecord>> {
-        let rows = sqlx::query(&format!(
+        let rows = query(&format!(
             "select {COLUMNS} from runs where state = 'running' and deadline > 0 and deadline < $1
              order by deadline limit $2"
         ))
@@ -206,7 +207,7 @@ impl Db {
     /// the partial index of unfinished runs answers it, and a read costs at most `cap` of its
     /// entries.
     pub async fn count_unfinished_runs(&self, cap: i64) -> Result<i64> {
-        let row = sqlx::query(
+        let row = query(
             "select count(*) as n from (select 1 from runs
              where state in ('pending', 'dispatching', 'running') limit $1) as unfinished",
         )
@@ -218,7 +219,7 @@ impl Db {
 
     /// The executors that have running runs.
     pub async fn executors_with_running_runs(&self) -> Result<Vec<String>> {
-        let rows = sqlx::query(
+        let rows = query(
             "select distinct executor_address from runs
              where state = 'running' and executor_address is not null",
         )
@@ -237,7 +238,7 @@ impl Db {
         dispatched_before_ms: i64,
         limit: i64,
     ) -> Result<Vec<i64>> {
-        let rows = sqlx::query(
+        let rows = query(
             "select id from runs
              where state = 'running' and executor_address = $1 and dispatched_at < $2
              order by dispatched_at limit $3",
@@ -253,10 +254,10 @@ impl Db {
     /// Deletes at most `limit` ended runs created before `created_before_ms` (log retention);
     /// returns how many. The daily report keeps counting them (`reports`).
     pub async fn delete_ended_runs(&self, created_before_ms: i64, limit: i64) -> Result<u64> {
-        let deleted = sqlx::query(&format!(
-            "delete from runs where id in (
+        let deleted = query(&format!(
+            "delete from runs where id in (select id from (
                 select id from runs where created_at < $1 and {TERMINAL}
-                order by created_at limit $2)"
+                order by created_at limit $2) as old)"
         ))
         .bind(created_before_ms)
         .bind(limit)

@@ -122,9 +122,25 @@ impl Exec<'_> {
         }
     }
 
+    /// Whether statements run on MySQL or MariaDB.
+    pub(super) fn is_mysql(&self) -> bool {
+        matches!(self, Exec::Sqlx(conn) if super::query::is_mysql(conn))
+    }
+
     /// Runs `statement` and returns the rows it returns (none for a write without `returning`).
     pub(super) async fn fetch_all(&mut self, statement: &Statement<'_>) -> Result<Vec<Row>> {
         match self {
+            Exec::Sqlx(conn) if super::query::is_mysql(conn) => {
+                let mut query = super::query::query(&statement.sql);
+                for arg in &statement.args {
+                    query = match arg {
+                        Arg::Int(value) => query.bind(*value),
+                        Arg::Text(value) => query.bind(value.as_deref()),
+                    };
+                }
+                let rows = query.fetch_all(&mut **conn).await?;
+                Ok(rows.into_iter().map(Row::Any).collect())
+            }
             Exec::Sqlx(conn) => {
                 let mut query = sqlx::query(&statement.sql);
                 for arg in &statement.args {

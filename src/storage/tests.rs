@@ -1,5 +1,6 @@
-//! Every storage function, on SQLite always and on PostgreSQL when `WASMJOB_TEST_POSTGRES_URL`
-//! is set (each test gets its own fresh database there).
+//! Every storage function, on SQLite always, on PostgreSQL when `WASMJOB_TEST_POSTGRES_URL` is
+//! set and on MySQL or MariaDB when `WASMJOB_TEST_MYSQL_URL` is (each test gets its own fresh
+//! database there).
 
 mod accounts;
 mod alarms;
@@ -25,14 +26,24 @@ where
     let url = format!("sqlite:{}", dir.path().join("test.db").display());
     test(Db::connect(&url).await.unwrap()).await;
 
-    let Some(url) = super::testing::postgres_database(name).await.unwrap() else {
-        eprintln!("{name}: WASMJOB_TEST_POSTGRES_URL is unset, skipping PostgreSQL");
-        return;
-    };
-    let db = Db::connect(&url).await.unwrap();
-    test(db.clone()).await;
-    db.close().await;
-    super::testing::drop_postgres_database(&url).await.unwrap();
+    match super::testing::postgres_database(name).await.unwrap() {
+        Some(url) => {
+            let db = Db::connect(&url).await.unwrap();
+            test(db.clone()).await;
+            db.close().await;
+            super::testing::drop_postgres_database(&url).await.unwrap();
+        }
+        None => eprintln!("{name}: WASMJOB_TEST_POSTGRES_URL is unset, skipping PostgreSQL"),
+    }
+    match super::testing::mysql_database(name).await.unwrap() {
+        Some(url) => {
+            let db = Db::connect(&url).await.unwrap();
+            test(db.clone()).await;
+            db.close().await;
+            super::testing::drop_mysql_database(&url).await.unwrap();
+        }
+        None => eprintln!("{name}: WASMJOB_TEST_MYSQL_URL is unset, skipping MySQL"),
+    }
 }
 
 fn new_job(group_id: i64) -> JobSpec {

@@ -4,6 +4,7 @@
 //! here sees a secret in clear. Deleting a user deletes its sessions and tokens in the same
 //! transaction (SQLite runs without foreign-key enforcement, so no cascade does it for us).
 
+use super::query::query;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -82,7 +83,7 @@ impl Db {
         group_ids: &[i64],
         now_ms: i64,
     ) -> Result<User> {
-        let row = sqlx::query(&format!(
+        let row = query(&format!(
             "insert into users (name, password_hash, role, group_ids, created_at, updated_at)
              values ($1, $2, $3, $4, $5, $5) returning {COLUMNS}"
         ))
@@ -98,7 +99,7 @@ impl Db {
 
     /// User `id`, if it exists.
     pub async fn get_user(&self, id: i64) -> Result<Option<User>> {
-        let row = sqlx::query(&format!("select {COLUMNS} from users where id = $1"))
+        let row = query(&format!("select {COLUMNS} from users where id = $1"))
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
@@ -107,7 +108,7 @@ impl Db {
 
     /// The user called `name`, if there is one.
     pub async fn get_user_by_name(&self, name: &str) -> Result<Option<User>> {
-        let row = sqlx::query(&format!("select {COLUMNS} from users where name = $1"))
+        let row = query(&format!("select {COLUMNS} from users where name = $1"))
             .bind(name)
             .fetch_optional(&self.pool)
             .await?;
@@ -116,7 +117,7 @@ impl Db {
 
     /// All users, by id.
     pub async fn list_users(&self) -> Result<Vec<User>> {
-        let rows = sqlx::query(&format!("select {COLUMNS} from users order by id"))
+        let rows = query(&format!("select {COLUMNS} from users order by id"))
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(user_from_row).collect()
@@ -124,7 +125,7 @@ impl Db {
 
     /// How many users there are (none on a fresh install).
     pub async fn count_users(&self) -> Result<i64> {
-        let row = sqlx::query("select count(*) as n from users").fetch_one(&self.pool).await?;
+        let row = query("select count(*) as n from users").fetch_one(&self.pool).await?;
         Ok(row.try_get("n")?)
     }
 
@@ -136,7 +137,7 @@ impl Db {
         group_ids: &[i64],
         now_ms: i64,
     ) -> Result<Option<User>> {
-        let row = sqlx::query(&format!(
+        let row = query(&format!(
             "update users set role = $1, group_ids = $2, updated_at = $3 where id = $4
              returning {COLUMNS}"
         ))
@@ -157,8 +158,8 @@ impl Db {
         now_ms: i64,
     ) -> Result<bool> {
         let mut tx = self.writer().begin().await?;
-        sqlx::query("delete from sessions where user_id = $1").bind(id).execute(&mut *tx).await?;
-        let done = sqlx::query(
+        query("delete from sessions where user_id = $1").bind(id).execute(&mut *tx).await?;
+        let done = query(
             "update users set password_hash = $1, failed_logins = 0, locked_until = 0,
              updated_at = $2 where id = $3",
         )
@@ -174,10 +175,10 @@ impl Db {
     /// Deletes user `id` with its sessions and tokens. Whether it existed.
     pub async fn delete_user(&self, id: i64) -> Result<bool> {
         let mut tx = self.writer().begin().await?;
-        sqlx::query("delete from sessions where user_id = $1").bind(id).execute(&mut *tx).await?;
-        sqlx::query("delete from api_tokens where user_id = $1").bind(id).execute(&mut *tx).await?;
+        query("delete from sessions where user_id = $1").bind(id).execute(&mut *tx).await?;
+        query("delete from api_tokens where user_id = $1").bind(id).execute(&mut *tx).await?;
         let done =
-            sqlx::query("delete from users where id = $1").bind(id).execute(&mut *tx).await?;
+            query("delete from users where id = $1").bind(id).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
@@ -210,8 +211,9 @@ impl Db {
             " when failed_logins + 1 >= {failures} then $2 + {} else 0 end",
             locks.max_lock_ms
         ));
-        let row = sqlx::query(&format!(
-            "update users set failed_logins = failed_logins + 1, locked_until = {lock}
+        // The lock first: it reads the old count, and MySQL evaluates assignments in order.
+        let row = query(&format!(
+            "update users set locked_until = {lock}, failed_logins = failed_logins + 1
              where id = $1 and locked_until <= $2 returning failed_logins"
         ))
         .bind(id)
@@ -223,7 +225,7 @@ impl Db {
 
     /// Forgets user `id`'s failed logins (after a successful one).
     pub async fn clear_failed_logins(&self, id: i64) -> Result<()> {
-        sqlx::query("update users set failed_logins = 0, locked_until = 0 where id = $1")
+        query("update users set failed_logins = 0, locked_until = 0 where id = $1")
             .bind(id)
             .execute(self.writer())
             .await?;
@@ -240,11 +242,11 @@ impl Db {
         expires_at_ms: i64,
     ) -> Result<()> {
         let mut tx = self.writer().begin().await?;
-        sqlx::query("delete from sessions where expires_at <= $1")
+        query("delete from sessions where expires_at <= $1")
             .bind(now_ms)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(
+        query(
             "insert into sessions (token_hash, user_id, csrf_token, created_at, expires_at)
              values ($1, $2, $3, $4, $5)",
         )
@@ -262,7 +264,7 @@ impl Db {
     /// The live session whose token hashes to `token_hash`, with its user.
     pub async fn get_session(&self, token_hash: &str, now_ms: i64) -> Result<Option<Session>> {
         let user_columns = COLUMNS.split(", ").map(|c| format!("u.{c}")).collect::<Vec<_>>();
-        let row = sqlx::query(&format!(
+        let row = query(&format!(
             "select {}, s.csrf_token, s.expires_at from sessions s join users u on u.id = s.user_id
              where s.token_hash = $1 and s.expires_at > $2",
             user_columns.join(", ")
@@ -281,7 +283,7 @@ impl Db {
 
     /// Ends the session whose token hashes to `token_hash`. Whether there was one.
     pub async fn delete_session(&self, token_hash: &str) -> Result<bool> {
-        let done = sqlx::query("delete from sessions where token_hash = $1")
+        let done = query("delete from sessions where token_hash = $1")
             .bind(token_hash)
             .execute(self.writer())
             .await?;
@@ -296,7 +298,7 @@ impl Db {
         token_hash: &str,
         now_ms: i64,
     ) -> Result<ApiToken> {
-        let row = sqlx::query(
+        let row = query(
             "insert into api_tokens (user_id, name, token_hash, created_at) values ($1, $2, $3, $4)
              returning id, user_id, name, created_at, last_used_at",
         )
@@ -311,7 +313,7 @@ impl Db {
 
     /// User `user_id`'s API tokens, by id.
     pub async fn list_api_tokens(&self, user_id: i64) -> Result<Vec<ApiToken>> {
-        let rows = sqlx::query(
+        let rows = query(
             "select id, user_id, name, created_at, last_used_at from api_tokens
              where user_id = $1 order by id",
         )
@@ -323,7 +325,7 @@ impl Db {
 
     /// Revokes token `id` of user `user_id`. Whether it existed.
     pub async fn delete_api_token(&self, user_id: i64, id: i64) -> Result<bool> {
-        let done = sqlx::query("delete from api_tokens where id = $1 and user_id = $2")
+        let done = query("delete from api_tokens where id = $1 and user_id = $2")
             .bind(id)
             .bind(user_id)
             .execute(self.writer())
@@ -335,14 +337,14 @@ impl Db {
     /// written at most once a minute per token, so a busy script does not queue a write per
     /// request behind the scheduler's.
     pub async fn get_api_token_user(&self, token_hash: &str, now_ms: i64) -> Result<Option<User>> {
-        let row = sqlx::query("select user_id, last_used_at from api_tokens where token_hash = $1")
+        let row = query("select user_id, last_used_at from api_tokens where token_hash = $1")
             .bind(token_hash)
             .fetch_optional(&self.pool)
             .await?;
         let Some(row) = row else { return Ok(None) };
         let last_used_at: i64 = row.try_get("last_used_at")?;
         if last_used_at == 0 || now_ms - last_used_at >= 60_000 {
-            sqlx::query("update api_tokens set last_used_at = $1 where token_hash = $2")
+            query("update api_tokens set last_used_at = $1 where token_hash = $2")
                 .bind(now_ms)
                 .bind(token_hash)
                 .execute(self.writer())

@@ -1,4 +1,5 @@
-//! A platform for one test: an admin (SQLite in a temp dir, or a fresh PostgreSQL database) and
+//! A platform for one test: an admin (SQLite in a temp dir, or a fresh PostgreSQL or MySQL
+//! database) and
 //! an executor, both in-process on 127.0.0.1:0, with the group `default` and a client that
 //! speaks the operator API.
 
@@ -19,20 +20,48 @@ pub const ACCESS_TOKEN: &str = "test-access-token-0123456789";
 pub enum Backend {
     Sqlite,
     Postgres,
+    Mysql,
 }
 
-/// SQLite always; PostgreSQL too when `WASMJOB_TEST_POSTGRES_URL` is set.
+/// SQLite always; PostgreSQL too when `WASMJOB_TEST_POSTGRES_URL` is set, and MySQL when
+/// `WASMJOB_TEST_MYSQL_URL` is.
 pub fn backends() -> Vec<Backend> {
     #[expect(clippy::disallowed_methods, reason = "test configuration")]
     let postgres = std::env::var("WASMJOB_TEST_POSTGRES_URL").is_ok();
+    #[expect(clippy::disallowed_methods, reason = "test configuration")]
+    let mysql = std::env::var("WASMJOB_TEST_MYSQL_URL").is_ok();
     if !postgres {
         eprintln!("WASMJOB_TEST_POSTGRES_URL is unset: skipping the PostgreSQL backend");
+    }
+    if !mysql {
+        eprintln!("WASMJOB_TEST_MYSQL_URL is unset: skipping the MySQL backend");
     }
     let mut list = vec![Backend::Sqlite];
     if postgres {
         list.push(Backend::Postgres);
     }
+    if mysql {
+        list.push(Backend::Mysql);
+    }
     list
+}
+
+/// A fresh database on `backend`'s server (`None` for SQLite), to drop with [`drop_database`].
+pub async fn server_database(backend: Backend, label: &str) -> Option<String> {
+    match backend {
+        Backend::Sqlite => None,
+        Backend::Postgres => wasmjob::storage::testing::postgres_database(label).await.unwrap(),
+        Backend::Mysql => wasmjob::storage::testing::mysql_database(label).await.unwrap(),
+    }
+}
+
+/// Drops a database made by [`server_database`].
+pub async fn drop_database(url: &str) {
+    if url.starts_with("mysql://") {
+        wasmjob::storage::testing::drop_mysql_database(url).await.unwrap();
+    } else {
+        wasmjob::storage::testing::drop_postgres_database(url).await.unwrap();
+    }
 }
 
 pub struct TestApp {
@@ -40,7 +69,7 @@ pub struct TestApp {
     pub admin: Option<Admin>,
     pub executor: Option<Executor>,
     _dir: tempfile::TempDir,
-    postgres_url: Option<String>,
+    server_url: Option<String>,
 }
 
 /// A client of one admin's operator API.
@@ -60,11 +89,8 @@ impl TestApp {
     pub async fn start_with(backend: Backend, configure: impl FnOnce(&mut AdminConfig)) -> TestApp {
         wasmjob::telemetry::init_for_test();
         let dir = tempfile::tempdir().unwrap();
-        let postgres_url = match backend {
-            Backend::Sqlite => None,
-            Backend::Postgres => wasmjob::storage::testing::postgres_database("e2e").await.unwrap(),
-        };
-        let database_url = postgres_url
+        let server_url = server_database(backend, "e2e").await;
+        let database_url = server_url
             .clone()
             .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("wasmjob.db").display()));
         let mut config = admin_config(database_url);
@@ -76,7 +102,7 @@ impl TestApp {
             executor::start(executor_config(&base, dir.path().join("executor"))).await.unwrap();
         let api = Api { http: reqwest::Client::new(), base, token: ADMIN_TOKEN.to_owned() };
         api.wait_for_executors(1).await;
-        TestApp { api, admin: Some(admin), executor: Some(executor), _dir: dir, postgres_url }
+        TestApp { api, admin: Some(admin), executor: Some(executor), _dir: dir, server_url }
     }
 
     /// The executor's data directory (to restart it on the same cache).
@@ -91,8 +117,8 @@ impl TestApp {
         if let Some(admin) = self.admin.take() {
             admin.stop().await;
         }
-        if let Some(url) = &self.postgres_url {
-            wasmjob::storage::testing::drop_postgres_database(url).await.unwrap();
+        if let Some(url) = &self.server_url {
+            drop_database(url).await;
         }
     }
 }

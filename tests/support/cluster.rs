@@ -169,23 +169,25 @@ impl Drop for Proc {
 pub struct Cluster {
     pub admins: Vec<Proc>,
     pub executors: Vec<Proc>,
-    /// `sqlite:PATH` or a fresh PostgreSQL database's URL.
+    /// `sqlite:PATH`, or a fresh PostgreSQL or MySQL database's URL.
     pub database_url: String,
-    postgres: bool,
+    /// Whether the database is a server's (PostgreSQL or MySQL), dropped at the end.
+    server: bool,
     dir: tempfile::TempDir,
 }
 
 impl Cluster {
-    /// `admins` admins (started) on `postgres_url`'s database, or on a SQLite file when `None`,
+    /// `admins` admins (started) on `server_url`'s database (PostgreSQL or MySQL), or on a
+    /// SQLite file when `None`,
     /// the group `default`, and `executors` executors (started, online) pointed at every admin.
-    pub async fn start(postgres_url: Option<String>, admins: usize, executors: usize) -> Cluster {
+    pub async fn start(server_url: Option<String>, admins: usize, executors: usize) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         pin_binary(&dir.path().join(PINNED_BINARY));
-        let postgres = postgres_url.is_some();
-        let database_url = postgres_url
+        let server = server_url.is_some();
+        let database_url = server_url
             .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("wasmjob.db").display()));
         let mut cluster =
-            Cluster { admins: Vec::new(), executors: Vec::new(), database_url, postgres, dir };
+            Cluster { admins: Vec::new(), executors: Vec::new(), database_url, server, dir };
         for _ in 0..admins {
             cluster.add_admin().await;
         }
@@ -296,8 +298,14 @@ impl Cluster {
             self.dir.disable_cleanup(true);
             eprintln!("kept {}", self.dir.path().display());
         }
-        if self.postgres {
-            wasmjob::storage::testing::drop_postgres_database(&self.database_url).await.unwrap();
+        if self.server {
+            if self.database_url.starts_with("mysql://") {
+                wasmjob::storage::testing::drop_mysql_database(&self.database_url).await.unwrap();
+            } else {
+                wasmjob::storage::testing::drop_postgres_database(&self.database_url)
+                    .await
+                    .unwrap();
+            }
         }
     }
 }

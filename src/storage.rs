@@ -509,6 +509,13 @@ pub mod testing {
         Ok(Some(format!("{base}/{name}")))
     }
 
+    /// Runs `sql` (written as the storage layer's statements are, see `query.rs`) on `pool`,
+    /// translated for MySQL when the pool is MySQL's: for tests that read the database as the
+    /// admin left it.
+    pub async fn fetch_all(pool: &AnyPool, sql: &str) -> Result<Vec<sqlx::any::AnyRow>, sqlx::Error> {
+        super::query::query(sql).fetch_all(pool).await
+    }
+
     /// Drops a database made by [`mysql_database`].
     pub async fn drop_mysql_database(url: &str) -> anyhow::Result<()> {
         let Some((base, name)) = url.rsplit_once('/') else { return Ok(()) };

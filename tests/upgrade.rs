@@ -169,6 +169,13 @@ async fn an_earlier_builds_database_and_executor_data_carry_on() {
 
 /// The migrations as the database records them, and its tables and columns: what an admin that
 /// refuses to start must leave as it found.
+/// A text column of `row`, which MariaDB may send as a blob.
+fn text(row: &sqlx::any::AnyRow, column: &str) -> String {
+    row.try_get::<String, _>(column)
+        .or_else(|_| row.try_get::<Vec<u8>, _>(column).map(|bytes| String::from_utf8(bytes).unwrap()))
+        .unwrap()
+}
+
 async fn schema_snapshot(url: &str) -> Vec<String> {
     sqlx::any::install_default_drivers();
     let url = match url.strip_prefix("sqlite:") {
@@ -177,27 +184,27 @@ async fn schema_snapshot(url: &str) -> Vec<String> {
     };
     let pool = sqlx::any::AnyPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
     let mut snapshot = Vec::new();
-    let migrations = "select version, cast(description as char) as description, \
+    let migrations = "select version, description, \
                       case when success then 'applied' else 'failed' end as ok \
                       from _sqlx_migrations order by version";
     for row in sqlx::query(migrations).fetch_all(&pool).await.unwrap() {
         let version: i64 = row.get("version");
-        let description: String = row.get("description");
-        let ok: String = row.get("ok");
+        let description = text(&row, "description");
+        let ok = text(&row, "ok");
         snapshot.push(format!("migration {version} {description} {ok}"));
     }
     let columns = if url.starts_with("sqlite:") {
         "select m.name || '.' || p.name as col from sqlite_master m, pragma_table_info(m.name) p \
          where m.type = 'table' order by 1"
     } else if url.starts_with("mysql:") {
-        "select cast(concat(table_name, '.', column_name) as char) as col \
+        "select concat(table_name, '.', column_name) as col \
          from information_schema.columns where table_schema = database() order by 1"
     } else {
         "select table_name || '.' || column_name as col from information_schema.columns \
          where table_schema = 'public' order by 1"
     };
     for row in sqlx::query(columns).fetch_all(&pool).await.unwrap() {
-        snapshot.push(row.get("col"));
+        snapshot.push(text(&row, "col"));
     }
     pool.close().await;
     snapshot

@@ -1,7 +1,7 @@
 //! The fault tests' judge: reads the run table and the executors' journals after a scenario and
 //! counts what went wrong.
 //!
-//! It reads the database directly (sqlx `Any`, the SQLite file or the PostgreSQL database the
+//! It reads the database directly (sqlx `Any`, the SQLite file or the PostgreSQL or MySQL database the
 //! admins used), not the API, so that it sees every run, and it reads each executor's
 //! `<data_dir>/journal/*.log` (`accepted <logId> <jobId> <ms>`, `started <logId> <ms>`,
 //! `finished <logId> <code> <ms>`). A check whose input does not exist yet in this schema (the
@@ -16,6 +16,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use sqlx::Row;
+use wasmjob::storage::testing::fetch_all;
 
 mod overlap;
 use wasmjob::model::ScheduleType;
@@ -222,18 +223,20 @@ async fn count_report(url: &str, report: &mut Report) {
             union all
             select day, state, runs from run_report_delta
         ) as counted group by day, state";
-    let Ok(stored) = sqlx::query(stored).fetch_all(&pool).await else {
+    let Ok(stored) = fetch_all(&pool, stored).await else {
         report.skip("report_mismatches", "the database has no incremental daily report yet");
         pool.close().await;
         return;
     };
     let bucket = "case when state in ('pending', 'dispatching', 'running') then 'running' \
                   else state end";
+    // The day of a time, in integers on every dialect (MySQL's `/` divides as decimals).
+    let day = "cast((created_at - created_at % 86400000) / 86400000 as bigint)";
     let counted = format!(
-        "select created_at / 86400000 as day, {bucket} as state, count(*) as n from runs
-         group by created_at / 86400000, {bucket}"
+        "select {day} as day, {bucket} as state, count(*) as n from runs
+         group by {day}, {bucket}"
     );
-    let counted = sqlx::query(&counted).fetch_all(&pool).await.unwrap();
+    let counted = fetch_all(&pool, &counted).await.unwrap();
     // The dashboard's failures per job and day, kept the same way, as `failures of job N`.
     let stored_failures = "select day, 'failures of job ' || cast(job_id as text) as state,
             cast(sum(runs) as bigint) as n from (
@@ -241,12 +244,14 @@ async fn count_report(url: &str, report: &mut Report) {
                 union all
                 select day, job_id, runs from job_failure_delta
             ) as counted group by day, job_id";
-    let counted_failures = "select created_at / 86400000 as day,
+    let counted_failures = format!(
+        "select {day} as day,
             'failures of job ' || cast(job_id as text) as state, count(*) as n from runs
             where state in ('failed', 'timed_out', 'lost')
-            group by created_at / 86400000, job_id";
-    let failures = match sqlx::query(stored_failures).fetch_all(&pool).await {
-        Ok(stored) => Some((stored, sqlx::query(counted_failures).fetch_all(&pool).await.unwrap())),
+            group by {day}, job_id"
+    );
+    let failures = match fetch_all(&pool, stored_failures).await {
+        Ok(stored) => Some((stored, fetch_all(&pool, &counted_failures).await.unwrap())),
         Err(_) => None,
     };
     pool.close().await;
@@ -287,17 +292,14 @@ async fn connect(url: &str) -> sqlx::AnyPool {
 async fn read_database(url: &str) -> (Vec<Run>, HashMap<i64, Job>, bool) {
     let pool = connect(url).await;
     // The lifecycle columns arrive with a later migration: probe for them.
-    let lifecycle = sqlx::query("select state, parent_run_id from runs where 1 = 0")
-        .fetch_all(&pool)
-        .await
-        .is_ok();
+    let lifecycle = fetch_all(&pool, "select state, parent_run_id from runs where 1 = 0").await.is_ok();
     let extra = if lifecycle { ", state, parent_run_id" } else { "" };
     let sql = format!(
         "select id, job_id, trigger_type, trigger_time, fire_time, attempt, shard_index, \
          executor_address, handle_code, handle_msg{extra} from runs order by id"
     );
     let mut runs = Vec::new();
-    for row in sqlx::query(&sql).fetch_all(&pool).await.unwrap() {
+    for row in fetch_all(&pool, &sql).await.unwrap() {
         let handle_code: i64 = row.get("handle_code");
         let (state, parent_run_id) = if lifecycle {
             (row.get::<String, _>("state"), row.get::<Option<i64>, _>("parent_run_id"))
@@ -326,10 +328,10 @@ async fn read_database(url: &str) -> (Vec<Run>, HashMap<i64, Job>, bool) {
         });
     }
     let mut jobs = HashMap::new();
-    let rows = sqlx::query(
+    let rows = fetch_all(
+        &pool,
         "select id, retry_count, child_job_ids, timeout_secs, max_concurrent_runs from jobs",
     )
-    .fetch_all(&pool)
     .await
     .unwrap();
     for row in rows {

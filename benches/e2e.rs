@@ -1,7 +1,8 @@
 //! `cargo bench --bench e2e`: the whole platform under load, as a user runs it.
 //!
 //! It starts the real binary as an admin and an executor on 127.0.0.1 (SQLite in a temp dir,
-//! or a fresh PostgreSQL database with `--postgres` and `WASMJOB_TEST_POSTGRES_URL`), sets up
+//! or a fresh PostgreSQL database with `--postgres` and `WASMJOB_TEST_POSTGRES_URL`, or a fresh
+//! MySQL or MariaDB database with `--mysql` and `WASMJOB_TEST_MYSQL_URL`), sets up
 //! jobs through the operator API with a sample job (`hello`), drives a workload and reads the
 //! run table afterwards. It prints one `name: value` line per figure:
 //!
@@ -59,6 +60,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::Row;
+use wasmjob::storage::testing::fetch_all;
 
 const ADMIN_TOKEN: &str = "bench-admin-token-7f3a9c2e5b1d";
 const ACCESS_TOKEN: &str = "bench-access-token-4e8b2a6c9d0f";
@@ -74,6 +76,7 @@ struct Args {
     triggers: usize,
     clients: usize,
     postgres: bool,
+    mysql: bool,
     standalone: bool,
     binary: PathBuf,
     sample: String,
@@ -91,6 +94,7 @@ fn args() -> Args {
         triggers: 100_000,
         clients: 32,
         postgres: false,
+        mysql: false,
         standalone: false,
         binary: PathBuf::from(env!("CARGO_BIN_EXE_wasmjob")),
         sample: "hello".to_owned(),
@@ -110,6 +114,7 @@ fn args() -> Args {
             "--clients" => args.clients = value().parse().unwrap(),
             "--binary" => args.binary = PathBuf::from(value()),
             "--postgres" => args.postgres = true,
+            "--mysql" => args.mysql = true,
             "--standalone" => args.standalone = true,
             "--sample" => args.sample = value(),
             "--backfill" => args.backfill = value().parse().unwrap(),
@@ -157,7 +162,7 @@ struct Platform {
     api: String,
     http: reqwest::Client,
     db_url: String,
-    postgres_url: Option<String>,
+    server_url: Option<String>,
     component: Vec<u8>,
     /// Workload (x)'s XXL-JOB executor, in the bench's process, instead of ours.
     xxl: Option<xxl::XxlExecutor>,
@@ -182,19 +187,22 @@ impl Platform {
         let xxl_executor = workload == 'x';
         assert!(!(xxl_executor && args.standalone), "workload (x) runs an admin, not `standalone`");
         let dir = tempfile::tempdir().unwrap();
-        let postgres_url = if args.postgres {
+        let server_url = if args.postgres {
             let url = wasmjob::storage::testing::postgres_database("bench").await.unwrap();
             Some(url.expect("--postgres needs WASMJOB_TEST_POSTGRES_URL"))
+        } else if args.mysql {
+            let url = wasmjob::storage::testing::mysql_database("bench").await.unwrap();
+            Some(url.expect("--mysql needs WASMJOB_TEST_MYSQL_URL"))
         } else {
             None
         };
-        let db_url = postgres_url
+        let db_url = server_url
             .clone()
             .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("bench.db").display()));
         let (admin_port, executor_port) = (free_port(), free_port());
         let api = format!("http://127.0.0.1:{admin_port}");
         let admin = if args.standalone {
-            assert!(!args.postgres, "`standalone` runs on SQLite only");
+            assert!(!args.postgres && !args.mysql, "`standalone` runs on SQLite only");
             Command::new(&args.binary)
                 .args(["standalone", "--admin-listen", &format!("127.0.0.1:{admin_port}")])
                 .args(["--executor-listen", &format!("127.0.0.1:{executor_port}")])
@@ -257,7 +265,7 @@ impl Platform {
             api,
             http,
             db_url,
-            postgres_url,
+            server_url,
             component: sample_jobs::sample_job(&args.sample),
             xxl,
             _dir: dir,
@@ -428,8 +436,12 @@ impl Platform {
             let _ = child.kill();
             let _ = child.wait();
         }
-        if let Some(url) = &self.postgres_url {
-            wasmjob::storage::testing::drop_postgres_database(url).await.unwrap();
+        if let Some(url) = &self.server_url {
+            if url.starts_with("mysql://") {
+                wasmjob::storage::testing::drop_mysql_database(url).await.unwrap();
+            } else {
+                wasmjob::storage::testing::drop_postgres_database(url).await.unwrap();
+            }
         }
     }
 }
@@ -456,14 +468,15 @@ async fn scheduled(platform: &Platform, name: &str, defined: usize, due: usize, 
     tokio::time::sleep(Duration::from_secs(5)).await;
     let pool = platform.db().await;
     let ids: Vec<String> = due_ids.iter().map(i64::to_string).collect();
-    let rows = sqlx::query(&format!(
-        "select job_id, fire_time, trigger_time, handle_time from runs
-         where fire_time >= $1 and fire_time <= $2 and attempt = 0 and job_id in ({})",
-        ids.join(",")
-    ))
-    .bind(from)
-    .bind(until)
-    .fetch_all(&pool)
+    let rows = fetch_all(
+        &pool,
+        &format!(
+            "select job_id, fire_time, trigger_time, handle_time from runs
+             where fire_time >= $1 and fire_time <= $2 and attempt = 0 and job_id in ({})",
+            ids.join(",")
+        ),
+        &[from, until],
+    )
     .await
     .unwrap();
     let seconds = (until - from) / 1000 + 1;
@@ -559,14 +572,15 @@ impl Backfill {
         }
         println!("a.backfill_secs: {:.1}", self.started.elapsed().as_secs_f64());
         let pool = platform.db().await;
-        let row = sqlx::query(
+        let rows = fetch_all(
+            &pool,
             "select count(*) as runs, count(distinct trigger_time) as instants from runs
              where job_id = $1 and trigger_type = 'BACKFILL' and state = 'success'",
+            &[self.job_id],
         )
-        .bind(self.job_id)
-        .fetch_one(&pool)
         .await
         .unwrap();
+        let row = &rows[0];
         println!("a.backfill_instants_asked: {}", self.instants);
         println!("a.backfill_succeeded: {}", row.get::<i64, _>("runs"));
         println!("a.backfill_instants: {}", row.get::<i64, _>("instants"));
@@ -582,15 +596,16 @@ async fn lateness(
     until: i64,
     ids: &[String],
 ) -> Option<Vec<i64>> {
-    let rows = sqlx::query(&format!(
-        "select ({instant}) - trigger_time as late from runs
-         where fire_time >= $1 and fire_time <= $2 and attempt = 0 and dispatched_at > 0
-         and job_id in ({})",
-        ids.join(",")
-    ))
-    .bind(from)
-    .bind(until)
-    .fetch_all(pool)
+    let rows = fetch_all(
+        pool,
+        &format!(
+            "select ({instant}) - trigger_time as late from runs
+             where fire_time >= $1 and fire_time <= $2 and attempt = 0 and dispatched_at > 0
+             and job_id in ({})",
+            ids.join(",")
+        ),
+        &[from, until],
+    )
     .await
     .ok()?;
     Some(rows.iter().map(|row| row.get::<i64, _>("late")).collect())
@@ -653,10 +668,10 @@ async fn manual(platform: &Platform, triggers: usize, clients: usize) {
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut finished = 0;
     while Instant::now() < deadline {
-        let row = sqlx::query("select count(*) as n from runs where handle_code <> 0")
-            .fetch_one(&pool)
+        let rows = fetch_all(&pool, "select count(*) as n from runs where handle_code <> 0", &[])
             .await
             .unwrap();
+        let row = &rows[0];
         finished = row.get::<i64, _>("n");
         if finished >= accepted as i64 {
             break;

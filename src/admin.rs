@@ -170,6 +170,7 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
             return Err(error);
         }
     };
+    let config = fit_modules_to_database(&db, config).await?;
     // The state's token is the admin's, so open log streams end when the admin stops.
     let state = AppState { shutdown: shutdown.clone(), ..AppState::new(db, config)? };
     let router = router(state.clone()).layer(tower_http::trace::TraceLayer::new_for_http());
@@ -195,6 +196,27 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
         report::run(state.db.clone(), shutdown.clone()).instrument(tracing::info_span!("report")),
     ));
     Ok(Admin { local_addr, state, shutdown, firing, tasks })
+}
+
+/// `config` with its largest module lowered, with a warning, to what one statement can carry
+/// to the database: a MySQL server takes statements up to its `max_allowed_packet` (16 MiB by
+/// default in MariaDB), and a larger upload is then refused with 413, saying the limit, instead
+/// of failing in the database.
+async fn fit_modules_to_database(db: &Db, mut config: AdminConfig) -> anyhow::Result<AdminConfig> {
+    /// Room in the statement for the rest of a version's row.
+    const ROW_ROOM: u64 = 1024 * 1024;
+    let Some(packet) = db.largest_statement_bytes().await? else { return Ok(config) };
+    let fits = usize::try_from(packet.saturating_sub(ROW_ROOM)).unwrap_or(usize::MAX);
+    if config.max_module_bytes > fits {
+        tracing::warn!(
+            "the MySQL server takes statements up to {packet} bytes (max_allowed_packet): \
+             components are limited to {fits} bytes instead of {}; raise max_allowed_packet \
+             (for example to 64M) to store larger ones",
+            config.max_module_bytes
+        );
+        config.max_module_bytes = fits;
+    }
+    Ok(config)
 }
 
 /// How long the admin waits between two attempts to reach its database at start.

@@ -494,7 +494,9 @@ fn sqlite_file(url: &str) -> anyhow::Result<PathBuf> {
         );
     }
     let Some(path) = url.strip_prefix("sqlite:") else {
-        anyhow::bail!("--database-url: use sqlite:PATH (for PostgreSQL, pg_dump; for MySQL, mysqldump)");
+        anyhow::bail!(
+            "--database-url: use sqlite:PATH (for PostgreSQL, pg_dump; for MySQL, mysqldump)"
+        );
     };
     let path = path.trim_start_matches("//");
     let file = path.split_once('?').map_or(path, |(file, _)| file);

@@ -1,8 +1,10 @@
-//! The only place with SQL: a [`Db`] handle over SQLite or PostgreSQL, one function per query.
+//! The only place with SQL: a [`Db`] handle over SQLite, PostgreSQL or MySQL/MariaDB, one
+//! function per query.
 //!
-//! Queries are written once in the SQL both dialects accept (`$1` placeholders, `returning`,
-//! `on conflict`) and run through sqlx's `Any` driver; where the dialects differ, the function
-//! branches on [`Dialect`]. On SQLite the group commit's batches run on a connection of their
+//! Queries are written once in the SQL PostgreSQL and SQLite both accept (`$1` placeholders,
+//! `returning`, `on conflict`) and run through sqlx's `Any` driver by `query.rs`, which
+//! translates them for MySQL and MariaDB; where no translation fits, the function branches on
+//! [`Dialect`]. On SQLite the group commit's batches run on a connection of their
 //! own (`sqlite_writer.rs`), the same statements in one call to its thread. Migrations are per
 //! dialect under `migrations/`, applied at connect.
 //! Times are milliseconds since the Unix epoch, passed in by the caller: nothing here reads a clock.
@@ -197,9 +199,11 @@ impl Db {
                     sqlx::query("set session transaction isolation level read committed")
                         .execute(&mut *connection)
                         .await?;
-                    sqlx::query("set session sql_mode = concat(@@sql_mode, ',NO_BACKSLASH_ESCAPES')")
-                        .execute(&mut *connection)
-                        .await?;
+                    sqlx::query(
+                        "set session sql_mode = concat(@@sql_mode, ',NO_BACKSLASH_ESCAPES')",
+                    )
+                    .execute(&mut *connection)
+                    .await?;
                 }
                 Ok(())
             })
@@ -302,6 +306,34 @@ pub struct Unavailable(sqlx::Error);
 /// with this build's: one this build does not know means a newer build migrated the database,
 /// and this one stops there, having changed nothing.
 async fn migrate(pool: &AnyPool, dialect: Dialect) -> anyhow::Result<()> {
+    // sqlx's migrator locks MySQL with `GET_LOCK(name, -1)`, which MariaDB answers with null
+    // and no lock: admins started together then each applied the first migration. The lock
+    // is taken here, on a connection of its own, held until the migrator is done.
+    let mut lock = None;
+    if dialect == Dialect::Mysql {
+        let mut conn = pool.acquire().await?;
+        let row =
+            query::query("select get_lock(concat('wasmjob.migrate.', database()), 600) as locked")
+                .fetch_one(&mut *conn)
+                .await?;
+        if row.try_get::<Option<i64>, _>("locked")? != Some(1) {
+            anyhow::bail!(
+                "another admin held the migration lock for 10 minutes; nothing was changed"
+            );
+        }
+        lock = Some(conn);
+    }
+    let migrated = migrate_locked(pool, dialect).await;
+    if let Some(mut conn) = lock {
+        query::query("select release_lock(concat('wasmjob.migrate.', database())) as released")
+            .fetch_one(&mut *conn)
+            .await?;
+    }
+    migrated
+}
+
+/// [`migrate`], once no other admin migrates.
+async fn migrate_locked(pool: &AnyPool, dialect: Dialect) -> anyhow::Result<()> {
     let migrator = migrator(dialect);
     match migrator.run(pool).await {
         Ok(()) => Ok(()),
@@ -512,8 +544,16 @@ pub mod testing {
     /// Runs `sql` (written as the storage layer's statements are, see `query.rs`) on `pool`,
     /// translated for MySQL when the pool is MySQL's: for tests that read the database as the
     /// admin left it.
-    pub async fn fetch_all(pool: &AnyPool, sql: &str) -> Result<Vec<sqlx::any::AnyRow>, sqlx::Error> {
-        super::query::query(sql).fetch_all(pool).await
+    pub async fn fetch_all(
+        pool: &AnyPool,
+        sql: &str,
+        args: &[i64],
+    ) -> Result<Vec<sqlx::any::AnyRow>, sqlx::Error> {
+        let mut query = super::query::query(sql);
+        for arg in args {
+            query = query.bind(*arg);
+        }
+        query.fetch_all(pool).await
     }
 
     /// Drops a database made by [`mysql_database`].

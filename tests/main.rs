@@ -46,6 +46,8 @@ mod glue;
 mod lifecycle;
 /// `/metrics` of the admin and the executor, parsed strictly and watched as runs happen.
 mod metrics;
+/// MySQL and MariaDB: characters beyond the BMP, case, the server's bound on a statement.
+mod mysql;
 /// The network attack surface: executor addresses, redirects, reply caps, excerpts, TLS.
 mod network_trust;
 /// `GET /api/v1/openapi.json`: a 3.1 document of exactly the routes the router serves.

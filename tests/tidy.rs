@@ -128,7 +128,8 @@ fn migrations_are_numbered_and_match_across_dialects() {
         names
     };
     let sqlite = names("sqlite");
-    assert_eq!(sqlite, names("postgres"), "each migration exists for both dialects");
+    assert_eq!(sqlite, names("postgres"), "each migration exists for every dialect");
+    assert_eq!(sqlite, names("mysql"), "each migration exists for every dialect");
     // Numbers only grow; a gap is allowed, since two branches may each take the next number
     // and the one merged second keeps its own.
     let mut previous = 0;

@@ -172,7 +172,9 @@ async fn an_earlier_builds_database_and_executor_data_carry_on() {
 /// A text column of `row`, which MariaDB may send as a blob.
 fn text(row: &sqlx::any::AnyRow, column: &str) -> String {
     row.try_get::<String, _>(column)
-        .or_else(|_| row.try_get::<Vec<u8>, _>(column).map(|bytes| String::from_utf8(bytes).unwrap()))
+        .or_else(|_| {
+            row.try_get::<Vec<u8>, _>(column).map(|bytes| String::from_utf8(bytes).unwrap())
+        })
         .unwrap()
 }
 
@@ -270,39 +272,43 @@ async fn an_admin_older_than_its_database_refuses_to_start_and_changes_nothing()
     }
 }
 
-/// Admins started together on one fresh PostgreSQL database all start, and each migration is
-/// applied once (sqlx's migrator holds an advisory lock while it migrates).
+/// Admins started together on one fresh PostgreSQL or MySQL database all start, and each
+/// migration is applied once (sqlx's migrator holds a lock while it migrates: an advisory lock
+/// on PostgreSQL, `GET_LOCK` on MySQL).
 #[tokio::test]
 async fn admins_started_together_migrate_a_fresh_database_once() {
     wasmjob::telemetry::init_for_test();
-    let Some(url) = postgres_database("together").await.unwrap() else {
-        eprintln!("WASMJOB_TEST_POSTGRES_URL is unset: skipping the PostgreSQL migration race");
-        return;
-    };
-    let mut connects = tokio::task::JoinSet::new();
-    for _ in 0..6 {
-        let url = url.clone();
-        connects.spawn(async move { Db::connect(&url).await });
+    for backend in backends() {
+        let Some(url) = crate::support::server_database(backend, "together").await else {
+            continue;
+        };
+        let mut connects = tokio::task::JoinSet::new();
+        for _ in 0..6 {
+            let url = url.clone();
+            connects.spawn(async move { Db::connect(&url).await });
+        }
+        let mut dbs = Vec::new();
+        while let Some(connected) = connects.join_next().await {
+            dbs.push(connected.unwrap().unwrap_or_else(|error| panic!("{error:#}")));
+        }
+        for db in &dbs {
+            db.schema_check().await.unwrap();
+        }
+        let migrations = schema_snapshot(&url).await;
+        let applied: Vec<&String> =
+            migrations.iter().filter(|line| line.starts_with("migration ")).collect();
+        let dialect = if backend == Backend::Mysql { "mysql" } else { "postgres" };
+        let files = std::fs::read_dir(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations").join(dialect),
+        )
+        .unwrap()
+        .count();
+        assert_eq!(applied.len(), files, "{backend:?}: {applied:#?}");
+        for db in dbs {
+            db.close().await;
+        }
+        crate::support::drop_database(&url).await;
     }
-    let mut dbs = Vec::new();
-    while let Some(connected) = connects.join_next().await {
-        dbs.push(connected.unwrap().unwrap_or_else(|error| panic!("{error:#}")));
-    }
-    for db in &dbs {
-        db.schema_check().await.unwrap();
-    }
-    let migrations = schema_snapshot(&url).await;
-    let applied: Vec<&String> =
-        migrations.iter().filter(|line| line.starts_with("migration ")).collect();
-    let files =
-        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/postgres"))
-            .unwrap()
-            .count();
-    assert_eq!(applied.len(), files, "{applied:#?}");
-    for db in dbs {
-        db.close().await;
-    }
-    drop_postgres_database(&url).await.unwrap();
 }
 
 /// `/readyz` of an admin names each check, and fails while the scheduler has not completed a

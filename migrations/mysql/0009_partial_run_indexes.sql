@@ -4,20 +4,21 @@
 -- state its scan looks for: a run enters and leaves the few that concern it, and an ended run is
 -- in none of them.
 --
--- MariaDB has no partial indexes (no `where` on an index): each index below is a plain index on
--- the same columns, holding every run. An index is dropped `on` its table.
+-- MariaDB has no partial indexes (no `where` on an index): each index below holds every run,
+-- led by the column of PostgreSQL's predicate, so that a scan of one state reads only that
+-- state's entries. An index is dropped `on` its table.
 
 drop index runs_pending on runs;
-create index runs_pending on runs (trigger_time);
+create index runs_pending on runs (state, trigger_time);
 
 drop index runs_leases on runs;
-create index runs_leases on runs (lease_until);
+create index runs_leases on runs (state, lease_until);
 
 drop index runs_deadlines on runs;
-create index runs_deadlines on runs (deadline);
+create index runs_deadlines on runs (state, deadline);
 
 drop index runs_by_executor on runs;
-create index runs_by_executor on runs (executor_address, dispatched_at);
+create index runs_by_executor on runs (state, executor_address, dispatched_at);
 
 drop index runs_by_state on runs;
 create index runs_unfinished on runs (state, id);

@@ -7,8 +7,9 @@
 -- runs, under the lease of the admin that drives the backfill.
 -- state: running | paused | cancelled | done.
 --
--- MariaDB has no partial indexes: `backfills_running` and `backfill_runs_by_run` are plain
--- indexes on the same columns.
+-- MariaDB has no partial indexes: `backfills_running` is led by the state PostgreSQL's predicate
+-- names (a short varchar, so that it can be indexed), and `backfill_runs_by_run` holds the null
+-- run ids too.
 create table backfills (
     id bigint not null auto_increment primary key,
     job_id bigint not null,
@@ -23,7 +24,7 @@ create table backfills (
     total bigint not null,
     released bigint not null default 0,
     cursor_ms bigint not null,
-    state text not null default 'running',
+    state varchar(32) not null default 'running',
     reason text not null default '',
     created_by text not null default '',
     lease_owner text,
@@ -34,7 +35,7 @@ create table backfills (
 ) engine = InnoDB default charset = utf8mb4 collate = utf8mb4_nopad_bin;
 
 create index backfills_by_job on backfills (job_id, id);
-create index backfills_running on backfills (lease_until);
+create index backfills_running on backfills (state, lease_until);
 
 -- The runs a backfill created, one row per instant and shard; run_id is null for an instant
 -- that already had a run (a backfill without rerun creates none there). The key keeps one run

@@ -178,20 +178,18 @@ impl Db {
 
     /// Every webhook, by id.
     pub async fn list_alarm_webhooks(&self) -> Result<Vec<AlarmWebhook>> {
-        let rows =
-            query(&format!("select {WEBHOOK_COLUMNS} from alarm_webhooks order by id"))
-                .fetch_all(&self.pool)
-                .await?;
+        let rows = query(&format!("select {WEBHOOK_COLUMNS} from alarm_webhooks order by id"))
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(webhook_from_row).collect()
     }
 
     /// Webhook `id`, if it exists.
     pub async fn get_alarm_webhook(&self, id: i64) -> Result<Option<AlarmWebhook>> {
-        let row =
-            query(&format!("select {WEBHOOK_COLUMNS} from alarm_webhooks where id = $1"))
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?;
+        let row = query(&format!("select {WEBHOOK_COLUMNS} from alarm_webhooks where id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(webhook_from_row).transpose()
     }
 
@@ -299,11 +297,10 @@ impl Db {
 
     /// Job `job_id`'s silence row: when its last alarm was sent, and that alarm's event id.
     pub async fn alarm_silence(&self, job_id: i64) -> Result<Option<(i64, i64)>> {
-        let row =
-            query("select last_alarm_at, last_event_id from alarm_silence where job_id = $1")
-                .bind(job_id)
-                .fetch_optional(&self.pool)
-                .await?;
+        let row = query("select last_alarm_at, last_event_id from alarm_silence where job_id = $1")
+            .bind(job_id)
+            .fetch_optional(&self.pool)
+            .await?;
         let Some(row) = row else { return Ok(None) };
         Ok(Some((row.try_get("last_alarm_at")?, row.try_get("last_event_id")?)))
     }
@@ -488,12 +485,11 @@ impl Db {
     /// pending, and settled events with no delivery left. Returns how many rows went.
     pub async fn delete_old_alarms(&self, before_ms: i64) -> Result<u64> {
         let mut tx = self.writer().begin().await?;
-        let deliveries = query(
-            "delete from alarm_deliveries where created_at < $1 and state <> 'pending'",
-        )
-        .bind(before_ms)
-        .execute(&mut *tx)
-        .await?;
+        let deliveries =
+            query("delete from alarm_deliveries where created_at < $1 and state <> 'pending'")
+                .bind(before_ms)
+                .execute(&mut *tx)
+                .await?;
         let events = query(
             "delete from alarm_events where created_at < $1 and status <> 'new'
                 and not exists (select 1 from alarm_deliveries d where d.event_id = alarm_events.id)",

@@ -103,10 +103,8 @@ impl Db {
             tx.rollback().await?;
             return Ok(CalendarDelete::InUse(jobs));
         }
-        let done = query("delete from calendars where name = $1")
-            .bind(name)
-            .execute(&mut *tx)
-            .await?;
+        let done =
+            query("delete from calendars where name = $1").bind(name).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(if done.rows_affected() == 1 {
             CalendarDelete::Deleted

@@ -58,11 +58,10 @@ impl Db {
         let outcome = match claimed {
             Some(claim) => CappedClaim::Claimed(Box::new(claim)),
             None => {
-                let held =
-                    query("update runs set held = 1 where id = $1 and state = 'pending'")
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await?;
+                let held = query("update runs set held = 1 where id = $1 and state = 'pending'")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
                 if held.rows_affected() == 1 { CappedClaim::Held } else { CappedClaim::Gone }
             }
         };

@@ -144,10 +144,7 @@ impl Db {
     /// Deletes job `id` with its versions; its runs stay as history. Whether it existed.
     pub async fn delete_job(&self, id: i64) -> Result<bool> {
         let mut tx = self.writer().begin().await?;
-        query("delete from job_versions where job_id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        query("delete from job_versions where job_id = $1").bind(id).execute(&mut *tx).await?;
         let done = query("delete from jobs where id = $1").bind(id).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
@@ -188,15 +185,14 @@ impl Db {
         next_fire_ms: Option<i64>,
         now_ms: i64,
     ) -> Result<bool> {
-        let done = query(
-            "update jobs set running = $1, next_fire_ms = $2, updated_at = $3 where id = $4",
-        )
-        .bind(i64::from(next_fire_ms.is_some()))
-        .bind(next_fire_ms.unwrap_or(0))
-        .bind(now_ms)
-        .bind(id)
-        .execute(self.writer())
-        .await?;
+        let done =
+            query("update jobs set running = $1, next_fire_ms = $2, updated_at = $3 where id = $4")
+                .bind(i64::from(next_fire_ms.is_some()))
+                .bind(next_fire_ms.unwrap_or(0))
+                .bind(now_ms)
+                .bind(id)
+                .execute(self.writer())
+                .await?;
         Ok(done.rows_affected() == 1)
     }
 

@@ -149,6 +149,17 @@ impl Db {
         row.map(|row| Ok(row.try_get("bytes")?)).transpose()
     }
 
+    /// On MySQL, the largest statement the server takes (`max_allowed_packet`), which bounds
+    /// the module a statement can store; `None` elsewhere.
+    pub async fn largest_statement_bytes(&self) -> Result<Option<u64>> {
+        if self.dialect != super::Dialect::Mysql {
+            return Ok(None);
+        }
+        let row =
+            query("select cast(@@max_allowed_packet as bigint) as n").fetch_one(&self.pool).await?;
+        Ok(Some(u64::try_from(row.try_get::<i64, _>("n")?).unwrap_or(0)))
+    }
+
     /// How many module blobs are stored (the same bytes count once).
     pub async fn count_modules(&self) -> Result<i64> {
         let row = query("select count(*) as n from modules").fetch_one(&self.pool).await?;

@@ -269,7 +269,8 @@ impl UpdateReturning {
             .into_iter()
             .map(text_from_blobs)
             .map(|row| {
-                let values: Vec<String> = row.values.iter().map(|value| literal(&value.kind)).collect();
+                let values: Vec<String> =
+                    row.values.iter().map(|value| literal(&value.kind)).collect();
                 format!("({})", values.join(", "))
             })
             .collect();
@@ -337,7 +338,9 @@ pub(super) fn translation(sql: &str) -> Translated {
         Some((table, set, filter, returning)) => {
             let key = key_of(table);
             Translated::UpdateReturning(UpdateReturning {
-                select_keys: numbered(&format!("select {key} from {table} where {filter} for update")),
+                select_keys: numbered(&format!(
+                    "select {key} from {table} where {filter} for update"
+                )),
                 update: numbered(&format!("update {table} set {set} where ({key}) in (")),
                 read_back: format!("select {returning} from {table} where ({key}) in ("),
                 key,

@@ -177,8 +177,7 @@ impl Db {
         let mut tx = self.writer().begin().await?;
         query("delete from sessions where user_id = $1").bind(id).execute(&mut *tx).await?;
         query("delete from api_tokens where user_id = $1").bind(id).execute(&mut *tx).await?;
-        let done =
-            query("delete from users where id = $1").bind(id).execute(&mut *tx).await?;
+        let done = query("delete from users where id = $1").bind(id).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
@@ -242,10 +241,7 @@ impl Db {
         expires_at_ms: i64,
     ) -> Result<()> {
         let mut tx = self.writer().begin().await?;
-        query("delete from sessions where expires_at <= $1")
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await?;
+        query("delete from sessions where expires_at <= $1").bind(now_ms).execute(&mut *tx).await?;
         query(
             "insert into sessions (token_hash, user_id, csrf_token, created_at, expires_at)
              values ($1, $2, $3, $4, $5)",

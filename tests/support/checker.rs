@@ -223,7 +223,7 @@ async fn count_report(url: &str, report: &mut Report) {
             union all
             select day, state, runs from run_report_delta
         ) as counted group by day, state";
-    let Ok(stored) = fetch_all(&pool, stored).await else {
+    let Ok(stored) = fetch_all(&pool, stored, &[]).await else {
         report.skip("report_mismatches", "the database has no incremental daily report yet");
         pool.close().await;
         return;
@@ -236,7 +236,7 @@ async fn count_report(url: &str, report: &mut Report) {
         "select {day} as day, {bucket} as state, count(*) as n from runs
          group by {day}, {bucket}"
     );
-    let counted = fetch_all(&pool, &counted).await.unwrap();
+    let counted = fetch_all(&pool, &counted, &[]).await.unwrap();
     // The dashboard's failures per job and day, kept the same way, as `failures of job N`.
     let stored_failures = "select day, 'failures of job ' || cast(job_id as text) as state,
             cast(sum(runs) as bigint) as n from (
@@ -250,8 +250,8 @@ async fn count_report(url: &str, report: &mut Report) {
             where state in ('failed', 'timed_out', 'lost')
             group by {day}, job_id"
     );
-    let failures = match fetch_all(&pool, stored_failures).await {
-        Ok(stored) => Some((stored, fetch_all(&pool, &counted_failures).await.unwrap())),
+    let failures = match fetch_all(&pool, stored_failures, &[]).await {
+        Ok(stored) => Some((stored, fetch_all(&pool, &counted_failures, &[]).await.unwrap())),
         Err(_) => None,
     };
     pool.close().await;
@@ -292,14 +292,15 @@ async fn connect(url: &str) -> sqlx::AnyPool {
 async fn read_database(url: &str) -> (Vec<Run>, HashMap<i64, Job>, bool) {
     let pool = connect(url).await;
     // The lifecycle columns arrive with a later migration: probe for them.
-    let lifecycle = fetch_all(&pool, "select state, parent_run_id from runs where 1 = 0").await.is_ok();
+    let lifecycle =
+        fetch_all(&pool, "select state, parent_run_id from runs where 1 = 0", &[]).await.is_ok();
     let extra = if lifecycle { ", state, parent_run_id" } else { "" };
     let sql = format!(
         "select id, job_id, trigger_type, trigger_time, fire_time, attempt, shard_index, \
          executor_address, handle_code, handle_msg{extra} from runs order by id"
     );
     let mut runs = Vec::new();
-    for row in fetch_all(&pool, &sql).await.unwrap() {
+    for row in fetch_all(&pool, &sql, &[]).await.unwrap() {
         let handle_code: i64 = row.get("handle_code");
         let (state, parent_run_id) = if lifecycle {
             (row.get::<String, _>("state"), row.get::<Option<i64>, _>("parent_run_id"))
@@ -331,6 +332,7 @@ async fn read_database(url: &str) -> (Vec<Run>, HashMap<i64, Job>, bool) {
     let rows = fetch_all(
         &pool,
         "select id, retry_count, child_job_ids, timeout_secs, max_concurrent_runs from jobs",
+        &[],
     )
     .await
     .unwrap();

@@ -1,8 +1,8 @@
 //! The MySQL translation of statements, as a table: each text as written for PostgreSQL and
 //! SQLite, and what MariaDB is sent.
 
-use sqlx::any::AnyArguments;
 use sqlx::Arguments as _;
+use sqlx::any::AnyArguments;
 use sqlx_core::any::{AnyTypeInfoKind, AnyValueKind};
 
 use super::{Numbered, Translated, UpdateReturning, literal, numbered, translation};
@@ -51,7 +51,10 @@ fn statements_are_translated_for_mysql() {
                 &[0, 1],
             ),
         ),
-        ("update jobs set a = $1 where id = $2", plain("update jobs set a = ? where id = ?", &[0, 1])),
+        (
+            "update jobs set a = $1 where id = $2",
+            plain("update jobs set a = ? where id = ?", &[0, 1]),
+        ),
         (
             "update users set failed = failed + 1, until = $2 + 5
              where id = $1 and until <= $2 returning failed",

@@ -230,10 +230,14 @@ impl Platform {
         };
         let http = reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap();
         let platform_api = api.clone();
-        wait_for("the admin to answer", || {
+        // Ready, not only up: an admin answers `/healthz` while it still migrates its database.
+        wait_for("the admin to be ready", || {
             let http = http.clone();
-            let url = format!("{platform_api}/healthz");
-            async move { http.get(url).send().await.is_ok().then_some(()) }
+            let url = format!("{platform_api}/readyz");
+            async move {
+                let reply = http.get(url).send().await.ok()?;
+                reply.status().is_success().then_some(())
+            }
         })
         .await;
         // Executors register by application name, so the group may come after the executor.

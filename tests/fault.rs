@@ -153,23 +153,7 @@ async fn two_admins_one_killed_repeatedly_on_postgres() {
         eprintln!("WASMJOB_TEST_POSTGRES_URL is unset: skipping the two-admin PostgreSQL scenario");
         return;
     };
-    let scenario = Scenario {
-        admins: 2,
-        api_admin: 1,
-        workload: Workload { plain: 16, failing: 2, parents: 2, ..Workload::default() },
-        crashes: &[(
-            Role::Admin(0),
-            &[
-                Crash::sigkill(3_000),
-                Crash::at("scheduler.after_fire_commit=abort@3", 5_000),
-                Crash::sigkill(3_500),
-                Crash::at("dispatch.after_send=abort@20", 5_000),
-            ],
-        )],
-        chaos_for: Duration::from_secs(24),
-        ..Scenario::new("two admins on PostgreSQL, one killed repeatedly")
-    };
-    scenario.run(Some(url)).await.assert_clean();
+    two_admins_one_killed_repeatedly(url, "two admins on PostgreSQL, one killed repeatedly").await;
 }
 
 /// The same two admins on one MySQL (MariaDB) database.
@@ -179,6 +163,10 @@ async fn two_admins_one_killed_repeatedly_on_mysql() {
         eprintln!("WASMJOB_TEST_MYSQL_URL is unset: skipping the two-admin MySQL scenario");
         return;
     };
+    two_admins_one_killed_repeatedly(url, "two admins on MySQL, one killed repeatedly").await;
+}
+
+async fn two_admins_one_killed_repeatedly(url: String, name: &'static str) {
     let scenario = Scenario {
         admins: 2,
         api_admin: 1,
@@ -193,7 +181,7 @@ async fn two_admins_one_killed_repeatedly_on_mysql() {
             ],
         )],
         chaos_for: Duration::from_secs(24),
-        ..Scenario::new("two admins on MySQL, one killed repeatedly")
+        ..Scenario::new(name)
     };
     scenario.run(Some(url)).await.assert_clean();
 }

@@ -309,7 +309,7 @@ async fn move_fires(
     now_ms: i64,
 ) -> Result<std::collections::HashSet<i64>> {
     if super::query::is_mysql(conn) {
-        return move_fires_one_by_one(conn, fires, now_ms).await;
+        return super::mysql_writes::move_fires(conn, fires, now_ms).await;
     }
     let p = super::placeholder(conn);
     let values = (0..fires.len())
@@ -336,33 +336,6 @@ async fn move_fires(
     }
     let rows = query.fetch_all(&mut *conn).await?;
     rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
-}
-
-/// [`move_fires`] on MySQL and MariaDB, which have no `update … from (values …)`: a statement
-/// per job, in the same transaction.
-async fn move_fires_one_by_one(
-    conn: &mut AnyConnection,
-    fires: &[&Fire],
-    now_ms: i64,
-) -> Result<std::collections::HashSet<i64>> {
-    let mut moved = std::collections::HashSet::new();
-    for fire in fires {
-        let done = query(
-            "update jobs set next_fire_ms = $1, running = $2, updated_at = $3
-             where id = $4 and running = 1 and next_fire_ms = $5",
-        )
-        .bind(fire.next.at().unwrap_or(0))
-        .bind(i64::from(fire.next != NextFire::Never))
-        .bind(now_ms)
-        .bind(fire.job_id)
-        .bind(fire.expected_fire_ms)
-        .execute(&mut *conn)
-        .await?;
-        if done.rows_affected() == 1 {
-            moved.insert(fire.job_id);
-        }
-    }
-    Ok(moved)
 }
 
 /// One job's fire, for [`Db::fire_jobs`].

@@ -275,14 +275,38 @@ impl UpdateReturning {
             })
             .collect();
         let list = list.join(", ");
-        let update = format!("{}{list})", self.update.text);
-        sqlx::query_with(&update, self.update.args(args)).execute(&mut *tx).await?;
+        // Texts new each time (their keys are written in): sent unprepared.
+        let update = format!("{}{list})", self.update.interpolated(args));
+        fetch_text(&mut tx, &update).await?;
         let read_back = format!("{}{list}) order by {}", self.read_back, self.key);
-        let rows = sqlx::query(&read_back).fetch_all(&mut *tx).await?;
+        let rows = fetch_text(&mut tx, &read_back).await?;
         tx.commit().await?;
-        Ok(rows.into_iter().map(text_from_blobs).collect())
+        Ok(rows)
     }
 }
+
+/// Runs `text`, a statement with its values written in as literals, unprepared; its rows.
+pub(super) async fn fetch_text(conn: &mut AnyConnection, text: &str) -> sqlx::Result<Vec<AnyRow>> {
+    let rows = sqlx::Executor::fetch_all(conn, sqlx::raw_sql(text)).await?;
+    Ok(rows.into_iter().map(text_from_blobs).collect())
+}
+
+/// An integer, or null, as a MySQL literal.
+pub(super) fn int_literal(value: Option<i64>) -> String {
+    value.map_or_else(|| "null".to_owned(), |value| value.to_string())
+}
+
+/// A text, or null, as a MySQL literal (see [`literal`]).
+pub(super) fn text_literal(value: Option<&str>) -> String {
+    match value {
+        Some(text) => literal(&AnyValueKind::Text(text.into())),
+        None => "null".to_owned(),
+    }
+}
+
+/// The collation of text literals: the tables', so that a literal compares with a column, or
+/// with another literal, as two columns do.
+const TEXT_COLLATION: &str = " collate utf8mb4_nopad_bin";
 
 /// `value` as a MySQL literal. Text is written as the hex of its UTF-8 bytes with a
 /// `_utf8mb4` introducer: no text, whatever its quotes, backslashes or the session's
@@ -304,8 +328,8 @@ pub(super) fn literal(value: &AnyValueKind<'_>) -> String {
         AnyValueKind::BigInt(value) => value.to_string(),
         AnyValueKind::Real(value) => format!("{value:e}"),
         AnyValueKind::Double(value) => format!("{value:e}"),
-        AnyValueKind::Text(text) if text.is_empty() => "''".to_owned(),
-        AnyValueKind::Text(text) => format!("_utf8mb4 x'{}'", hex(text.as_bytes())),
+        AnyValueKind::Text(text) if text.is_empty() => format!("_utf8mb4 ''{TEXT_COLLATION}"),
+        AnyValueKind::Text(text) => format!("_utf8mb4 x'{}'{TEXT_COLLATION}", hex(text.as_bytes())),
         AnyValueKind::Blob(bytes) => format!("x'{}'", hex(bytes)),
         // sqlx may add kinds; none is bound here.
         _ => "null".to_owned(),

@@ -155,8 +155,11 @@ async fn update_rows(
     updates: &[Update<'_>],
     deltas: &mut Deltas,
 ) -> Result<Vec<RunRecord>> {
-    if exec.is_mysql() {
-        return update_rows_one_by_one(exec, updates, deltas).await;
+    if let Exec::Sqlx(conn) = exec
+        && super::query::is_mysql(conn)
+    {
+        let rows = super::mysql_writes::update_runs(conn, updates).await?;
+        return ended_rows(&rows, deltas);
     }
     const TYPES: [&str; UPDATE_PARAMS] = [
         "bigint", "text", "bigint", "text", "text", "bigint", "bigint", "bigint", "text", "bigint",
@@ -203,40 +206,6 @@ async fn update_rows(
         bind_update(&mut statement, update);
     }
     let rows = exec.fetch_all(&statement).await?;
-    ended_rows(&rows, deltas)
-}
-
-/// [`update_rows`] on MySQL and MariaDB, which can neither update from a list of values nor
-/// return what an update wrote: a statement per run, each run as three (see `query.rs`).
-async fn update_rows_one_by_one(
-    exec: &mut Exec<'_>,
-    updates: &[Update<'_>],
-    deltas: &mut Deltas,
-) -> Result<Vec<RunRecord>> {
-    let sql = format!(
-        "update runs set state = $2,
-            trigger_code = coalesce($3, trigger_code),
-            trigger_msg = coalesce($4, trigger_msg),
-            executor_address = coalesce($5, executor_address),
-            dispatched_at = coalesce($6, dispatched_at),
-            deadline = coalesce($7, deadline),
-            handle_code = coalesce($8, handle_code),
-            handle_msg = coalesce($9, handle_msg),
-            handle_time = case when $8 is null then handle_time else $10 end,
-            fuel_used = coalesce($11, fuel_used),
-            kill_requested = case when $12 = 1 then 1 else kill_requested end,
-            lease_owner = case when $2 = 'dispatching' then lease_owner else null end,
-            started_at = coalesce($17, started_at)
-         where id = $1 and state = $13 and kill_requested = $16
-            and ($14 = '' or (lease_owner = $14 and fence = $15))
-         returning {COLUMNS}, created_at"
-    );
-    let mut rows = Vec::with_capacity(updates.len());
-    for update in updates {
-        let mut statement = Statement::new(sql.as_str());
-        bind_update(&mut statement, update);
-        rows.extend(exec.fetch_all(&statement).await?);
-    }
     ended_rows(&rows, deltas)
 }
 

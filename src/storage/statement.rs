@@ -122,11 +122,6 @@ impl Exec<'_> {
         }
     }
 
-    /// Whether statements run on MySQL or MariaDB.
-    pub(super) fn is_mysql(&self) -> bool {
-        matches!(self, Exec::Sqlx(conn) if super::query::is_mysql(conn))
-    }
-
     /// Runs `statement` and returns the rows it returns (none for a write without `returning`).
     pub(super) async fn fetch_all(&mut self, statement: &Statement<'_>) -> Result<Vec<Row>> {
         match self {

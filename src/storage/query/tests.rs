@@ -124,8 +124,11 @@ fn arguments_written_as_literals_cannot_end_them_early() {
     let table = [
         (AnyValueKind::BigInt(-42), "-42"),
         (AnyValueKind::Null(AnyTypeInfoKind::Text), "null"),
-        (AnyValueKind::Text("".into()), "''"),
-        (AnyValueKind::Text("it's \\' -- é".into()), "_utf8mb4 x'69742773205c27202d2d20c3a9'"),
+        (AnyValueKind::Text("".into()), "_utf8mb4 '' collate utf8mb4_nopad_bin"),
+        (
+            AnyValueKind::Text("it's \\' -- é".into()),
+            "_utf8mb4 x'69742773205c27202d2d20c3a9' collate utf8mb4_nopad_bin",
+        ),
         (AnyValueKind::Blob(vec![0, 255].into()), "x'00ff'"),
     ];
     for (value, expected) in table {
@@ -137,6 +140,7 @@ fn arguments_written_as_literals_cannot_end_them_early() {
     let statement = numbered("insert into t (a, b, c) values ($2, '?', $1) returning id");
     assert_eq!(
         statement.interpolated(&args),
-        "insert into t (a, b, c) values (7, '?', _utf8mb4 x'612762') returning id"
+        "insert into t (a, b, c) values (7, '?', _utf8mb4 x'612762' collate utf8mb4_nopad_bin) \
+         returning id"
     );
 }

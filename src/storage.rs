@@ -196,12 +196,14 @@ impl Db {
                     // PostgreSQL's isolation, which the statements are written for: each
                     // statement sees what committed before it, and InnoDB locks the rows it
                     // changes without the gap locks of REPEATABLE READ. String literals mean
-                    // what they say, as in standard SQL.
+                    // what they say, as in standard SQL, and a value too long for its column
+                    // is refused, never cut, whatever the server's own mode.
                     sqlx::query("set session transaction isolation level read committed")
                         .execute(&mut *connection)
                         .await?;
                     sqlx::query(
-                        "set session sql_mode = concat(@@sql_mode, ',NO_BACKSLASH_ESCAPES')",
+                        "set session sql_mode = \
+                         concat(@@sql_mode, ',NO_BACKSLASH_ESCAPES,STRICT_ALL_TABLES')",
                     )
                     .execute(&mut *connection)
                     .await?;

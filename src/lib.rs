@@ -6,8 +6,10 @@
 //! - `backfill`: the past instants a backfill covers and how many it releases; pure.
 //! - `access`: roles and which route asks for which; pure.
 //! - `netpolicy`: which executor addresses an admin accepts and calls; pure.
+//! - `workflow`: a DAG of jobs: validation, which nodes start or are skipped; pure, not wired
+//!   into the admin yet.
 //! - `protocol`: the admin⇄executor wire format (XXL-JOB compatible) and its HTTP client.
-//! - `storage`: every SQL query, for SQLite and PostgreSQL.
+//! - `storage`: every SQL query, for SQLite, PostgreSQL and MySQL/MariaDB.
 //! - `runtime`: wasmtime; compiles components and runs one job in a sandbox.
 //! - `admin`: REST API, scheduler and dispatch. `executor`: runs triggers, reports results.
 //! - `cli`, `config`, `telemetry`, `metrics`: flags, validated configuration, logging,
@@ -39,3 +41,4 @@ pub mod schedule;
 pub mod storage;
 pub mod telemetry;
 pub mod tls;
+pub mod workflow;

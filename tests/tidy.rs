@@ -56,6 +56,8 @@ fn layering_holds() {
         "src/schedule/",
         "src/routing.rs",
         "src/routing/",
+        "src/workflow.rs",
+        "src/workflow/",
     ];
     let io_crates = [
         "tokio",

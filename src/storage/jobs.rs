@@ -309,7 +309,16 @@ async fn move_fires(
     now_ms: i64,
 ) -> Result<std::collections::HashSet<i64>> {
     if super::query::is_mysql(conn) {
-        return super::mysql_writes::move_fires(conn, fires, now_ms).await;
+        let moves: Vec<super::mysql_writes::Move> = fires
+            .iter()
+            .map(|fire| super::mysql_writes::Move {
+                job_id: fire.job_id,
+                expected_fire_ms: fire.expected_fire_ms,
+                next_fire_ms: fire.next.at().unwrap_or(0),
+                running: i64::from(fire.next != NextFire::Never),
+            })
+            .collect();
+        return super::mysql_writes::move_fires(conn, &moves, now_ms).await;
     }
     let p = super::placeholder(conn);
     let values = (0..fires.len())

@@ -13,18 +13,25 @@ use std::fmt::Write as _;
 use sqlx::{AnyConnection, Row as _};
 
 use super::Result;
-use super::jobs::Fire;
 use super::query::{fetch_text, int_literal, text_literal};
-use super::run_writes::Update;
-use super::runs::COLUMNS;
+use super::runs::{COLUMNS, Update};
 use super::statement::Row;
-use crate::schedule::NextFire;
+
+/// One job's move to its next fire: a fire's compare-and-set.
+pub(super) struct Move {
+    pub job_id: i64,
+    /// The fire the job must still be at.
+    pub expected_fire_ms: i64,
+    pub next_fire_ms: i64,
+    /// 0 once the job has no next fire.
+    pub running: i64,
+}
 
 /// Moves each of `fires` (of distinct jobs) to its next fire if the job is still running at the
 /// fire it was read at; the ids of the jobs moved.
 pub(super) async fn move_fires(
     conn: &mut AnyConnection,
-    fires: &[&Fire],
+    fires: &[Move],
     now_ms: i64,
 ) -> Result<HashSet<i64>> {
     let ids = id_list(fires.iter().map(|fire| fire.job_id));
@@ -38,7 +45,7 @@ pub(super) async fn move_fires(
         let at: (i64, i64) = (row.try_get("running")?, row.try_get("next_fire_ms")?);
         current.insert(row.try_get::<i64, _>("id")?, at);
     }
-    let moving: Vec<&&Fire> = fires
+    let moving: Vec<&Move> = fires
         .iter()
         .filter(|fire| current.get(&fire.job_id) == Some(&(1, fire.expected_fire_ms)))
         .collect();
@@ -47,11 +54,8 @@ pub(super) async fn move_fires(
     }
     let mut values = String::new();
     for (at, fire) in moving.iter().enumerate() {
-        let cells = [
-            ("id", fire.job_id),
-            ("next_fire_ms", fire.next.at().unwrap_or(0)),
-            ("running", i64::from(fire.next != NextFire::Never)),
-        ];
+        let cells =
+            [("id", fire.job_id), ("next_fire_ms", fire.next_fire_ms), ("running", fire.running)];
         row_of(
             &mut values,
             at,

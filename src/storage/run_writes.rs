@@ -6,10 +6,10 @@ use super::query::query;
 use sqlx::{AnyConnection, Row};
 
 use super::reports::Deltas;
+pub(super) use super::runs::Update;
 use super::runs::{COLUMNS, Claim, NewRun, UNFINISHED, format_items, run_from_row};
 use super::statement::{Cells, Exec, Statement};
 use super::{Result, parse_column};
-use crate::lifecycle::Transition;
 use crate::model::{RunRecord, RunState, TriggerType};
 
 /// Claims run `id` on `conn` (see [`Db::claim_run`](super::Db::claim_run)).
@@ -103,17 +103,6 @@ pub(super) async fn apply(
         super::alarms::insert_run_failed(conn, &run, update.now_ms).await?;
     }
     Ok(Some((run, ids)))
-}
-
-/// One run's transition to record: the compare-and-set of [`update_many`].
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Update<'a> {
-    pub id: i64,
-    pub transition: &'a Transition,
-    /// The lease (owner, fence) the run must still be under.
-    pub lease: Option<(&'a str, i64)>,
-    pub fuel_used: Option<i64>,
-    pub now_ms: i64,
 }
 
 /// The parameters of one row of [`update_many`]'s `values` list.

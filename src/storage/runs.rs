@@ -14,6 +14,7 @@ use sqlx::Row;
 
 use super::statement::Cells;
 use super::{Db, Result, parse_column};
+use crate::lifecycle::Transition;
 use crate::model::{RunRecord, RunState, ShardingItem, TriggerType};
 
 pub(super) const COLUMNS: &str = "id, job_id, executor_address, trigger_type, trigger_time, param, trigger_code,
@@ -265,6 +266,17 @@ impl Db {
         .await?;
         Ok(deleted.rows_affected())
     }
+}
+
+/// One run's transition to record: the compare-and-set of `run_writes::update_many`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Update<'a> {
+    pub id: i64,
+    pub transition: &'a Transition,
+    /// The lease (owner, fence) the run must still be under.
+    pub lease: Option<(&'a str, i64)>,
+    pub fuel_used: Option<i64>,
+    pub now_ms: i64,
 }
 
 pub(super) fn run_from_row(row: &impl Cells) -> Result<RunRecord> {

@@ -404,7 +404,11 @@ fn backup_refuses_what_it_cannot_copy() {
             &["backup", "--database-url", "postgres://wasmjob:hunter2@db/wasmjob", "--to", to],
             "back it up with pg_dump",
         ),
-        (&["backup", "--database-url", "mysql://db/wasmjob", "--to", to], "use sqlite:PATH"),
+        (
+            &["backup", "--database-url", "mysql://wasmjob:hunter2@db/wasmjob", "--to", to],
+            "back it up with mysqldump",
+        ),
+        (&["backup", "--database-url", "redis://db/0", "--to", to], "use sqlite:PATH"),
         (
             &["backup", "--data-dir", "/nonexistent", "--to", to],
             "/nonexistent/wasmjob.db is not a database file",

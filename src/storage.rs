@@ -137,7 +137,7 @@ pub type Result<T> = std::result::Result<T, StorageError>;
 ///
 /// On SQLite, which lets one connection write at a time, writes go through a pool of one
 /// connection: writers queue in the pool instead of sleeping in SQLite's busy handler, and
-/// reads keep the other connections. On PostgreSQL both are the same pool. The run lifecycle's
+/// reads keep the other connections. On PostgreSQL and MySQL both are the same pool. The run lifecycle's
 /// hot-path writes are group-committed (`batch.rs`).
 #[derive(Clone)]
 pub struct Db {

@@ -16,7 +16,7 @@ use wasmjob::admin::{self, AppState, router};
 use wasmjob::executor;
 use wasmjob::storage::Db;
 use wasmjob::storage::testing::{
-    create_postgres_database, drop_postgres_database, postgres_database,
+    create_postgres_database, drop_postgres_database, fetch_all, postgres_database,
 };
 
 use crate::support::app::{admin_config, executor_config};
@@ -169,15 +169,6 @@ async fn an_earlier_builds_database_and_executor_data_carry_on() {
 
 /// The migrations as the database records them, and its tables and columns: what an admin that
 /// refuses to start must leave as it found.
-/// A text column of `row`, which MariaDB may send as a blob.
-fn text(row: &sqlx::any::AnyRow, column: &str) -> String {
-    row.try_get::<String, _>(column)
-        .or_else(|_| {
-            row.try_get::<Vec<u8>, _>(column).map(|bytes| String::from_utf8(bytes).unwrap())
-        })
-        .unwrap()
-}
-
 async fn schema_snapshot(url: &str) -> Vec<String> {
     sqlx::any::install_default_drivers();
     let url = match url.strip_prefix("sqlite:") {
@@ -189,10 +180,11 @@ async fn schema_snapshot(url: &str) -> Vec<String> {
     let migrations = "select version, description, \
                       case when success then 'applied' else 'failed' end as ok \
                       from _sqlx_migrations order by version";
-    for row in sqlx::query(migrations).fetch_all(&pool).await.unwrap() {
+    // Read as the admin reads, so that MariaDB's text columns arrive as text.
+    for row in fetch_all(&pool, migrations, &[]).await.unwrap() {
         let version: i64 = row.get("version");
-        let description = text(&row, "description");
-        let ok = text(&row, "ok");
+        let description: String = row.get("description");
+        let ok: String = row.get("ok");
         snapshot.push(format!("migration {version} {description} {ok}"));
     }
     let columns = if url.starts_with("sqlite:") {
@@ -205,8 +197,8 @@ async fn schema_snapshot(url: &str) -> Vec<String> {
         "select table_name || '.' || column_name as col from information_schema.columns \
          where table_schema = 'public' order by 1"
     };
-    for row in sqlx::query(columns).fetch_all(&pool).await.unwrap() {
-        snapshot.push(text(&row, "col"));
+    for row in fetch_all(&pool, columns, &[]).await.unwrap() {
+        snapshot.push(row.get("col"));
     }
     pool.close().await;
     snapshot

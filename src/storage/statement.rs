@@ -1,7 +1,8 @@
 //! A generated statement (its text and arguments) and where it runs: through sqlx on any
 //! connection, or, for the SQLite group commit, on the SQLite writer's own connection
 //! (`sqlite_writer.rs`), which runs a whole transaction in one call. The text is written once, in
-//! the SQL both dialects accept; only the binding and the reading of rows differ. The text of
+//! the SQL PostgreSQL and SQLite accept (`query.rs` translates it for MySQL); only the binding and
+//! the reading of rows differ. The text of
 //! each generated shape is built once and kept ([`shaped`]).
 
 use std::borrow::Cow;

@@ -152,7 +152,12 @@ pub fn api_need(method: &str, route: &str) -> Need {
         | "/backfills/{id}/cancel"
         | "/jobs/{id}/versions"
         | "/jobs/{id}/versions/{version}/activate"
-        | "/logs/{id}/kill" => Need::GroupWrite,
+        | "/logs/{id}/kill"
+        | "/workflows"
+        | "/workflows/{id}"
+        | "/workflows/{id}/trigger"
+        | "/workflow-runs/{id}/kill"
+        | "/workflow-runs/{id}/nodes/{name}/retry" => Need::GroupWrite,
         _ => Need::Admin,
     }
 }

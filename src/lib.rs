@@ -6,7 +6,7 @@
 //! - `backfill`: the past instants a backfill covers and how many it releases; pure.
 //! - `access`: roles and which route asks for which; pure.
 //! - `netpolicy`: which executor addresses an admin accepts and calls; pure.
-//! - `workflow`: a DAG of jobs: validation, which nodes start or are skipped; pure, not wired
+//! - `workflow`: a DAG of jobs: validation, which nodes start or are skipped (storage asks it)
 //!   into the admin yet.
 //! - `protocol`: the admin⇄executor wire format (XXL-JOB compatible) and its HTTP client.
 //! - `storage`: every SQL query, for SQLite, PostgreSQL and MySQL/MariaDB.

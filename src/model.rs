@@ -210,6 +210,8 @@ spelled_enum! {
         Misfire => "MISFIRE",
         /// A backfill asked for a past instant of the schedule (`admin::backfill`).
         Backfill => "BACKFILL",
+        /// A node of a workflow run started (`crate::workflow`).
+        Workflow => "WORKFLOW",
     }
 }
 
@@ -473,6 +475,21 @@ pub struct RunRecord {
     /// Pending because its job or group is at its concurrency cap: it is claimed when a run of
     /// that job or group ends.
     pub held: bool,
+    /// The workflow node whose work it does, if any.
+    pub node: Option<NodeOfRun>,
+}
+
+/// The node of a workflow run that a run does the work of. A node's runs are unique per
+/// (workflow run, node, round, shard, attempt): a round is one start of the node (a retry by
+/// hand starts a new one), and a shard's retries are its further attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NodeOfRun {
+    /// The workflow run.
+    pub workflow_run_id: i64,
+    /// The node's index in the workflow's spec.
+    pub node: i64,
+    /// Which start of the node, from 1.
+    pub round: i64,
 }
 
 /// Finds a cycle that giving job `job_id` (`None` for a new job) the children `children` would
@@ -563,34 +580,4 @@ pub struct CalendarRecord {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::HashMap;
-
-    use super::*;
-
-    #[test]
-    fn child_job_cycles_are_found() {
-        // 1 → 2 → 3, and 4 alone.
-        let edges: HashMap<i64, Vec<i64>> =
-            [(1, vec![2]), (2, vec![3]), (3, vec![]), (4, vec![])].into_iter().collect();
-        let check = |job: Option<i64>, children: &[i64]| child_job_cycle(job, children, &edges);
-        assert_eq!(check(Some(3), &[1]), Some(vec![3, 1, 2, 3]));
-        assert_eq!(check(Some(4), &[4]), Some(vec![4, 4]));
-        assert_eq!(check(Some(2), &[3, 1]), Some(vec![2, 1, 2]));
-        assert_eq!(check(Some(4), &[1, 2]), None);
-        assert_eq!(check(Some(1), &[2, 3]), None);
-        assert_eq!(check(None, &[1, 2]), None);
-    }
-
-    #[test]
-    fn spellings_round_trip() {
-        for strategy in RouteStrategy::ALL {
-            assert_eq!(strategy.as_str().parse::<RouteStrategy>(), Ok(*strategy));
-        }
-        let err = "SOMETIMES".parse::<BlockStrategy>().expect_err("not a strategy");
-        assert_eq!(
-            err.to_string(),
-            "unknown BlockStrategy `SOMETIMES`, expected one of: SERIAL_EXECUTION, DISCARD_LATER, COVER_EARLY"
-        );
-    }
-}
+mod tests;

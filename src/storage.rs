@@ -32,6 +32,8 @@ mod runs;
 mod sqlite_writer;
 mod statement;
 mod users;
+mod workflow_runs;
+mod workflows;
 pub mod xxl_job;
 
 use std::str::FromStr;
@@ -55,6 +57,8 @@ pub use self::registry::{Peer, RegisteredPeer};
 pub use self::reports::{DAY_MS, DayCounts};
 pub use self::runs::{Claim, NewRun, RunFilter, RunPage};
 pub use self::users::{ApiToken, LoginLocks, Session, User};
+pub use self::workflow_runs::{MAX_OUTPUT_MESSAGE_BYTES, NodeRetry, StartingNode};
+pub use self::workflows::{NodeRecord, Workflow, WorkflowRun};
 
 /// On SQLite, how many pages the WAL holds before the commit that passes it copies them back into
 /// the database file (a checkpoint, with a sync of both files). The commit's writer does it, so

@@ -18,10 +18,9 @@
 //! - a node's state from the runs of its job ([`node_state`]);
 //! - which nodes an operator's retry of a failed node sets back to waiting ([`reopen`]).
 //!
-//! It does no IO, reads no clock and stores nothing. Nothing calls it yet: storing workflows and
-//! their runs, creating the runs of the nodes [`decide`] starts, and handing a node's output to
-//! the next ([`NodeSpec::pass_inputs`] is carried for that) are still to be built around it.
-//! Who may trigger each job is the HTTP layer's check, not this module's.
+//! It does no IO, reads no clock and stores nothing. Storage (`storage::workflow_runs`) asks
+//! [`decide`] in the transaction that ends a node's run, and the dispatcher creates the runs of
+//! the nodes it starts. Who may trigger each job is the HTTP layer's check, not this module's.
 #![warn(missing_docs)]
 
 use std::collections::HashMap;
@@ -155,6 +154,19 @@ pub struct Decision {
     pub skip: Vec<usize>,
     /// Set when, once `start` and `skip` are applied, no node waits or runs: the run is over.
     pub end: Option<Outcome>,
+}
+
+/// Where a workflow run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunState {
+    /// A node waits or runs.
+    Running,
+    /// It ended [`Outcome::Success`].
+    Success,
+    /// It ended [`Outcome::Failed`].
+    Failed,
+    /// An operator killed it: its running nodes were killed and no node starts.
+    Killed,
 }
 
 /// How a workflow run ended.
@@ -354,7 +366,59 @@ impl fmt::Display for NodeState {
     }
 }
 
+impl RunState {
+    /// Every state, in declaration order.
+    pub const ALL: &'static [RunState] =
+        &[RunState::Running, RunState::Success, RunState::Failed, RunState::Killed];
+
+    /// The spelling of storage and the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Success => "success",
+            RunState::Failed => "failed",
+            RunState::Killed => "killed",
+        }
+    }
+}
+
+impl From<Outcome> for RunState {
+    fn from(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Success => RunState::Success,
+            Outcome::Failed => RunState::Failed,
+        }
+    }
+}
+
+impl FromStr for RunState {
+    type Err = UnknownValue;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        RunState::ALL.iter().copied().find(|state| state.as_str() == text).ok_or_else(|| {
+            UnknownValue {
+                kind: "workflow RunState",
+                value: text.to_owned(),
+                expected: &["running", "success", "failed", "killed"],
+            }
+        })
+    }
+}
+
+impl fmt::Display for RunState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 impl Graph {
+    /// The graph of a spec that [`validate`] accepted before, when it was stored: its
+    /// structure is checked again, its jobs are not (they may have been deleted since, which
+    /// fails their node when it starts).
+    pub fn of_stored(spec: &WorkflowSpec) -> Result<Graph, WorkflowError> {
+        validate(spec, |_| Some(spec.group_id))
+    }
+
     /// The workflow's name.
     pub fn name(&self) -> &str {
         &self.name

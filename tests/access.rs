@@ -184,6 +184,7 @@ async fn every_route_with_every_caller() {
     let admin_session = console.login("root").await;
     let viewer_session = console.login("watcher").await;
     let job = |group: i64, name: &str| json!({"group_id": group, "name": name, "schedule_type": "CRON", "schedule_conf": "0 0 * * * ?"});
+    let workflow = |group: i64, job: i64| json!({"name": "flow", "group_id": group, "nodes": [{"name": "only", "job_id": job}]});
     let alarm = |name: &str| json!({"name": name, "url": "https://hooks.example.com/wasmjob", "secret": "0123456789abcdef"});
     for (group, name) in [(1, "mine"), (2, "theirs")] {
         let reply = console.api("POST", "/api/v1/jobs", &operator_token(), job(group, name)).await;
@@ -269,6 +270,20 @@ async fn every_route_with_every_caller() {
         ("DELETE", "/api/v1/calendars/99", Value::Null),
         ("GET", "/api/v1/report?from=2026-11-01&to=2026-11-07", Value::Null),
         ("GET", "/api/v1/dashboard", Value::Null),
+        ("GET", "/api/v1/workflows", Value::Null),
+        // Workflows 1 to 3 of group 1 (with job 3), then 4 and 5 of group 2.
+        ("POST", "/api/v1/workflows", workflow(1, 3)),
+        ("POST", "/api/v1/workflows", workflow(2, 2)),
+        ("GET", "/api/v1/workflows/1", Value::Null),
+        ("PUT", "/api/v1/workflows/1", workflow(1, 3)),
+        ("PUT", "/api/v1/workflows/1", workflow(1, 2)),
+        ("POST", "/api/v1/workflows/1/trigger", Value::Null),
+        ("POST", "/api/v1/workflows/4/trigger", Value::Null),
+        ("GET", "/api/v1/workflows/1/runs", Value::Null),
+        ("GET", "/api/v1/workflow-runs/1", Value::Null),
+        ("POST", "/api/v1/workflow-runs/1/nodes/only/retry", Value::Null),
+        ("POST", "/api/v1/workflow-runs/1/kill", Value::Null),
+        ("DELETE", "/api/v1/workflows/99", Value::Null),
         ("GET", "/api/v1/openapi.json", Value::Null),
         ("GET", "/api/v1/tokens", Value::Null),
         ("DELETE", "/api/v1/tokens/99", Value::Null),
@@ -348,6 +363,19 @@ async fn every_route_with_every_caller() {
         DELETE /api/v1/calendars/99                      401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          404          404
         GET /api/v1/report                               401 unauthor          200          200          200          200          200          200
         GET /api/v1/dashboard                            401 unauthor          200          200          200          200          200          200
+        GET /api/v1/workflows                            401 unauthor          200          200          200          200          200          200
+        POST /api/v1/workflows                           401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          201          201          201
+        POST /api/v1/workflows                           401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          201          201
+        GET /api/v1/workflows/1                          401 unauthor          200          200          200          200          200          200
+        PUT /api/v1/workflows/1                          401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          200          200          200
+        PUT /api/v1/workflows/1                          401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          400          400          400
+        POST /api/v1/workflows/1/trigger                 401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          201          201          201
+        POST /api/v1/workflows/4/trigger                 401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          201          201
+        GET /api/v1/workflows/1/runs                     401 unauthor          200          200          200          200          200          200
+        GET /api/v1/workflow-runs/1                      401 unauthor          200          200          200          200          200          200
+        POST /api/v1/workflow-runs/1/nodes/only/retry    401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          200          200          200
+        POST /api/v1/workflow-runs/1/kill                401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          409          409          409
+        DELETE /api/v1/workflows/99                      401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          404          404          404
         GET /api/v1/openapi.json                         401 unauthor          200          200          200          200          200          200
         GET /api/v1/tokens                               401 unauthor          200          200          200          200          200          400
         DELETE /api/v1/tokens/99                         401 unauthor 403 csrf_fai 403 csrf_fai          404          404          404          400

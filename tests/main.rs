@@ -72,5 +72,7 @@ mod streaming;
 mod tidy;
 /// Rolling upgrades: an earlier build's files opened, migrations with several admins, `/readyz`.
 mod upgrade;
+/// Workflows with real components: a sharded join, outputs, a retry by hand, a kill, refusals.
+mod workflows;
 /// `wasmjob import xxl-job` from XXL-JOB's tables of each layout in MariaDB (skipped without one).
 mod xxl_import;

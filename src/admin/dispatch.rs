@@ -28,7 +28,9 @@
 //! - `sender.rs` and `peers.rs`: the per-executor send queues, and what each executor speaks;
 //! - `events.rs`: lifecycle events applied with their consequences (retries, child jobs, kills);
 //! - `results.rs`: an executor callback's results, applied a chunk at a time within a budget;
-//! - `sweep.rs`: the periodic pass that finds work whose owner died or whose executor went away.
+//! - `sweep.rs`: the periodic pass that finds work whose owner died or whose executor went away;
+//! - `workflows.rs`: workflow runs: the runs of the nodes storage decided to start, kills and
+//!   retries by hand.
 
 mod cache;
 mod caps;
@@ -40,6 +42,7 @@ mod route;
 mod send;
 mod sender;
 mod sweep;
+mod workflows;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

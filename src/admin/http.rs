@@ -27,6 +27,7 @@ mod schedule;
 pub(crate) mod stream;
 mod users;
 mod versions;
+mod workflows;
 
 use axum::Router;
 use axum::middleware;
@@ -50,6 +51,7 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         .merge(audit::router())
         .merge(alarms::router())
         .merge(calendars::router())
+        .merge(workflows::router())
         .merge(report::router())
         .merge(openapi::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::authenticate));

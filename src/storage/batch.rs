@@ -22,6 +22,7 @@ use super::run_writes::{self, Insert, Update};
 use super::runs::{Claim, NewRun};
 use super::sqlite_writer::{self, SqliteWriter};
 use super::statement::Exec;
+use super::workflow_runs;
 use super::{Db, Result, StorageError};
 use crate::lifecycle::Transition;
 use crate::model::RunRecord;
@@ -319,9 +320,12 @@ async fn run_grouped(
     }
     entries.extend(trigger_entries.iter().map(|(entry, now_ms)| (entry, *now_ms)));
     audit::insert_many(exec, &entries).await?;
+    // The workflow runs a run of this batch ended in, to decide for once their runs ended.
+    let mut workflows = Vec::new();
     for round in super::distinct_rounds(plain.iter().map(|(_, update)| update.id)) {
         let updates: Vec<Update<'_>> = round.iter().map(|&at| plain[at].1).collect();
         let updated = run_writes::update_many_with(exec, &updates, &mut deltas).await?;
+        workflows.extend(updated.iter().filter_map(ended_in_workflow));
         let mut updated: HashMap<i64, RunRecord> =
             updated.into_iter().map(|run| (run.id, run)).collect();
         for at in round {
@@ -335,9 +339,37 @@ async fn run_grouped(
         let Exec::Sqlx(conn) = exec else {
             return Err(StorageError::Batch("this write needs a sqlx connection".to_owned()));
         };
-        answers[index] = Some(execute(conn, &writes[index]).await?);
+        let answer = execute(conn, &writes[index]).await?;
+        if let Written::Applied(Some((run, _))) = &answer {
+            workflows.extend(ended_in_workflow(run));
+        }
+        answers[index] = Some(answer);
+    }
+    // In id order, so that two admins' batches take the workflow runs' locks in one order.
+    workflows.sort_unstable();
+    workflows.dedup();
+    for id in workflows {
+        let now_ms = writes.iter().map(now_of).max().unwrap_or(0);
+        workflow_runs::advance(exec, id, now_ms).await?;
     }
     Ok(())
+}
+
+/// The workflow run `run` did a node's work for, if this transition ended it.
+fn ended_in_workflow(run: &RunRecord) -> Option<i64> {
+    run.node.filter(|_| run.state.is_terminal()).map(|node| node.workflow_run_id)
+}
+
+/// The instant `write` was asked for at, if it says.
+fn now_of(write: &Write) -> i64 {
+    match write {
+        Write::CreateRuns { now_ms, .. }
+        | Write::CreateClaimed { now_ms, .. }
+        | Write::Claim { now_ms, .. }
+        | Write::Audit { now_ms, .. }
+        | Write::Apply { now_ms, .. } => *now_ms,
+        Write::Renew { .. } | Write::Target { .. } => 0,
+    }
 }
 
 /// The audit entry to record with the runs a creation makes, and when.
@@ -392,7 +424,7 @@ async fn run_isolated(pool: &AnyPool, writes: &[Write]) -> Vec<Result<Written>> 
     let mut answers = Vec::with_capacity(writes.len());
     for write in writes {
         let answer = match sqlx::Connection::begin(&mut *tx).await {
-            Ok(mut savepoint) => match execute(&mut savepoint, write).await {
+            Ok(mut savepoint) => match execute_advancing(&mut savepoint, write).await {
                 Ok(written) => savepoint.commit().await.map(|()| written).map_err(Into::into),
                 Err(error) => {
                     let _ = savepoint.rollback().await;
@@ -407,6 +439,18 @@ async fn run_isolated(pool: &AnyPool, writes: &[Write]) -> Vec<Result<Written>> 
         Ok(()) => answers,
         Err(error) => failed(format!("committing: {error}")),
     }
+}
+
+/// [`execute`], and for a transition that ended a workflow node's run, the decision of what
+/// follows in its workflow run.
+async fn execute_advancing(conn: &mut AnyConnection, write: &Write) -> Result<Written> {
+    let written = execute(conn, write).await?;
+    if let Written::Applied(Some((run, _))) = &written
+        && let Some(id) = ended_in_workflow(run)
+    {
+        workflow_runs::advance(&mut Exec::Sqlx(conn), id, now_of(write)).await?;
+    }
+    Ok(written)
 }
 
 async fn execute(conn: &mut AnyConnection, write: &Write) -> Result<Written> {

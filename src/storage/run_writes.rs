@@ -290,7 +290,7 @@ pub(super) struct Insert<'a> {
 }
 
 /// The parameters of one row of an insert.
-const INSERT_PARAMS: usize = 19;
+const INSERT_PARAMS: usize = 22;
 /// The most rows in one insert statement.
 const MAX_INSERT_ROWS: usize = 512;
 
@@ -340,7 +340,8 @@ async fn insert_rows(
         format!(
             "insert into runs (job_id, executor_address, trigger_type, trigger_time, fire_time,
                 param, shard_index, shard_total, attempt, version, sha256, parent_run_id,
-                created_at, sharding_items, state, lease_owner, lease_until, fence, claimed_at)
+                created_at, sharding_items, state, lease_owner, lease_until, fence, claimed_at,
+                workflow_run_id, workflow_node, workflow_round)
              values {values}
              on conflict (job_id, fire_time, shard_index, attempt) where fire_time is not null
                 do nothing
@@ -377,7 +378,10 @@ async fn insert_rows(
             .bind(owner)
             .bind(lease_until_ms.unwrap_or(0))
             .bind(fence)
-            .bind(claimed_at);
+            .bind(claimed_at)
+            .bind(run.node.map(|node| node.workflow_run_id))
+            .bind(run.node.map(|node| node.node))
+            .bind(run.node.map(|node| node.round));
     }
     // The rows come back in no promised order: each goes to the first unanswered insert it
     // matches. Inserts that match the same rows are alike in everything stored for them. A
@@ -407,7 +411,7 @@ async fn insert_rows(
 /// The columns that tell apart the rows of one insert (see [`RowIdentity`]).
 const IDENTITY: &str =
     "job_id, fire_time, shard_index, attempt, trigger_time, trigger_type, parent_run_id,
-    executor_address, param";
+    executor_address, param, workflow_run_id, workflow_node, workflow_round";
 
 /// What tells a new run's row from the others of its insert: the unique key and what else two
 /// runs of one job inserted together may differ in.
@@ -421,6 +425,7 @@ struct RowIdentity {
     parent_run_id: Option<i64>,
     executor_address: Option<String>,
     param: String,
+    node: Option<(i64, i64, i64)>,
 }
 
 impl RowIdentity {
@@ -435,6 +440,7 @@ impl RowIdentity {
             && new.parent_run_id == self.parent_run_id
             && new.executor_address == self.executor_address
             && new.param == self.param
+            && new.node.map(|node| (node.workflow_run_id, node.node, node.round)) == self.node
     }
 }
 
@@ -449,6 +455,12 @@ fn identity_from_row(row: &impl Cells) -> Result<RowIdentity> {
         parent_run_id: row.int("parent_run_id")?,
         executor_address: row.text("executor_address")?,
         param: row.required_text("param")?,
+        node: match row.int("workflow_run_id")? {
+            Some(run) => {
+                Some((run, row.required_int("workflow_node")?, row.required_int("workflow_round")?))
+            }
+            None => None,
+        },
     })
 }
 
@@ -487,6 +499,7 @@ fn inserted(insert: &Insert<'_>, id: i64) -> Claim {
         started_at_ms: 0,
         first_claimed_at_ms,
         held: false,
+        node: run.node,
     };
     Claim { run, fence }
 }

@@ -15,12 +15,12 @@ use sqlx::Row;
 use super::statement::Cells;
 use super::{Db, Result, parse_column};
 use crate::lifecycle::Transition;
-use crate::model::{RunRecord, RunState, ShardingItem, TriggerType};
+use crate::model::{NodeOfRun, RunRecord, RunState, ShardingItem, TriggerType};
 
 pub(super) const COLUMNS: &str = "id, job_id, executor_address, trigger_type, trigger_time, param, trigger_code,
     trigger_msg, handle_time, handle_code, handle_msg, shard_index, shard_total, attempt, version, sha256,
     fuel_used, state, parent_run_id, kill_requested, dispatched_at, started_at, claimed_at,
-    fire_time, sharding_items, held";
+    fire_time, sharding_items, held, workflow_run_id, workflow_node, workflow_round";
 
 /// SQL for "the run has ended".
 const TERMINAL: &str = "state in ('success', 'failed', 'timed_out', 'killed', 'lost', 'skipped')";
@@ -54,6 +54,8 @@ pub struct NewRun {
     pub version: Option<(i64, String)>,
     /// The run this one follows (the failed run it retries, or the parent job's run).
     pub parent_run_id: Option<i64>,
+    /// The workflow node whose work it does, if any.
+    pub node: Option<NodeOfRun>,
 }
 
 /// A run a dispatcher now holds the lease on.
@@ -311,7 +313,18 @@ pub(super) fn run_from_row(row: &impl Cells) -> Result<RunRecord> {
         fire_time_ms: row.int("fire_time")?,
         sharding_items: parse_items(&row.required_text("sharding_items")?)?,
         held: row.required_int("held")? != 0,
+        node: node_from_row(row)?,
     })
+}
+
+/// The workflow node of a run as stored: its three columns are all set or all null.
+fn node_from_row(row: &impl Cells) -> Result<Option<NodeOfRun>> {
+    let Some(workflow_run_id) = row.int("workflow_run_id")? else { return Ok(None) };
+    Ok(Some(NodeOfRun {
+        workflow_run_id,
+        node: row.required_int("workflow_node")?,
+        round: row.required_int("workflow_round")?,
+    }))
 }
 
 /// Sharding items as stored: `item=parameter` pairs separated by commas. Parameters come from

@@ -7,6 +7,7 @@ mod alarms;
 mod backfills;
 mod calendars;
 mod caps;
+mod workflows;
 
 use super::*;
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
@@ -94,6 +95,7 @@ fn fire(job_id: i64, at: i64, shard_index: i64) -> NewRun {
         attempt: 0,
         version: None,
         parent_run_id: None,
+        node: None,
     }
 }
 
@@ -457,6 +459,7 @@ async fn a_fix_delay_job_fires_again_once_every_run_of_its_fire_ended() {
             trigger_type: TriggerType::Retry,
             attempt: 1,
             parent_run_id: Some(ids[1]),
+            node: None,
             ..shards[1].clone()
         };
         let lease = Some(("admin", claim.fence));
@@ -789,6 +792,7 @@ async fn created_runs_are_answered_as_stored() {
             sharding_items: vec![ShardingItem { item: 2, parameter: "Guangzhou".to_owned() }],
             version: Some((4, "ab".repeat(32))),
             parent_run_id: Some(77),
+            node: None,
             ..fire(job.id, 1_000, 0)
         };
         let runs = [manual("first"), manual("second"), fire(job.id, 2_000, 0)];

@@ -20,6 +20,7 @@ pub fn manual_run(job_id: i64, at_ms: i64) -> NewRun {
         attempt: 0,
         version: None,
         parent_run_id: None,
+        node: None,
     }
 }
 

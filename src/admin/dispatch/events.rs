@@ -117,6 +117,12 @@ impl Dispatcher {
                     });
                 }
                 crate::metrics::admin().run_ended(run.state.as_str(), fuel_used);
+                // Its end was decided on in its workflow run in the same commit: start what
+                // that decision started.
+                if let Some(node) = run.node {
+                    let this = self.clone();
+                    tokio::spawn(async move { this.start_nodes(node.workflow_run_id).await });
+                }
                 // A line per successful run would cost a busy admin more than the run's own
                 // writes (the run's record says it all): it is a debug line, the others info.
                 macro_rules! ended {
@@ -211,6 +217,8 @@ impl Dispatcher {
                 attempt,
                 version: run.version.zip(run.sha256.clone()),
                 parent_run_id: Some(run.id),
+                // A retry of a workflow node's run does the same node's work.
+                node: run.node,
             });
         }
         if let (true, Some(job)) = (transition.children, job) {

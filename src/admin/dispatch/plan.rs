@@ -82,6 +82,7 @@ impl Dispatcher {
             attempt: 0,
             version: version.clone(),
             parent_run_id: None,
+            node: None,
         };
         let sharded = job.spec.sharding_total_count > 0;
         let broadcast = job.spec.route_strategy == RouteStrategy::ShardingBroadcast;

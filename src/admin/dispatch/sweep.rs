@@ -3,7 +3,8 @@
 //! Each pass sends pending runs whose timer was lost (a restart, a crash) and runs whose
 //! dispatcher's lease ran out; ends runs past the admin's deadline as timed out; ends runs
 //! whose executor went offline as lost; raises an alarm for an executor that stopped beating;
-//! forgets long-silent executors; and deletes ended runs
+//! forgets long-silent executors; starts the workflow nodes whose start was decided and not
+//! carried out (`workflows.rs`); and deletes ended runs
 //! past the retention, in bounded batches. Every scan goes through an index on the run's state
 //! and is bounded, so a pass costs what there is to do, not the size of the history, and one
 //! run that cannot be handled is logged and skipped, never stopping the pass.
@@ -48,6 +49,7 @@ impl Dispatcher {
             ("ending runs past their deadline", self.end_overdue(now).await),
             ("ending runs of offline executors", self.end_orphaned(now).await),
             ("alarming on lost executors", self.alarm_lost_executors(now).await),
+            ("starting stranded workflow nodes", self.start_stranded_nodes(now).await),
             ("deleting old runs", self.delete_old_runs(now).await),
         ];
         for (duty, done) in duties {

@@ -144,6 +144,7 @@ async fn a_triggers_audit_record_commits_with_its_runs_and_names_them() {
             attempt: 0,
             version: None,
             parent_run_id: None,
+            node: None,
         };
         // Twenty triggers at once share group commits, claimed or pending; on PostgreSQL the
         // one whose param holds a NUL byte fails, and its audit record goes with it.
@@ -212,6 +213,7 @@ async fn runs_are_counted_by_state_since_an_instant() {
             attempt: 0,
             version: None,
             parent_run_id: None,
+            node: None,
         };
         for at in [10, 20, 30] {
             db.create_run(&run(at), at).await.unwrap();

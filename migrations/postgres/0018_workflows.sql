@@ -1,0 +1,64 @@
+-- Workflows: a DAG of one group's jobs (`crate::workflow`), and their runs.
+--
+-- A workflow keeps the JSON document the API takes (`spec`). A workflow run keeps the document
+-- as it was triggered, so an update of the workflow changes no run under way. Each node of a
+-- run has a row: its state (waiting | starting | running | succeeded | failed | skipped), its
+-- round (how many times it was started: a retry by hand starts it again), and, once it ended,
+-- its output (the ok messages of its runs, JSON) or why it failed without runs (`reason`).
+-- A workflow run's state: running | success | failed | killed.
+--
+-- Every change of a workflow run's nodes first bumps its `version`: that row lock orders the
+-- transactions that decide for one workflow run, so each reads what the one before committed.
+create table workflows (
+    id bigserial primary key,
+    group_id bigint not null references groups (id),
+    name text not null,
+    spec text not null,
+    created_by text not null default '',
+    created_at bigint not null,
+    updated_at bigint not null
+);
+
+create index workflows_by_group on workflows (group_id, id);
+
+create table workflow_runs (
+    id bigserial primary key,
+    workflow_id bigint not null,
+    group_id bigint not null,
+    spec text not null,
+    trigger_type text not null,
+    state text not null default 'running',
+    version bigint not null default 0,
+    created_by text not null default '',
+    created_at bigint not null,
+    updated_at bigint not null,
+    ended_at bigint not null default 0
+);
+
+create index workflow_runs_by_workflow on workflow_runs (workflow_id, id);
+
+create table workflow_nodes (
+    workflow_run_id bigint not null references workflow_runs (id) on delete cascade,
+    node bigint not null,
+    state text not null default 'waiting',
+    round bigint not null default 0,
+    reason text not null default '',
+    output text not null default '',
+    updated_at bigint not null,
+    started_at bigint not null default 0,
+    ended_at bigint not null default 0,
+    primary key (workflow_run_id, node)
+);
+
+-- Nodes decided to start whose runs are not created yet: a crash in between leaves them here.
+create index workflow_nodes_starting on workflow_nodes (updated_at) where state = 'starting';
+
+-- The node a run does the work of. A node's runs are unique per round, shard and attempt, so
+-- no node is started twice in one round, whoever tries.
+alter table runs add column workflow_run_id bigint;
+alter table runs add column workflow_node bigint;
+alter table runs add column workflow_round bigint;
+
+create unique index runs_by_workflow_node
+    on runs (workflow_run_id, workflow_node, workflow_round, shard_index, attempt)
+    where workflow_run_id is not null;

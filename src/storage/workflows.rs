@@ -1,0 +1,268 @@
+//! Workflows (`crate::workflow`) as stored: the document of each, and the reads of their runs.
+//!
+//! A workflow row keeps the JSON document the API takes. A workflow run keeps the document as
+//! it was triggered, with one row per node (`workflow_nodes`): its state, its round (how many
+//! times it was started) and, once it ended, its output. The node's runs are ordinary runs that
+//! name it (`NodeOfRun`). What changes a workflow run is `workflow_runs.rs`.
+
+use super::query::query;
+use sqlx::Row;
+
+use super::runs::{COLUMNS as RUN_COLUMNS, run_from_row};
+use super::statement::Cells;
+use super::{Db, Result, StorageError, parse_column};
+use crate::model::{RunRecord, TriggerType};
+use crate::workflow::{NodeState, RunState, WorkflowSpec};
+
+const COLUMNS: &str = "id, group_id, name, spec, created_by, created_at, updated_at";
+pub(super) const RUN_COLUMNS_OF_WORKFLOW: &str =
+    "id, workflow_id, group_id, spec, trigger_type, state, created_by, created_at, updated_at,
+    ended_at";
+
+/// A stored workflow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workflow {
+    /// Its id.
+    pub id: i64,
+    /// The document, as the API took it (its name and group included).
+    pub spec: WorkflowSpec,
+    /// Who created it.
+    pub created_by: String,
+    /// When (ms).
+    pub created_at_ms: i64,
+    /// When it last changed (ms).
+    pub updated_at_ms: i64,
+}
+
+/// One run of a workflow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowRun {
+    /// Its id.
+    pub id: i64,
+    /// The workflow (which may have been deleted or changed since).
+    pub workflow_id: i64,
+    /// The document as it was triggered.
+    pub spec: WorkflowSpec,
+    /// Why it runs (`MANUAL` or `API`).
+    pub trigger_type: TriggerType,
+    /// Where it is.
+    pub state: RunState,
+    /// Who triggered it.
+    pub created_by: String,
+    /// When (ms).
+    pub created_at_ms: i64,
+    /// When it last changed (ms).
+    pub updated_at_ms: i64,
+    /// When it ended (ms), 0 while running.
+    pub ended_at_ms: i64,
+}
+
+/// One node of a workflow run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRecord {
+    /// Its index in the run's spec.
+    pub node: usize,
+    /// Its state; `Running` from the moment it is decided to start.
+    pub state: NodeState,
+    /// Decided to start, its runs not created yet.
+    pub starting: bool,
+    /// How many times it was started.
+    pub round: i64,
+    /// Why it failed without runs (its job is gone, say), or empty.
+    pub reason: String,
+    /// Once it ended: its output, the JSON list of its shards' ok messages.
+    pub output: String,
+    /// When its runs were created (ms), 0 before.
+    pub started_at_ms: i64,
+    /// When it ended (ms), 0 before.
+    pub ended_at_ms: i64,
+}
+
+impl Db {
+    /// Stores a new workflow, already validated.
+    pub async fn create_workflow(
+        &self,
+        spec: &WorkflowSpec,
+        created_by: &str,
+        now_ms: i64,
+    ) -> Result<Workflow> {
+        let row = query(&format!(
+            "insert into workflows (group_id, name, spec, created_by, created_at, updated_at)
+             values ($1, $2, $3, $4, $5, $5)
+             returning {COLUMNS}"
+        ))
+        .bind(spec.group_id)
+        .bind(spec.name.as_str())
+        .bind(spec_text(spec)?)
+        .bind(created_by)
+        .bind(now_ms)
+        .fetch_one(self.writer())
+        .await?;
+        workflow_from_row(&row)
+    }
+
+    /// Workflow `id`, if it exists.
+    pub async fn get_workflow(&self, id: i64) -> Result<Option<Workflow>> {
+        let row = query(&format!("select {COLUMNS} from workflows where id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(workflow_from_row).transpose()
+    }
+
+    /// The workflows of group `group_id` (of every group with `None`), by id, at most `limit`.
+    pub async fn list_workflows(&self, group_id: Option<i64>, limit: i64) -> Result<Vec<Workflow>> {
+        let rows = query(&format!(
+            "select {COLUMNS} from workflows where ($1 = 0 or group_id = $1) order by id limit $2"
+        ))
+        .bind(group_id.unwrap_or(0))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(workflow_from_row).collect()
+    }
+
+    /// Replaces workflow `id`'s document (validated, of the same group); `None` if it does not
+    /// exist. Runs under way keep the document they were triggered with.
+    pub async fn update_workflow(
+        &self,
+        id: i64,
+        spec: &WorkflowSpec,
+        now_ms: i64,
+    ) -> Result<Option<Workflow>> {
+        let row = query(&format!(
+            "update workflows set name = $1, spec = $2, updated_at = $3 where id = $4
+             returning {COLUMNS}"
+        ))
+        .bind(spec.name.as_str())
+        .bind(spec_text(spec)?)
+        .bind(now_ms)
+        .bind(id)
+        .fetch_optional(self.writer())
+        .await?;
+        row.as_ref().map(workflow_from_row).transpose()
+    }
+
+    /// Deletes workflow `id`; its runs stay, with their documents. False if it did not exist.
+    pub async fn delete_workflow(&self, id: i64) -> Result<bool> {
+        let done = query("delete from workflows where id = $1").bind(id).execute(self.writer());
+        Ok(done.await?.rows_affected() == 1)
+    }
+
+    /// Workflow run `id`, if it exists.
+    pub async fn get_workflow_run(&self, id: i64) -> Result<Option<WorkflowRun>> {
+        let row =
+            query(&format!("select {RUN_COLUMNS_OF_WORKFLOW} from workflow_runs where id = $1"))
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+        row.as_ref().map(workflow_run_from_row).transpose()
+    }
+
+    /// The runs of workflow `workflow_id`, newest first, at most `limit`.
+    pub async fn list_workflow_runs(
+        &self,
+        workflow_id: i64,
+        limit: i64,
+    ) -> Result<Vec<WorkflowRun>> {
+        let rows = query(&format!(
+            "select {RUN_COLUMNS_OF_WORKFLOW} from workflow_runs where workflow_id = $1
+             order by id desc limit $2"
+        ))
+        .bind(workflow_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(workflow_run_from_row).collect()
+    }
+
+    /// The nodes of workflow run `id`, by index.
+    pub async fn workflow_nodes(&self, id: i64) -> Result<Vec<NodeRecord>> {
+        let rows = query(
+            "select node, state, round, reason, output, started_at, ended_at from workflow_nodes
+             where workflow_run_id = $1 order by node",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let text: String = row.try_get("state")?;
+                let (state, starting) = stored_state(&text)?;
+                Ok(NodeRecord {
+                    node: node_index(row.try_get("node")?)?,
+                    state,
+                    starting,
+                    round: row.try_get("round")?,
+                    reason: row.try_get("reason")?,
+                    output: row.try_get("output")?,
+                    started_at_ms: row.try_get("started_at")?,
+                    ended_at_ms: row.try_get("ended_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// The runs of workflow run `id`'s nodes, every round, shard and attempt, oldest first.
+    pub async fn workflow_node_runs(&self, id: i64) -> Result<Vec<RunRecord>> {
+        let rows = query(&format!(
+            "select {RUN_COLUMNS} from runs where workflow_run_id = $1 order by id"
+        ))
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
+    }
+}
+
+/// A node's stored state: `starting` is running whose runs are not created yet.
+pub(super) fn stored_state(text: &str) -> Result<(NodeState, bool)> {
+    if text == "starting" {
+        return Ok((NodeState::Running, true));
+    }
+    let state = text.parse().map_err(|error| StorageError::Corrupt(format!("state: {error}")))?;
+    Ok((state, false))
+}
+
+/// A stored node number as an index.
+pub(super) fn node_index(node: i64) -> Result<usize> {
+    usize::try_from(node).map_err(|_| StorageError::Corrupt(format!("node: {node}")))
+}
+
+/// A spec as stored.
+pub(super) fn spec_text(spec: &WorkflowSpec) -> Result<String> {
+    serde_json::to_string(spec).map_err(|error| StorageError::Corrupt(format!("spec: {error}")))
+}
+
+/// A stored spec.
+pub(super) fn parse_spec(text: &str) -> Result<WorkflowSpec> {
+    serde_json::from_str(text).map_err(|error| StorageError::Corrupt(format!("spec: {error}")))
+}
+
+fn workflow_from_row(row: &impl Cells) -> Result<Workflow> {
+    let mut spec = parse_spec(&row.required_text("spec")?)?;
+    // The columns are the truth for what the listing filters on.
+    spec.group_id = row.required_int("group_id")?;
+    spec.name = row.required_text("name")?;
+    Ok(Workflow {
+        id: row.required_int("id")?,
+        spec,
+        created_by: row.required_text("created_by")?,
+        created_at_ms: row.required_int("created_at")?,
+        updated_at_ms: row.required_int("updated_at")?,
+    })
+}
+
+pub(super) fn workflow_run_from_row(row: &impl Cells) -> Result<WorkflowRun> {
+    Ok(WorkflowRun {
+        id: row.required_int("id")?,
+        workflow_id: row.required_int("workflow_id")?,
+        spec: parse_spec(&row.required_text("spec")?)?,
+        trigger_type: parse_column(row, "trigger_type")?,
+        state: parse_column(row, "state")?,
+        created_by: row.required_text("created_by")?,
+        created_at_ms: row.required_int("created_at")?,
+        updated_at_ms: row.required_int("updated_at")?,
+        ended_at_ms: row.required_int("ended_at")?,
+    })
+}

@@ -102,7 +102,9 @@ async fn run(runtime: &Runtime, job: &CompiledJob) {
         attempt: 0,
     };
     let cancel = CancellationToken::new();
-    let outcome = runtime.run(job, trigger, Vec::new(), &limits, Box::new(NoLog), &cancel).await;
+    let outcome = runtime
+        .run(job, trigger, wasmjob::runtime::Imports::default(), &limits, Box::new(NoLog), &cancel)
+        .await;
     assert_eq!(outcome.handle_code(), 200, "{outcome}");
 }
 

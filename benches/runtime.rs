@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
-use wasmjob::runtime::{Level, LogSink, PoolConfig, RunLimits, Runtime, RuntimeConfig, Trigger};
+use wasmjob::runtime::{
+    Imports, Level, LogSink, PoolConfig, RunLimits, Runtime, RuntimeConfig, Trigger,
+};
 
 mod bare {
     wasmtime::component::bindgen!({ path: "wit", world: "job" });
@@ -85,7 +87,7 @@ async fn wasmjob_run(runtime: &Runtime, job: &wasmjob::runtime::CompiledJob) {
     };
     let cancel = CancellationToken::new();
     let outcome = runtime
-        .run(job, trigger, Vec::new(), &limits, Box::new(MemoryLog::default()), &cancel)
+        .run(job, trigger, Imports::default(), &limits, Box::new(MemoryLog::default()), &cancel)
         .await;
     assert_eq!(outcome.handle_code(), 200, "{outcome}");
 }
@@ -152,6 +154,12 @@ impl bare::wasmjob::job::log::Host for BareState {
 
 impl bare::wasmjob::job::sharding::Host for BareState {
     fn items(&mut self) -> Vec<bare::wasmjob::job::sharding::ShardingItem> {
+        Vec::new()
+    }
+}
+
+impl bare::wasmjob::job::workflow::Host for BareState {
+    fn inputs(&mut self) -> Vec<bare::wasmjob::job::workflow::NodeOutput> {
         Vec::new()
     }
 }

@@ -30,9 +30,9 @@ use wasmtime::{
     UpdateDeadline,
 };
 
-pub use self::bindings::{Level, ShardingItem, Trigger};
+pub use self::bindings::{Level, NodeOutput, ShardOutput, ShardingItem, Trigger};
 pub use self::cache::{CacheStats, CompiledJob};
-pub use self::host::{ALLOWED_IMPORTS, is_allowed_import};
+pub use self::host::{ALLOWED_IMPORTS, Imports, is_allowed_import};
 pub use self::outcome::RunOutcome;
 pub use self::validate::{ModuleInfo, ValidateError};
 
@@ -171,8 +171,9 @@ impl Runtime {
     }
 
     /// Runs `job` once for `trigger` in a fresh store with `limits`. The guest gets `trigger` as
-    /// the argument of its `run` and `sharding_items` from the `sharding` import, if it imports
-    /// it (give an empty list for a job that is not sharded).
+    /// the argument of its `run`, and from the `sharding` and `workflow` imports, if it imports
+    /// them, what `imports` holds (empty lists for a job that is not sharded and a run of no
+    /// workflow node: `Imports::default()`).
     ///
     /// Returns when the guest returns, traps, runs out of fuel or time, or `cancel` fires;
     /// a guest waiting in a host call (a sleep) is stopped by the deadline or `cancel` as well.
@@ -183,7 +184,7 @@ impl Runtime {
         &self,
         job: &CompiledJob,
         trigger: Trigger,
-        sharding_items: Vec<ShardingItem>,
+        imports: Imports,
         limits: &RunLimits,
         log: Box<dyn LogSink>,
         cancel: &CancellationToken,
@@ -203,7 +204,7 @@ impl Runtime {
             },
             None => None,
         };
-        let mut store = Store::new(&self.engine, RunState::new(limits, sharding_items, log));
+        let mut store = Store::new(&self.engine, RunState::new(limits, imports, log));
         store.limiter(|state| &mut state.limiter);
         if let Err(error) = store.set_fuel(limits.fuel) {
             return RunOutcome::Host(format!("setting fuel: {error}"));

@@ -66,9 +66,10 @@ async fn a_sharded_middle_node_joins_once_and_the_last_node_runs_once() {
             .create_job(json!({"name": "transform", "route_strategy": "SHARDING_BROADCAST"}))
             .await;
         let load = api.create_job(json!({"name": "load"})).await;
-        for job in [extract, transform, load] {
+        for job in [extract, transform] {
             api.upload(job, sample_job("hello")).await;
         }
+        api.upload(load, sample_job("joiner")).await;
         let workflow = create(
             &app,
             json!({
@@ -78,11 +79,13 @@ async fn a_sharded_middle_node_joins_once_and_the_last_node_runs_once() {
                     {"name": "transform", "job_id": transform, "param": "shard"},
                     {"name": "load", "job_id": load, "param": "load"},
                     {"name": "alert", "job_id": load, "param": "alert"},
+                    {"name": "quiet", "job_id": load, "pass_inputs": false},
                 ],
                 "edges": [
                     {"from": "extract", "to": "transform"},
                     {"from": "transform", "to": "load"},
                     {"from": "transform", "to": "alert", "condition": "on_failure"},
+                    {"from": "transform", "to": "quiet"},
                 ],
             }),
         )
@@ -91,7 +94,13 @@ async fn a_sharded_middle_node_joins_once_and_the_last_node_runs_once() {
         let run = run_in(&app, id, "success").await;
         assert_eq!(
             states(&run),
-            ["extract=succeeded", "transform=succeeded", "load=succeeded", "alert=skipped"],
+            [
+                "extract=succeeded",
+                "transform=succeeded",
+                "load=succeeded",
+                "alert=skipped",
+                "quiet=succeeded"
+            ],
             "{backend:?}: {run}"
         );
         let shards = ids(node(&run, "transform"));
@@ -118,9 +127,18 @@ async fn a_sharded_middle_node_joins_once_and_the_last_node_runs_once() {
             output,
             &json!([{"shard": 0, "message": "hello, shard"}, {"shard": 1, "message": "hello, shard"}])
         );
-        // Only this workflow's runs were created: one each, two shards.
+        // The join got every shard's output through its `workflow` import; a node that does
+        // not pass inputs got none.
+        assert_eq!(
+            last["handle_msg"], "transform/succeeded: 0=hello, shard,1=hello, shard",
+            "{last}"
+        );
+        let quiet = ids(node(&run, "quiet"));
+        let (_, quiet) = api.get(&format!("/api/v1/logs/{}", quiet[0])).await;
+        assert_eq!(quiet["handle_msg"], "no inputs", "{quiet}");
+        // Only this workflow's runs were created: one per node, two shards.
         let (_, page) = api.get(&format!("/api/v1/logs?job_id={load}")).await;
-        assert_eq!(page["total"], 1, "{page}");
+        assert_eq!(page["total"], 2, "{page}");
         let (_, listed) = api.get(&format!("/api/v1/workflows/{workflow}/runs")).await;
         assert_eq!(listed["items"][0]["state"], "success", "{listed}");
         second.stop().await;

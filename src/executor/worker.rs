@@ -512,6 +512,9 @@ fn block_strategy(param: &TriggerParam) -> BlockStrategy {
 fn held_size(param: &TriggerParam) -> usize {
     let items = param.sharding_items.iter().flatten();
     let item_bytes: usize = items.map(|item| item.parameter.len() + 16).sum();
+    let inputs = param.workflow_inputs.iter().flatten();
+    let outputs = inputs.flat_map(|input| &input.outputs);
+    let input_bytes: usize = outputs.map(|output| output.message.len() + 16).sum();
     [
         &param.executor_params,
         &param.executor_handler,
@@ -523,5 +526,6 @@ fn held_size(param: &TriggerParam) -> usize {
     .map(|text| text.len())
     .sum::<usize>()
         + item_bytes
+        + input_bytes
         + 256
 }

@@ -1,5 +1,5 @@
-//! What a guest sees of the host: the per-run store data, the `log` and `sharding` imports and
-//! the WASI subset.
+//! What a guest sees of the host: the per-run store data, the `log`, `sharding` and `workflow`
+//! imports and the WASI subset.
 //!
 //! The linker built here holds only the interfaces a job may import (see [`ALLOWED_IMPORTS`]):
 //! io streams, cli stdio/environment/exit/terminal, clocks and random, and `wasi:filesystem` and
@@ -17,7 +17,7 @@ use wasmtime::component::{HasData, Linker, ResourceTable};
 use wasmtime_wasi::p2::bindings::{cli, clocks, random};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::bindings::{self, Level, ShardingItem};
+use super::bindings::{self, Level, NodeOutput, ShardingItem};
 use super::output::{LogStream, SharedSink};
 use super::{LogSink, RunLimits};
 
@@ -25,6 +25,7 @@ use super::{LogSink, RunLimits};
 pub const ALLOWED_IMPORTS: &[&str] = &[
     "wasmjob:job/log",
     "wasmjob:job/sharding",
+    "wasmjob:job/workflow",
     "wasmjob:job/types",
     "wasi:io/error",
     "wasi:io/poll",
@@ -64,16 +65,21 @@ pub struct RunState {
     log: SharedSink,
     stdout: LogStream,
     stderr: LogStream,
-    /// What the `sharding` import answers: the items of this run's trigger.
-    sharding_items: Vec<ShardingItem>,
+    /// What the `sharding` and `workflow` imports answer.
+    imports: Imports,
+}
+
+/// What a run's imports answer, from its trigger.
+#[derive(Debug, Clone, Default)]
+pub struct Imports {
+    /// The `sharding` import's items (empty for a job that is not sharded).
+    pub sharding_items: Vec<ShardingItem>,
+    /// The `workflow` import's inputs (empty for a run of no workflow node).
+    pub workflow_inputs: Vec<NodeOutput>,
 }
 
 impl RunState {
-    pub(super) fn new(
-        limits: &RunLimits,
-        sharding_items: Vec<ShardingItem>,
-        log: Box<dyn LogSink>,
-    ) -> RunState {
+    pub(super) fn new(limits: &RunLimits, imports: Imports, log: Box<dyn LogSink>) -> RunState {
         let log: SharedSink = Arc::new(Mutex::new(log));
         let stdout = LogStream::new(log.clone(), Level::Info);
         let stderr = LogStream::new(log.clone(), Level::Warn);
@@ -88,7 +94,7 @@ impl RunState {
             .build();
         let limiter = Limiter { limits: limits.clone(), denied: None };
         let table = ResourceTable::new();
-        RunState { wasi, table, limiter, log, stdout, stderr, sharding_items }
+        RunState { wasi, table, limiter, log, stdout, stderr, imports }
     }
 
     /// The last lines the guest wrote to stderr (a Rust panic message lands there).
@@ -172,7 +178,13 @@ impl bindings::wasmjob::job::log::Host for RunState {
 
 impl bindings::wasmjob::job::sharding::Host for RunState {
     fn items(&mut self) -> Vec<ShardingItem> {
-        self.sharding_items.clone()
+        self.imports.sharding_items.clone()
+    }
+}
+
+impl bindings::wasmjob::job::workflow::Host for RunState {
+    fn inputs(&mut self) -> Vec<NodeOutput> {
+        self.imports.workflow_inputs.clone()
     }
 }
 

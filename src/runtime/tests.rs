@@ -92,7 +92,7 @@ async fn run_case(runtime: &Runtime, case: Case) -> RunOutcome {
         });
     }
     runtime
-        .run(&job, trigger(), Vec::new(), &case.limits, Box::new(Lines::default()), &cancel)
+        .run(&job, trigger(), Imports::default(), &case.limits, Box::new(Lines::default()), &cancel)
         .await
 }
 
@@ -186,7 +186,7 @@ async fn runs_beyond_the_pool_wait_for_a_slot() {
             let job = rt.load(&hex::encode(Sha256::digest(wat.as_bytes())), || Ok(wat.into()));
             let limits = RunLimits::default();
             let log = Box::new(Lines::default());
-            rt.run(&job.unwrap(), trigger(), Vec::new(), &limits, log, &cancel).await
+            rt.run(&job.unwrap(), trigger(), Imports::default(), &limits, log, &cancel).await
         })
     };
     while rt.free_slots() != Some(0) {
@@ -333,7 +333,8 @@ async fn the_sharding_import_gives_the_runs_items() {
         let (job, cancel) = (job.clone(), CancellationToken::new());
         let log = Box::new(Lines::default());
         let rt = &rt;
-        async move { rt.run(&job, trigger(), items, &RunLimits::default(), log, &cancel).await }
+        let imports = Imports { sharding_items: items, ..Imports::default() };
+        async move { rt.run(&job, trigger(), imports, &RunLimits::default(), log, &cancel).await }
     };
     let item = |item, parameter: &str| ShardingItem { item, parameter: parameter.to_owned() };
     let outcome = run(vec![item(0, "Beijing"), item(3, "Shenzhen")]).await;

@@ -12,7 +12,7 @@ use super::runs::{COLUMNS as RUN_COLUMNS, run_from_row};
 use super::statement::Cells;
 use super::{Db, Result, StorageError, parse_column};
 use crate::model::{RunRecord, TriggerType};
-use crate::workflow::{NodeState, RunState, WorkflowSpec};
+use crate::workflow::{Graph, NodeState, RunState, WorkflowSpec};
 
 const COLUMNS: &str = "id, group_id, name, spec, created_by, created_at, updated_at";
 pub(super) const RUN_COLUMNS_OF_WORKFLOW: &str =
@@ -78,7 +78,48 @@ pub struct NodeRecord {
     pub ended_at_ms: i64,
 }
 
+/// One upstream node's output, as a node's runs get it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInput {
+    /// The upstream node's name.
+    pub node: String,
+    /// The job it ran.
+    pub job_id: i64,
+    /// How it ended.
+    pub state: NodeState,
+    /// Each of its shards whose run succeeded: (shard index, message).
+    pub outputs: Vec<(i64, String)>,
+}
+
 impl Db {
+    /// The inputs of node `node` of workflow run `id`: the outputs of its upstream nodes, in
+    /// the workflow's order, as stored when each ended (so a retry, or another admin, sends the
+    /// same). `None` when the node does not pass inputs, or the workflow run does not exist.
+    pub async fn workflow_inputs(&self, id: i64, node: i64) -> Result<Option<Vec<NodeInput>>> {
+        let Some(run) = self.get_workflow_run(id).await? else { return Ok(None) };
+        let graph = Graph::of_stored(&run.spec)
+            .map_err(|error| StorageError::Corrupt(format!("workflow run {id}: {error}")))?;
+        let index = node_index(node)?;
+        if !graph.nodes().get(index).is_some_and(|node| node.pass_inputs) {
+            return Ok(None);
+        }
+        let records = self.workflow_nodes(id).await?;
+        let mut inputs = Vec::new();
+        for upstream in graph.upstream(index) {
+            let Some(record) = records.iter().find(|record| record.node == upstream) else {
+                continue;
+            };
+            let spec = &graph.nodes()[upstream];
+            inputs.push(NodeInput {
+                node: spec.name.clone(),
+                job_id: spec.job_id,
+                state: record.state,
+                outputs: parse_output(&record.output)?,
+            });
+        }
+        Ok(Some(inputs))
+    }
+
     /// Stores a new workflow, already validated.
     pub async fn create_workflow(
         &self,
@@ -213,6 +254,21 @@ impl Db {
         .await?;
         rows.iter().map(run_from_row).collect()
     }
+}
+
+/// A node's stored output: `[{"shard": 0, "message": "…"}]`, empty before it ended.
+fn parse_output(text: &str) -> Result<Vec<(i64, String)>> {
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    #[derive(serde::Deserialize)]
+    struct Shard {
+        shard: i64,
+        message: String,
+    }
+    let shards: Vec<Shard> = serde_json::from_str(text)
+        .map_err(|error| StorageError::Corrupt(format!("output: {error}")))?;
+    Ok(shards.into_iter().map(|shard| (shard.shard, shard.message)).collect())
 }
 
 /// A node's stored state: `starting` is running whose runs are not created yet.

@@ -10,13 +10,16 @@ use anyhow::Context;
 use tracing::Instrument;
 
 use super::sender::PostError;
-use super::{Dispatcher, LEASE_MS, now_ms};
+use super::{Dispatcher, LEASE_MS, PeerKind, now_ms};
 use crate::failpoint;
 use crate::lifecycle::{self, Event, JobNow, SendFacts};
 use crate::model::{GlueType, Job, RunRecord, TriggerType};
-use crate::protocol::{GLUE_WASM, ShardingItemParam, TriggerParam, run_reply};
+use crate::protocol::{
+    GLUE_WASM, NodeOutputParam, ShardOutputParam, ShardingItemParam, TriggerParam,
+    WORKFLOW_INPUTS_LINE, run_reply,
+};
 use crate::schedule::Schedule;
-use crate::storage::{Claim, Fired};
+use crate::storage::{Claim, Fired, NodeInput};
 
 /// How often a dispatcher renews the lease of a run it is sending.
 const LEASE_RENEWAL: Duration = Duration::from_millis(5_000);
@@ -298,12 +301,22 @@ impl Dispatcher {
                 }
             }
         };
-        let param = match trigger_param(job, run) {
+        let mut param = match trigger_param(job, run) {
             Ok(param) => param,
             Err(error) => return Sent::Refused(format!("{error:#}")),
         };
         // The sender speaks to the executor as its stored registration says (`peers.rs`).
-        self.peer(&address).await;
+        let peer = self.peer(&address).await;
+        if let Some(node) = run.node {
+            let xxl_job = peer.is_some_and(|peer| matches!(peer.kind, PeerKind::XxlJob(_)));
+            match self.inner.db.workflow_inputs(node.workflow_run_id, node.node).await {
+                Ok(Some(inputs)) => with_inputs(&mut param, &inputs, xxl_job),
+                Ok(None) => {}
+                Err(error) => {
+                    return Sent::Refused(format!("reading the workflow node's inputs: {error}"));
+                }
+            }
+        }
         failpoint::hit("dispatch.before_send");
         self.hold_send(run.id, &address);
         match self.inner.senders.post(&address, param).await {
@@ -335,6 +348,38 @@ enum Sent {
     Unconfirmed(String),
     /// Another dispatcher holds the run now.
     LeaseLost,
+}
+
+/// Gives `param` the inputs of its workflow node: in `workflowInputs` for a wasmjob executor,
+/// appended to `executorParams` as a line of JSON for an XXL-JOB executor, whose handler has
+/// no other way to see them.
+fn with_inputs(param: &mut TriggerParam, inputs: &[NodeInput], xxl_job: bool) {
+    let inputs: Vec<NodeOutputParam> = inputs
+        .iter()
+        .map(|input| NodeOutputParam {
+            node: input.node.clone(),
+            job_id: input.job_id,
+            state: input.state.to_string(),
+            outputs: input
+                .outputs
+                .iter()
+                .map(|(shard, message)| ShardOutputParam {
+                    shard: u32::try_from(*shard).unwrap_or(0),
+                    message: message.clone(),
+                })
+                .collect(),
+        })
+        .collect();
+    if !xxl_job {
+        param.workflow_inputs = Some(inputs);
+        return;
+    }
+    let json = serde_json::to_string(&inputs).unwrap_or_default();
+    param.executor_params = if param.executor_params.is_empty() {
+        format!("{WORKFLOW_INPUTS_LINE}{json}")
+    } else {
+        format!("{}\n{WORKFLOW_INPUTS_LINE}{json}", param.executor_params)
+    };
 }
 
 /// Whether the schedule of `job` fires again after the fire of `run`.
@@ -389,6 +434,7 @@ fn trigger_param(job: &Job, run: &RunRecord) -> anyhow::Result<TriggerParam> {
         memory_limit_mb: job.spec.memory_limit_mb,
         // Sent ahead of its instant (`send_created_at`): it must not start before it.
         not_before: (run.trigger_time_ms > now_ms()).then_some(run.trigger_time_ms),
+        workflow_inputs: None,
     })
 }
 
@@ -422,6 +468,27 @@ mod tests {
             tokio::task::yield_now().await;
         }
         waiting
+    }
+
+    #[test]
+    fn an_xxl_job_executor_gets_a_nodes_inputs_in_its_params() {
+        let inputs = [NodeInput {
+            node: "extract".to_owned(),
+            job_id: 3,
+            state: crate::workflow::NodeState::Succeeded,
+            outputs: vec![(0, "rows=3".to_owned())],
+        }];
+        let mut ours = TriggerParam { executor_params: "p".to_owned(), ..TriggerParam::default() };
+        with_inputs(&mut ours, &inputs, false);
+        assert_eq!(ours.executor_params, "p");
+        assert_eq!(ours.workflow_inputs.as_ref().map(Vec::len), Some(1));
+        let mut xxl = TriggerParam { executor_params: "p".to_owned(), ..TriggerParam::default() };
+        with_inputs(&mut xxl, &inputs, true);
+        assert_eq!(xxl.workflow_inputs, None);
+        expect_test::expect![[r#"
+            p
+            wasmjob-workflow-inputs: [{"node":"extract","jobId":3,"state":"succeeded","outputs":[{"shard":0,"message":"rows=3"}]}]"#]]
+        .assert_eq(&xxl.executor_params);
     }
 
     #[tokio::test]

@@ -14,7 +14,9 @@ use crate::config::RunDefaults;
 use crate::executor::journal::{self, Journal, Ticket};
 use crate::model::code;
 use crate::protocol::{HandleCallbackParam, MAX_RESULT_MESSAGE_BYTES, TriggerParam};
-use crate::runtime::{Level, LogSink, RunLimits, RunOutcome, ShardingItem, Trigger};
+use crate::runtime::{
+    Imports, Level, LogSink, NodeOutput, RunLimits, RunOutcome, ShardOutput, ShardingItem, Trigger,
+};
 
 impl Workers {
     pub(super) async fn work(self, job_id: i64, worker: Arc<Worker>) {
@@ -119,7 +121,7 @@ impl Workers {
         let outcome = match resolved {
             Some(Ok(job)) => {
                 let limits = limits(&ctx.defaults, &param);
-                let (trigger, items) = (trigger(&param), sharding_items(&param));
+                let (trigger, imports) = (trigger(&param), imports(&param));
                 if ctx.runtime.free_slots() == Some(0) {
                     let total = ctx.defaults.max_concurrent_runs;
                     log.line(
@@ -127,7 +129,9 @@ impl Workers {
                         &format!("waiting for a run slot: all {total} are in use"),
                     );
                 }
-                ctx.runtime.run(&job, trigger, items, &limits, Box::new(log.clone()), &cancel).await
+                ctx.runtime
+                    .run(&job, trigger, imports, &limits, Box::new(log.clone()), &cancel)
+                    .await
             }
             Some(Err(error)) => RunOutcome::Host(format!("module unavailable: {error:#}")),
             None => {
@@ -298,8 +302,22 @@ fn trigger(param: &TriggerParam) -> Trigger {
     }
 }
 
-/// The run's sharding items, for the guest's `sharding` import (none for a job not sharded).
-fn sharding_items(param: &TriggerParam) -> Vec<ShardingItem> {
+/// What the guest's `sharding` and `workflow` imports answer: the run's sharding items (none
+/// for a job not sharded) and its workflow node's inputs (none for a run of no node).
+fn imports(param: &TriggerParam) -> Imports {
     let items = param.sharding_items.iter().flatten();
-    items.map(|item| ShardingItem { item: item.item, parameter: item.parameter.clone() }).collect()
+    let sharding_items =
+        items.map(|item| ShardingItem { item: item.item, parameter: item.parameter.clone() });
+    let inputs = param.workflow_inputs.iter().flatten();
+    let workflow_inputs = inputs.map(|input| NodeOutput {
+        node: input.node.clone(),
+        job_id: input.job_id,
+        state: input.state.clone(),
+        outputs: input
+            .outputs
+            .iter()
+            .map(|output| ShardOutput { shard: output.shard, message: output.message.clone() })
+            .collect(),
+    });
+    Imports { sharding_items: sharding_items.collect(), workflow_inputs: workflow_inputs.collect() }
 }

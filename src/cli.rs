@@ -67,6 +67,8 @@ pub enum Command {
     Executors(client::ExecutorsArgs),
     /// Business calendars, through the REST API.
     Calendar(client::CalendarArgs),
+    /// Workflows and their runs, through the REST API.
+    Workflow(client::WorkflowArgs),
     /// Writes the admin's groups, calendars, jobs and alarms as one TOML or YAML document.
     Export(client::ExportArgs),
     /// Prints how the admin differs from a document; exits 8 when it does.

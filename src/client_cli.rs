@@ -1,5 +1,6 @@
 //! The command-line client of the operator REST API: `wasmjob job|run|log|version|group|executors|
-//! calendar`, and the cluster as a file: `wasmjob export|diff|apply|schema` (`apply.rs`, `manifest.rs`).
+//! calendar|workflow`, and the cluster as a file: `wasmjob export|diff|apply|schema` (`apply.rs`,
+//! `manifest.rs`).
 //!
 //! Each command is one or a few calls to `/api/v1` with the bearer token; people get aligned
 //! tables or `key: value` lines, scripts get the API's JSON with `--json`. `wasmjob log RUN
@@ -19,6 +20,7 @@ pub mod config_file;
 mod log;
 pub mod manifest;
 mod table;
+mod workflow;
 mod xxl_import;
 
 use std::io::Write;
@@ -29,7 +31,7 @@ use serde_json::{Map, Value, json};
 
 use crate::cli::client::{
     ApplyArgs, CalendarCommand, ConnectArgs, DiffArgs, ExecutorsCommand, ExportArgs, GroupCommand,
-    ImportXxlArgs, JobCommand, JobFields, LogArgs, RunCommand, VersionCommand,
+    ImportXxlArgs, JobCommand, JobFields, LogArgs, RunCommand, VersionCommand, WorkflowCommand,
 };
 
 /// What a client command was asked to do.
@@ -49,6 +51,8 @@ pub enum ClientCommand {
     Executors(ConnectArgs, ExecutorsCommand),
     /// `wasmjob calendar …`.
     Calendar(ConnectArgs, CalendarCommand),
+    /// `wasmjob workflow …`.
+    Workflow(ConnectArgs, WorkflowCommand),
     /// `wasmjob export`.
     Export(ExportArgs),
     /// `wasmjob diff -f FILE`.
@@ -75,6 +79,7 @@ impl ClientCommand {
             Command::Group(args) => ClientCommand::Group(args.connect, args.command),
             Command::Executors(args) => ClientCommand::Executors(args.connect, args.command),
             Command::Calendar(args) => ClientCommand::Calendar(args.connect, args.command),
+            Command::Workflow(args) => ClientCommand::Workflow(args.connect, args.command),
             Command::Export(args) => ClientCommand::Export(args),
             Command::Diff(args) => ClientCommand::Diff(args),
             Command::Apply(args) => ClientCommand::Apply(args),
@@ -143,6 +148,9 @@ async fn dispatch(command: ClientCommand) -> Result<(), ClientError> {
         ClientCommand::Group(connect, command) => group(&Api::new(&connect)?, command).await,
         ClientCommand::Calendar(connect, command) => {
             calendar::calendar(&Api::new(&connect)?, command).await
+        }
+        ClientCommand::Workflow(connect, command) => {
+            workflow::workflow(&Api::new(&connect)?, command).await
         }
         ClientCommand::Export(args) => apply::export(&Api::new(&args.connect)?, args).await,
         ClientCommand::Diff(args) => apply::diff(&Api::new(&args.connect)?, args).await,

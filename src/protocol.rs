@@ -19,6 +19,7 @@
 
 mod body;
 mod client;
+mod workflow;
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +27,7 @@ pub use self::body::ProtocolJson;
 pub use self::client::{
     Client, ClientOptions, EXCERPT_CHARS, MAX_REPLY_BYTES, ProtocolError, excerpt, join_url,
 };
+pub use self::workflow::{NodeOutputParam, ShardOutputParam, WORKFLOW_INPUTS_LINE};
 
 /// The header that carries the access token.
 pub const ACCESS_TOKEN_HEADER: &str = "XXL-JOB-ACCESS-TOKEN";
@@ -204,36 +206,6 @@ pub struct TriggerParam {
     /// `executorParams` instead ([`WORKFLOW_INPUTS_LINE`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workflow_inputs: Option<Vec<NodeOutputParam>>,
-}
-
-/// How an XXL-JOB executor's handler gets a workflow node's inputs: `executorParams` is the
-/// node's parameter, then a line starting with this and the inputs as JSON (the list of
-/// [`NodeOutputParam`]).
-pub const WORKFLOW_INPUTS_LINE: &str = "wasmjob-workflow-inputs: ";
-
-/// One upstream node's output: `{"node": "extract", "jobId": 3, "state": "succeeded",
-/// "outputs": [{"shard": 0, "message": "…"}]}`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct NodeOutputParam {
-    /// The node's name.
-    pub node: String,
-    /// The job it ran.
-    pub job_id: i64,
-    /// `succeeded`, `failed` or `skipped`.
-    pub state: String,
-    /// Each shard whose run succeeded, with its message.
-    pub outputs: Vec<ShardOutputParam>,
-}
-
-/// One shard's output: `{"shard": 0, "message": "…"}`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ShardOutputParam {
-    /// The shard's index.
-    pub shard: u32,
-    /// The `ok` message of its run.
-    pub message: String,
 }
 
 /// The longest an executor holds a trigger sent ahead of its instant: a `notBefore` further

@@ -1,11 +1,13 @@
-//! The command-line client end to end: `wasmjob job|version|run|log|group|executors|calendar`
-//! as real processes against a `wasmjob standalone` process, tables, `--json`, exit codes,
-//! `--follow`.
+//! The command-line client end to end: `wasmjob job|version|run|log|group|executors|calendar|
+//! workflow` as real processes against a `wasmjob standalone` process, tables, `--json`, exit
+//! codes, `--follow`.
 
+use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::sample_job;
 use crate::support::standalone::spawn_standalone;
@@ -24,6 +26,21 @@ impl Client {
             .env("WASMJOB_TOKEN", &self.token)
             .output()
             .unwrap()
+    }
+
+    /// Runs the client with `input` on its standard input.
+    pub(crate) fn run_with_stdin(&self, args: &[&str], input: &str) -> Output {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wasmjob"))
+            .args(args)
+            .env("WASMJOB_ADMIN_URL", &self.url)
+            .env("WASMJOB_TOKEN", &self.token)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
     }
 
     /// Runs a command that must succeed; its stdout.
@@ -277,4 +294,118 @@ fn the_cli_applies_imports_and_deletes_calendars() {
     cli.ok(&["job", "delete", &id]);
     cli.ok(&["calendar", "delete", "cn"]);
     cli.fails(&["calendar", "get", "cn"], 3);
+}
+
+/// The fields of `wasmjob workflow run`'s first part, by name.
+fn run_field<'a>(shown: &'a str, name: &str) -> &'a str {
+    let line = shown.lines().find(|line| line.split_whitespace().next() == Some(name));
+    line.and_then(|line| line.split_whitespace().nth(1)).unwrap_or_default()
+}
+
+#[test]
+fn the_cli_creates_exports_and_runs_a_workflow() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let (_standalone, url) = spawn_standalone(&data_dir);
+    let token = std::fs::read_to_string(data_dir.join("admin-token")).unwrap().trim().to_owned();
+    let cli = Client { url, token };
+    let hello = write_component(dir.path(), "hello");
+    let mut job_ids = Vec::new();
+    for name in ["extract", "load"] {
+        let job = cli.json(&["job", "create", "--group-id", "1", "--name", name]);
+        let id = job["id"].as_i64().unwrap();
+        cli.ok(&["version", "upload", &id.to_string(), &hello]);
+        job_ids.push(id);
+    }
+    let (extract, load) = (job_ids[0], job_ids[1]);
+
+    // Created from a file; listed; exported as the very document it was created from.
+    let document = json!({
+        "name": "etl", "group_id": 1,
+        "nodes": [
+            {"name": "extract", "job_id": extract, "param": "extract"},
+            {"name": "load", "job_id": load},
+        ],
+        "edges": [{"from": "extract", "to": "load"}],
+    });
+    let file = dir.path().join("etl.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&document).unwrap()).unwrap();
+    let id = cli.ok(&["workflow", "create", &file.display().to_string()]).trim().to_owned();
+    assert!(id.parse::<i64>().is_ok(), "the new id alone: {id:?}");
+    let table = cli.ok(&["workflow", "list"]);
+    let lines: Vec<Vec<&str>> =
+        table.lines().map(|line| line.split_whitespace().collect()).collect();
+    assert_eq!(lines, [vec!["ID", "NAME", "GROUP_ID", "NODES"], vec![&id, "etl", "1", "2"]]);
+    assert_eq!(cli.ok(&["workflow", "list", "--group-id", "2"]).lines().count(), 1);
+    let exported: Value = serde_json::from_str(&cli.ok(&["workflow", "get", &id])).unwrap();
+    assert_eq!(exported, document);
+    assert_eq!(cli.json(&["workflow", "get", &id])["id"].to_string(), id, "--json: the API's");
+
+    // Replaced from standard input, with what `get` printed.
+    let mut changed = exported.clone();
+    changed["nodes"][1]["param"] = json!("load");
+    let output = cli.run_with_stdin(&["workflow", "update", &id, "-"], &changed.to_string());
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), format!("workflow {id} updated\n"));
+    assert_eq!(serde_json::from_str::<Value>(&cli.ok(&["workflow", "get", &id])).unwrap(), changed);
+
+    // Triggered, then watched until it ends: both nodes succeeded, each with its run.
+    let run = cli.ok(&["workflow", "trigger", &id]).trim().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let shown = loop {
+        let shown = cli.ok(&["workflow", "run", &run]);
+        match run_field(&shown, "state") {
+            "success" => break shown,
+            "running" => {}
+            _ => panic!("workflow run {run} did not succeed:\n{shown}"),
+        }
+        assert!(Instant::now() < deadline, "workflow run {run} still running after 30 s:\n{shown}");
+        #[expect(clippy::disallowed_methods, reason = "a sync test polling another process")]
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!((run_field(&shown, "id"), run_field(&shown, "workflow_id")), (&*run, &*id));
+    let nodes: Vec<Vec<&str>> = shown
+        .lines()
+        .skip_while(|line| !line.is_empty())
+        .skip(1)
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    assert_eq!(nodes[0], ["NAME", "JOB_ID", "STATE", "ROUND", "LOG_IDS", "REASON"], "{shown}");
+    assert_eq!(nodes.len(), 3, "{shown}");
+    for (node, (name, job)) in nodes[1..].iter().zip([("extract", extract), ("load", load)]) {
+        assert_eq!(node[..4], [name, &*job.to_string(), "succeeded", "1"], "{shown}");
+        assert_eq!(cli.json(&["run", "get", node[4]])["state"], "success", "{shown}");
+    }
+    let runs = cli.ok(&["workflow", "runs", &id]);
+    let runs: Vec<Vec<&str>> = runs.lines().map(|line| line.split_whitespace().collect()).collect();
+    assert_eq!(runs[0], ["ID", "STATE", "TRIGGER_TYPE", "CREATED_AT", "ENDED_AT"]);
+    assert_eq!((runs.len(), &runs[1][..3]), (2, &[&*run, "success", "MANUAL"][..]));
+
+    // The API's refusals, with their reasons: an ended run, a node that did not fail, a cycle.
+    assert!(cli.fails(&["workflow", "kill", &run], 5).contains("409"));
+    assert!(cli.fails(&["workflow", "retry", &run, "load"], 5).contains("409"));
+    assert!(cli.fails(&["workflow", "retry", &run, "nowhere"], 3).contains("node_not_found"));
+    let cycle = json!({
+        "name": "loop", "group_id": 1,
+        "nodes": [
+            {"name": "r", "job_id": extract}, {"name": "a", "job_id": load},
+            {"name": "b", "job_id": load}, {"name": "c", "job_id": load},
+        ],
+        "edges": [
+            {"from": "r", "to": "a"}, {"from": "a", "to": "b"},
+            {"from": "b", "to": "c"}, {"from": "c", "to": "a"},
+        ],
+    });
+    let cycle_file = dir.path().join("loop.json");
+    std::fs::write(&cycle_file, cycle.to_string()).unwrap();
+    let error = cli.fails(&["workflow", "create", &cycle_file.display().to_string()], 5);
+    assert_eq!(
+        error, "error: 400: the edges form a cycle: a → b → c → a (invalid_workflow)\n",
+        "the API's reason"
+    );
+    assert_eq!(cli.ok(&["workflow", "list"]).lines().count(), 2, "nothing was created");
+
+    cli.ok(&["workflow", "delete", &id]);
+    cli.fails(&["workflow", "get", &id], 3);
+    assert_eq!(cli.ok(&["workflow", "runs", &id]).lines().count(), 2, "its runs stay");
 }

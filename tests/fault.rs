@@ -27,6 +27,8 @@ use crate::support::checker::{self, Check, Report, Window};
 use crate::support::cluster::{Cluster, Proc};
 use crate::support::{ACCESS_TOKEN, Api, sample_job};
 
+mod workflows;
+
 /// The signal of `abort()`, which is how a failpoint ends a process.
 const SIGABRT: i32 = 6;
 

@@ -1,4 +1,5 @@
-//! The flags of the REST API's command-line client: `wasmjob job|run|log|version|group|calendar …`.
+//! The flags of the REST API's command-line client: `wasmjob job|run|log|version|group|calendar|
+//! workflow …`.
 //!
 //! Only the shape of the commands is here; `client_cli` runs them against an admin.
 
@@ -76,6 +77,15 @@ pub struct CalendarArgs {
     pub connect: ConnectArgs,
     #[command(subcommand)]
     pub command: CalendarCommand,
+}
+
+/// `wasmjob workflow …`.
+#[derive(Debug, Args)]
+pub struct WorkflowArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    #[command(subcommand)]
+    pub command: WorkflowCommand,
 }
 
 /// A document's text format.
@@ -367,6 +377,44 @@ pub enum CalendarCommand {
         #[arg(long)]
         included: bool,
     },
+}
+
+/// `wasmjob workflow …`.
+#[derive(Debug, Subcommand)]
+pub enum WorkflowCommand {
+    /// Lists workflows.
+    List {
+        /// Only this executor group's workflows.
+        #[arg(long)]
+        group_id: Option<i64>,
+    },
+    /// Prints a workflow's JSON document, as `create` and `update` take it.
+    Get { id: i64 },
+    /// Creates the workflow a JSON document describes; prints its id.
+    Create {
+        /// The document as the API takes it: `{"name": "etl", "group_id": 1, "nodes": [{"name":
+        /// "extract", "job_id": 3}, …], "edges": [{"from": "extract", "to": "load"}, …]}` (`-`
+        /// reads standard input).
+        file: PathBuf,
+    },
+    /// Replaces a workflow's document; its runs under way keep the one they started with.
+    Update {
+        id: i64,
+        /// The document, as `create` takes it (`-` reads standard input).
+        file: PathBuf,
+    },
+    /// Deletes a workflow; its runs stay.
+    Delete { id: i64 },
+    /// Runs a workflow once now; prints the workflow run's id.
+    Trigger { id: i64 },
+    /// Lists a workflow's runs, newest first.
+    Runs { id: i64 },
+    /// Shows a workflow run: its state and each node's.
+    Run { run_id: i64 },
+    /// Kills a running workflow run: no node starts any more, and its runs are killed.
+    Kill { run_id: i64 },
+    /// Retries a failed node of a workflow run; the run goes on from there.
+    Retry { run_id: i64, node_name: String },
 }
 
 /// `wasmjob executors`.

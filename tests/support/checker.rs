@@ -19,6 +19,7 @@ use sqlx::Row;
 use wasmjob::storage::testing::fetch_all;
 
 mod overlap;
+pub mod workflows;
 use wasmjob::model::ScheduleType;
 use wasmjob::schedule::Schedule;
 
@@ -280,7 +281,7 @@ async fn count_report(url: &str, report: &mut Report) {
     }
 }
 
-async fn connect(url: &str) -> sqlx::AnyPool {
+pub(super) async fn connect(url: &str) -> sqlx::AnyPool {
     sqlx::any::install_default_drivers();
     let url = match url.strip_prefix("sqlite:") {
         Some(path) => format!("sqlite://{path}?mode=rw"),

@@ -9,6 +9,7 @@
 //! commit; a crash in between leaves the node `starting`, and the sweep starts it.
 
 use super::{Dispatcher, PlannedTrigger, TriggerError, now_ms};
+use crate::failpoint;
 use crate::model::TriggerType;
 use crate::storage::{NodeRetry, StartingNode, Workflow};
 
@@ -94,6 +95,8 @@ impl Dispatcher {
                 return Ok(());
             }
         };
+        // The decision to start it is committed; its runs are not.
+        failpoint::hit("workflow.before_start");
         let Some(ids) = db.start_workflow_node(node, &runs, now).await? else { return Ok(()) };
         tracing::info!(
             job.id = job.id,

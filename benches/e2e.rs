@@ -33,10 +33,15 @@
 //!   `admin_cpu_secs_per_1000_fires`, and how `/api/callback` answered the executor's batched
 //!   callbacks: `callback_answer_p50_ms`/`_p99_ms`/`_max_ms`, `callbacks_failed`;
 //!
+//! - (w) a workflow of `--levels` (10) levels of `--width` (10) `hello` nodes, each level
+//!   after every node of the one before, run `--repeats` (5) times (`e2e/workflow.rs`):
+//!   `trigger_to_end_p50_ms`/`_p99_ms`, `node_lateness_p50_ms`/`_p99_ms` (a node's last upstream
+//!   run's end to its first run's start) and `admin_cpu_ms_per_node`;
+//!
 //! and for each, `admin_rss_mb` and `executor_rss_mb` (peak resident memory). `--standalone`
 //! runs one `wasmjob standalone` process instead, as the README's first command does (SQLite
 //! only): its figures are then `standalone_cpu_us_per_run` and `standalone_rss_mb`.
-//! `--workload` picks some of `a`, `b`, `c`, `x` (default `abc`); `--binary` runs another build of
+//! `--workload` picks some of `a`, `b`, `c`, `w`, `x` (default `abc`); `--binary` runs another build of
 //! wasmjob, so that two versions can be measured side by side (its database schema must have
 //! `handle_time`, `trigger_time` and `fire_time`; figures the older schema lacks print as `n/a`).
 //! `--sample` names the sample job the jobs run (default `hello`): `legacy_hello` (the crate
@@ -48,6 +53,9 @@
 
 #[path = "../tests/support/sample_jobs.rs"]
 mod sample_jobs;
+/// Workload (w): a workflow of levels of nodes.
+#[path = "e2e/workflow.rs"]
+mod workflow;
 #[path = "e2e/xxl.rs"]
 mod xxl;
 
@@ -81,6 +89,9 @@ struct Args {
     binary: PathBuf,
     sample: String,
     backfill: usize,
+    levels: usize,
+    width: usize,
+    repeats: usize,
 }
 
 fn args() -> Args {
@@ -99,6 +110,9 @@ fn args() -> Args {
         binary: PathBuf::from(env!("CARGO_BIN_EXE_wasmjob")),
         sample: "hello".to_owned(),
         backfill: 0,
+        levels: 10,
+        width: 10,
+        repeats: 5,
     };
     let mut words = std::env::args().skip(1);
     while let Some(word) = words.next() {
@@ -118,6 +132,9 @@ fn args() -> Args {
             "--standalone" => args.standalone = true,
             "--sample" => args.sample = value(),
             "--backfill" => args.backfill = value().parse().unwrap(),
+            "--levels" => args.levels = value().parse().unwrap(),
+            "--width" => args.width = value().parse().unwrap(),
+            "--repeats" => args.repeats = value().parse().unwrap(),
             // cargo bench passes `--bench`.
             _ => {}
         }
@@ -145,7 +162,8 @@ fn main() {
                 'b' => scheduled(&platform, "b", args.defined, args.due, args.secs_b).await,
                 'c' => manual(&platform, args.triggers, args.clients).await,
                 'x' => fired_to_xxl(&platform, args.jobs, args.secs).await,
-                other => panic!("unknown workload `{other}`: use a, b, c or x"),
+                'w' => workflow::dag(&platform, args.levels, args.width, args.repeats).await,
+                other => panic!("unknown workload `{other}`: use a, b, c, w or x"),
             }
             platform.report_memory(&workload.to_string());
             platform.stop().await;

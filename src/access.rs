@@ -156,6 +156,8 @@ pub fn api_need(method: &str, route: &str) -> Need {
         | "/workflows"
         | "/workflows/{id}"
         | "/workflows/{id}/trigger"
+        | "/workflows/{id}/start"
+        | "/workflows/{id}/stop"
         | "/workflow-runs/{id}/kill"
         | "/workflow-runs/{id}/nodes/{name}/retry" => Need::GroupWrite,
         _ => Need::Admin,

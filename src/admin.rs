@@ -183,6 +183,10 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
         scheduler::run(state.clone(), firing.clone()).instrument(tracing::info_span!("scheduler")),
     ));
     tasks.push(tokio::spawn(
+        scheduler::run_workflows(state.clone(), firing.clone())
+            .instrument(tracing::info_span!("workflows")),
+    ));
+    tasks.push(tokio::spawn(
         dispatch::sweep(state.dispatcher.clone(), shutdown.clone())
             .instrument(tracing::info_span!("sweep")),
     ));

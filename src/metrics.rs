@@ -57,6 +57,11 @@ pub struct AdminMetrics {
     /// New runs held back at the bound on unfinished runs, by source: `schedule` (a
     /// scheduler pass that waited) or `trigger` (a trigger refused with 503).
     pub admission_refusals: Family<Labels, Counter>,
+    /// Workflow runs triggered.
+    pub workflow_runs_started: Counter,
+    /// From the decision that a workflow node starts (its upstream nodes done) to its runs'
+    /// creation.
+    pub workflow_node_lateness: Histogram,
 }
 
 /// What the admin reads off its database at scrape time.
@@ -66,6 +71,8 @@ pub struct AdminLevels {
     pub online_executors: Vec<(String, i64)>,
     /// Unfinished runs per state (`pending`, `dispatching`, `running`).
     pub unfinished_runs: Vec<(&'static str, i64)>,
+    /// Workflow runs per state (`running`, `success`, `failed`, `killed`).
+    pub workflow_runs: Vec<(String, i64)>,
 }
 
 /// The executor's counters and histograms.
@@ -112,6 +119,9 @@ pub fn admin() -> &'static AdminMetrics {
         alarms_silenced: Counter::default(),
         misfires: Counter::default(),
         admission_refusals: Family::default(),
+        workflow_runs_started: Counter::default(),
+        // 1 ms to about 65 s.
+        workflow_node_lateness: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
     })
 }
 
@@ -222,6 +232,22 @@ impl AdminMetrics {
             family(
                 levels.unfinished_runs.iter().map(|(state, n)| ("state", state.to_string(), *n)),
             ),
+        );
+        registry.register(
+            "workflow_runs_started",
+            "Workflow runs triggered",
+            self.workflow_runs_started.clone(),
+        );
+        registry.register(
+            "workflow_runs",
+            "Workflow runs in the database, by state",
+            family(levels.workflow_runs.iter().map(|(state, n)| ("state", state.clone(), *n))),
+        );
+        registry.register_with_unit(
+            "workflow_node_lateness",
+            "From the decision that a workflow node starts (its upstream nodes done) to its runs' creation",
+            Unit::Seconds,
+            self.workflow_node_lateness.clone(),
         );
         text(&registry)
     }

@@ -58,7 +58,7 @@ pub use self::reports::{DAY_MS, DayCounts};
 pub use self::runs::{Claim, NewRun, RunFilter, RunPage};
 pub use self::users::{ApiToken, LoginLocks, Session, User};
 pub use self::workflow_runs::{MAX_OUTPUT_MESSAGE_BYTES, NodeRetry, StartingNode};
-pub use self::workflows::{NodeInput, NodeRecord, Workflow, WorkflowRun};
+pub use self::workflows::{NodeInput, NodeRecord, Workflow, WorkflowRun, WorkflowSchedule};
 
 /// On SQLite, how many pages the WAL holds before the commit that passes it copies them back into
 /// the database file (a checkpoint, with a sync of both files). The commit's writer does it, so

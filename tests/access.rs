@@ -279,6 +279,8 @@ async fn every_route_with_every_caller() {
         ("PUT", "/api/v1/workflows/1", workflow(1, 2)),
         ("POST", "/api/v1/workflows/1/trigger", Value::Null),
         ("POST", "/api/v1/workflows/4/trigger", Value::Null),
+        ("POST", "/api/v1/workflows/1/start", Value::Null),
+        ("POST", "/api/v1/workflows/4/stop", Value::Null),
         ("GET", "/api/v1/workflows/1/runs", Value::Null),
         ("GET", "/api/v1/workflow-runs/1", Value::Null),
         ("POST", "/api/v1/workflow-runs/1/nodes/only/retry", Value::Null),
@@ -371,6 +373,8 @@ async fn every_route_with_every_caller() {
         PUT /api/v1/workflows/1                          401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          400          400          400
         POST /api/v1/workflows/1/trigger                 401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          201          201          201
         POST /api/v1/workflows/4/trigger                 401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          201          201
+        POST /api/v1/workflows/1/start                   401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          409          409          409
+        POST /api/v1/workflows/4/stop                    401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          200          200
         GET /api/v1/workflows/1/runs                     401 unauthor          200          200          200          200          200          200
         GET /api/v1/workflow-runs/1                      401 unauthor          200          200          200          200          200          200
         POST /api/v1/workflow-runs/1/nodes/only/retry    401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde          200          200          200

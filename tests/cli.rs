@@ -327,6 +327,9 @@ fn the_cli_creates_exports_and_runs_a_workflow() {
             {"name": "load", "job_id": load},
         ],
         "edges": [{"from": "extract", "to": "load"}],
+        "schedule_type": "NONE",
+        "schedule_conf": "",
+        "misfire_strategy": "DO_NOTHING",
     });
     let file = dir.path().join("etl.json");
     std::fs::write(&file, serde_json::to_string_pretty(&document).unwrap()).unwrap();

@@ -48,6 +48,9 @@ async fn metrics_are_scraped_parsed_and_move_as_runs_happen() {
         ("wasmjob_callback_batch_size", "histogram"),
         ("wasmjob_executors_online", "gauge"),
         ("wasmjob_runs_unfinished", "gauge"),
+        ("wasmjob_workflow_runs_started", "counter"),
+        ("wasmjob_workflow_runs", "gauge"),
+        ("wasmjob_workflow_node_lateness_seconds", "histogram"),
     ] {
         assert_eq!(admin_before.types.get(kind.0).map(String::as_str), Some(kind.1), "{kind:?}");
     }

@@ -289,3 +289,57 @@ async fn cycles_strangers_and_unknown_jobs_are_refused_by_name() {
     assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
     app.stop().await;
 }
+
+/// A workflow with a schedule fires on it once started, as a job does, and stops firing when
+/// stopped; a schedule that is not one is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_workflow_fires_on_its_schedule_until_stopped() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let api = &app.api;
+    let job = api.create_job(json!({"name": "tick"})).await;
+    api.upload(job, sample_job("hello")).await;
+    let nodes = json!([{"name": "tick", "job_id": job}]);
+    for (schedule_type, conf, message) in [
+        ("CRON", "not cron", "cron"),
+        ("FIX_DELAY", "5", "FIX_DELAY is a job's only"),
+        ("SOMETIMES", "", "schedule_type"),
+    ] {
+        let body = json!({"name": "x", "group_id": 1, "nodes": nodes,
+            "schedule_type": schedule_type, "schedule_conf": conf});
+        let (status, refused) = api.post("/api/v1/workflows", body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+        assert_eq!(refused["code"], "invalid_schedule", "{refused}");
+        assert!(refused["message"].as_str().unwrap().contains(message), "{refused}");
+    }
+    let manual = create(&app, json!({"name": "by hand", "group_id": 1, "nodes": nodes})).await;
+    let (status, _) = api.post(&format!("/api/v1/workflows/{manual}/start"), json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "NONE never fires on its own");
+
+    let body = json!({"name": "every second", "group_id": 1, "nodes": nodes,
+        "schedule_type": "CRON", "schedule_conf": "* * * * * ?"});
+    let id = create(&app, body).await;
+    let (_, read) = api.get(&format!("/api/v1/workflows/{id}")).await;
+    assert_eq!(
+        (read["running"].as_bool(), read["misfire_strategy"].as_str()),
+        (Some(false), Some("DO_NOTHING"))
+    );
+    let (status, started) = api.post(&format!("/api/v1/workflows/{id}/start"), json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{started}");
+    assert!(started["next_fire"].is_string(), "{started}");
+    let runs = api
+        .wait_until("the workflow fires twice", || async {
+            let (_, runs) = api.get(&format!("/api/v1/workflows/{id}/runs")).await;
+            let items = runs["items"].as_array().cloned().unwrap_or_default();
+            let ended = items.iter().filter(|run| run["state"] == "success").count();
+            (ended >= 2).then_some(items)
+        })
+        .await;
+    assert!(runs.iter().all(|run| run["trigger_type"] == "CRON"), "{runs:?}");
+    let (status, stopped) = api.post(&format!("/api/v1/workflows/{id}/stop"), json!({})).await;
+    assert_eq!((status, stopped["running"].as_bool()), (StatusCode::OK, Some(false)), "{stopped}");
+    let (_, before) = api.get(&format!("/api/v1/workflows/{id}/runs")).await;
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    let (_, after) = api.get(&format!("/api/v1/workflows/{id}/runs")).await;
+    assert_eq!(before["items"].as_array().unwrap().len(), after["items"].as_array().unwrap().len());
+    app.stop().await;
+}

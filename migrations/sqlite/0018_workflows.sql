@@ -1,6 +1,8 @@
 -- Workflows: a DAG of one group's jobs (`crate::workflow`), and their runs.
 --
--- A workflow keeps the JSON document the API takes (`spec`). A workflow run keeps the document
+-- A workflow keeps the JSON document the API takes (`spec`), and its schedule as a job keeps
+-- one: a started workflow (`running`) fires at `next_fire_ms`, which a fire moves by
+-- compare-and-set in the transaction that creates its run, so two admins fire it once. A workflow run keeps the document
 -- as it was triggered, so an update of the workflow changes no run under way. Each node of a
 -- run has a row: its state (waiting | starting | running | succeeded | failed | skipped), its
 -- round (how many times it was started: a retry by hand starts it again), and, once it ended,
@@ -14,12 +16,19 @@ create table workflows (
     group_id bigint not null references groups (id),
     name text not null,
     spec text not null,
+    schedule_type text not null default 'NONE',
+    schedule_conf text not null default '',
+    time_zone text,
+    misfire_strategy text not null default 'DO_NOTHING',
+    running bigint not null default 0,
+    next_fire_ms bigint not null default 0,
     created_by text not null default '',
     created_at bigint not null,
     updated_at bigint not null
 );
 
 create index workflows_by_group on workflows (group_id, id);
+create index workflows_due on workflows (running, next_fire_ms);
 
 create table workflow_runs (
     id integer primary key autoincrement,

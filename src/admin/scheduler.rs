@@ -16,6 +16,8 @@
 //! A `FIX_DELAY` job's fire leaves it running without a next fire time; the transaction that
 //! ends the fire's last run sets it (`lifecycle`), and the next pass, within a second, sees it.
 //!
+//! Workflows with a schedule fire in a loop of their own ([`run_workflows`]), the same way.
+//!
 //! Each completed pass is recorded in `AppState::scheduler_pulse`, which `/readyz` reads.
 //!
 //! Between passes the loop sleeps until the earliest next fire (at most [`MAX_SLEEP`]), or until
@@ -29,9 +31,10 @@ use tokio_util::sync::CancellationToken;
 use super::admission::AdmitError;
 use super::dispatch::PlannedTrigger;
 use super::{AppState, now_ms};
+use crate::model::DEFAULT_MISFIRE_THRESHOLD_MS;
 use crate::model::Job;
 use crate::schedule::calendar::{self, CalendarDecision};
-use crate::schedule::{NextFire, Schedule, decide};
+use crate::schedule::{FireDecision, NextFire, Schedule, decide};
 use crate::storage::Fire;
 
 /// How far ahead of its instant a fire is committed, so that sending can start on time.
@@ -70,6 +73,73 @@ pub async fn run(state: AppState, shutdown: CancellationToken) {
             () = shutdown.cancelled() => return,
         }
     }
+}
+
+/// Fires workflows on their schedules until `shutdown`, as [`run`] fires jobs: each due
+/// workflow's next fire moves by compare-and-set in the transaction that creates its run
+/// (`Db::fire_workflow`), so two admins fire it once, and a crash before the commit leaves it
+/// due. The loop looks at least every [`MAX_SLEEP`].
+pub async fn run_workflows(state: AppState, shutdown: CancellationToken) {
+    loop {
+        let next = match workflow_pass(&state).await {
+            Ok(next) => next,
+            Err(error) => {
+                tracing::error!(error = format!("{error:#}"), "workflow scheduler pass failed");
+                None
+            }
+        };
+        let sleep = next.map_or(MAX_SLEEP, |at| {
+            Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0)).min(MAX_SLEEP)
+        });
+        tokio::select! {
+            () = tokio::time::sleep(sleep) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Fires every due workflow once; returns the earliest next fire.
+async fn workflow_pass(state: &AppState) -> anyhow::Result<Option<i64>> {
+    let now = now_ms();
+    for workflow in state.db.due_workflows(now, BATCH).await? {
+        let schedule = &workflow.schedule;
+        let parsed = Schedule::parse(
+            schedule.schedule_type,
+            &schedule.schedule_conf,
+            schedule.time_zone.as_deref(),
+        );
+        // The API checked it; should a stored one not read, the workflow stops.
+        let decision = match parsed {
+            Ok(parsed) => decide(
+                &parsed,
+                schedule.misfire_strategy,
+                DEFAULT_MISFIRE_THRESHOLD_MS,
+                workflow.next_fire_ms,
+                now,
+            ),
+            Err(error) => {
+                tracing::warn!(workflow.id = workflow.id, "workflow {}: {error}", workflow.id);
+                FireDecision { fire: None, next: NextFire::Never }
+            }
+        };
+        let next = decision.next.at().unwrap_or(0);
+        match state.db.fire_workflow(&workflow, next, decision.fire, now).await? {
+            Some(Some(run_id)) => {
+                crate::metrics::admin().workflow_runs_started.inc();
+                tracing::info!(
+                    workflow.id = workflow.id,
+                    "workflow {} fired: run {run_id}",
+                    workflow.id
+                );
+                state.dispatcher.start_nodes(run_id).await;
+            }
+            Some(None) if decision.fire.is_none() && next > 0 => {
+                crate::metrics::admin().misfires.inc();
+            }
+            Some(None) | None => {}
+        }
+    }
+    Ok(state.db.next_workflow_fire().await?)
 }
 
 /// Fires every due job once, in one transaction; returns the earliest next fire.

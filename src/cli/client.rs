@@ -407,6 +407,10 @@ pub enum WorkflowCommand {
     Delete { id: i64 },
     /// Runs a workflow once now; prints the workflow run's id.
     Trigger { id: i64 },
+    /// Starts a workflow: it fires on its schedule; prints its next fire.
+    Start { id: i64 },
+    /// Stops a workflow: it no longer fires on its schedule.
+    Stop { id: i64 },
     /// Lists a workflow's runs, newest first.
     Runs { id: i64 },
     /// Shows a workflow run: its state and each node's.

@@ -17,7 +17,16 @@ use crate::cli::client::WorkflowCommand;
 
 /// The fields of the document `POST /workflows` and `PUT /workflows/{id}` take (they refuse
 /// others).
-const WORKFLOW_BODY_FIELDS: &[&str] = &["name", "group_id", "nodes", "edges"];
+const WORKFLOW_BODY_FIELDS: &[&str] = &[
+    "name",
+    "group_id",
+    "nodes",
+    "edges",
+    "schedule_type",
+    "schedule_conf",
+    "time_zone",
+    "misfire_strategy",
+];
 const WORKFLOW_COLUMNS: &[&str] = &["id", "name", "group_id", "nodes"];
 const WORKFLOW_RUN_COLUMNS: &[&str] = &["id", "state", "trigger_type", "created_at", "ended_at"];
 /// The fields of a workflow run shown above its nodes.
@@ -80,6 +89,17 @@ pub(super) async fn workflow(api: &Api, command: WorkflowCommand) -> Result<(), 
                 return api.print_json(&triggered);
             }
             api.line(&cell(&triggered["workflow_run_id"]))
+        }
+        WorkflowCommand::Start { id } => {
+            let started = api.call("POST", &format!("/workflows/{id}/start"), None).await?;
+            if api.json {
+                return api.print_json(&started);
+            }
+            api.line(&format!("workflow {id} started: next fire {}", cell(&started["next_fire"])))
+        }
+        WorkflowCommand::Stop { id } => {
+            api.call("POST", &format!("/workflows/{id}/stop"), None).await?;
+            api.done(&format!("workflow {id} stopped"))
         }
         WorkflowCommand::Runs { id } => {
             let list = api.call("GET", &format!("/workflows/{id}/runs"), None).await?;

@@ -20,12 +20,12 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::query::query;
-use sqlx::Row;
+use sqlx::{AnyConnection, Row};
 
 use super::run_writes::{Insert, insert_many};
 use super::runs::{NewRun, UNFINISHED};
 use super::statement::{Cells, Exec, Statement};
-use super::workflows::{node_index, parse_spec, spec_text, stored_state};
+use super::workflows::{Workflow, node_index, parse_spec, spec_text, stored_state};
 use super::{Db, Result, StorageError, parse_column};
 use crate::model::{NodeOfRun, RunState as RunEnd, TriggerType};
 use crate::workflow::{
@@ -50,6 +50,8 @@ pub struct StartingNode {
     pub param: Option<String>,
     /// Whether its upstream nodes' outputs go to its job.
     pub pass_inputs: bool,
+    /// When it was decided to start (ms).
+    pub decided_at_ms: i64,
 }
 
 impl StartingNode {
@@ -88,37 +90,44 @@ impl Db {
         now_ms: i64,
     ) -> Result<i64> {
         let mut tx = self.writer().begin().await?;
-        let row = query(
-            "insert into workflow_runs (workflow_id, group_id, spec, trigger_type, created_by,
-                created_at, updated_at)
-             values ($1, $2, $3, $4, $5, $6, $6)
-             returning id",
-        )
-        .bind(workflow_id)
-        .bind(spec.group_id)
-        .bind(spec_text(spec)?)
-        .bind(trigger_type.as_str())
-        .bind(created_by)
-        .bind(now_ms)
-        .fetch_one(&mut *tx)
-        .await?;
-        let id: i64 = row.try_get("id")?;
-        for chunk in (0..spec.nodes.len() as i64).collect::<Vec<_>>().chunks(100) {
-            let values: Vec<String> =
-                (0..chunk.len()).map(|at| format!("($1, ${}, $2)", at + 3)).collect();
-            let sql = format!(
-                "insert into workflow_nodes (workflow_run_id, node, updated_at) values {}",
-                values.join(", ")
-            );
-            let mut insert = query(&sql).bind(id).bind(now_ms);
-            for node in chunk {
-                insert = insert.bind(*node);
-            }
-            insert.execute(&mut *tx).await?;
-        }
-        advance(&mut Exec::Sqlx(&mut tx), id, now_ms).await?;
+        let id = insert_run(&mut tx, workflow_id, spec, trigger_type, created_by, now_ms).await?;
         tx.commit().await?;
         Ok(id)
+    }
+
+    /// Moves `workflow`'s next fire from the one it was read with to `next_fire_ms` (0: none,
+    /// and it stops) and, with `fire` (its instant and trigger type), creates its run, in one
+    /// transaction. `None`, and nothing changed, when the next fire moved since (another admin
+    /// fired it, or it was stopped or changed); else the new run's id, if any.
+    pub async fn fire_workflow(
+        &self,
+        workflow: &Workflow,
+        next_fire_ms: i64,
+        fire: Option<(i64, TriggerType)>,
+        now_ms: i64,
+    ) -> Result<Option<Option<i64>>> {
+        let mut tx = self.writer().begin().await?;
+        let moved = query(
+            "update workflows set next_fire_ms = $1, running = case when $1 = 0 then 0 else 1 end
+             where id = $2 and running = 1 and next_fire_ms = $3",
+        )
+        .bind(next_fire_ms)
+        .bind(workflow.id)
+        .bind(workflow.next_fire_ms)
+        .execute(&mut *tx)
+        .await?;
+        if moved.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        let mut created = None;
+        if let Some((_, trigger_type)) = fire {
+            let spec = &workflow.spec;
+            let id = insert_run(&mut tx, workflow.id, spec, trigger_type, "schedule", now_ms).await;
+            created = Some(id?);
+        }
+        tx.commit().await?;
+        Ok(Some(created))
     }
 
     /// The nodes decided to start, whose runs are not created yet: of workflow run `id` only
@@ -131,7 +140,7 @@ impl Db {
         limit: i64,
     ) -> Result<Vec<StartingNode>> {
         let rows = query(
-            "select n.workflow_run_id, n.node, n.round, w.spec
+            "select n.workflow_run_id, n.node, n.round, n.updated_at, w.spec
              from workflow_nodes n join workflow_runs w on w.id = n.workflow_run_id
              where n.state = 'starting' and ($1 = 0 or n.workflow_run_id = $1)
                and n.updated_at <= $2
@@ -163,6 +172,7 @@ impl Db {
                 job_id: spec.job_id,
                 param: spec.param.clone(),
                 pass_inputs: spec.pass_inputs,
+                decided_at_ms: row.try_get("updated_at")?,
             });
         }
         Ok(starting)
@@ -320,6 +330,48 @@ async fn retry_in(exec: &mut Exec<'_>, id: i64, node: usize, now_ms: i64) -> Res
     exec.fetch_all(&again).await?;
     advance(exec, id, now_ms).await?;
     Ok(NodeRetry::Started)
+}
+
+/// Creates a run of workflow `workflow_id` (`spec` as triggered) with a row per node, and
+/// decides its roots to start, in the caller's transaction; its id.
+async fn insert_run(
+    conn: &mut AnyConnection,
+    workflow_id: i64,
+    spec: &WorkflowSpec,
+    trigger_type: TriggerType,
+    created_by: &str,
+    now_ms: i64,
+) -> Result<i64> {
+    let row = query(
+        "insert into workflow_runs (workflow_id, group_id, spec, trigger_type, created_by,
+            created_at, updated_at)
+         values ($1, $2, $3, $4, $5, $6, $6)
+         returning id",
+    )
+    .bind(workflow_id)
+    .bind(spec.group_id)
+    .bind(spec_text(spec)?)
+    .bind(trigger_type.as_str())
+    .bind(created_by)
+    .bind(now_ms)
+    .fetch_one(&mut *conn)
+    .await?;
+    let id: i64 = row.try_get("id")?;
+    for chunk in (0..spec.nodes.len() as i64).collect::<Vec<_>>().chunks(100) {
+        let values: Vec<String> =
+            (0..chunk.len()).map(|at| format!("($1, ${}, $2)", at + 3)).collect();
+        let sql = format!(
+            "insert into workflow_nodes (workflow_run_id, node, updated_at) values {}",
+            values.join(", ")
+        );
+        let mut insert = query(&sql).bind(id).bind(now_ms);
+        for node in chunk {
+            insert = insert.bind(*node);
+        }
+        insert.execute(&mut *conn).await?;
+    }
+    advance(&mut Exec::Sqlx(conn), id, now_ms).await?;
+    Ok(id)
 }
 
 /// Takes workflow run `id`'s lock until the transaction ends (see the module's documentation).

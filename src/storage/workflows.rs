@@ -11,13 +11,38 @@ use sqlx::Row;
 use super::runs::{COLUMNS as RUN_COLUMNS, run_from_row};
 use super::statement::Cells;
 use super::{Db, Result, StorageError, parse_column};
-use crate::model::{RunRecord, TriggerType};
+use crate::model::{MisfireStrategy, RunRecord, ScheduleType, TriggerType};
 use crate::workflow::{Graph, NodeState, RunState, WorkflowSpec};
 
-const COLUMNS: &str = "id, group_id, name, spec, created_by, created_at, updated_at";
+const COLUMNS: &str = "id, group_id, name, spec, schedule_type, schedule_conf, time_zone,
+    misfire_strategy, running, next_fire_ms, created_by, created_at, updated_at";
 pub(super) const RUN_COLUMNS_OF_WORKFLOW: &str =
     "id, workflow_id, group_id, spec, trigger_type, state, created_by, created_at, updated_at,
     ended_at";
+
+/// When a workflow fires on its own, as a job's schedule says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowSchedule {
+    /// `NONE` (triggered only), `CRON` or `FIX_RATE` (`FIX_DELAY` is a job's only).
+    pub schedule_type: ScheduleType,
+    /// The cron expression or the rate in seconds.
+    pub schedule_conf: String,
+    /// The IANA time zone of a cron schedule; `None` for UTC.
+    pub time_zone: Option<String>,
+    /// What a fire missed by more than the misfire threshold does.
+    pub misfire_strategy: MisfireStrategy,
+}
+
+impl Default for WorkflowSchedule {
+    fn default() -> Self {
+        WorkflowSchedule {
+            schedule_type: ScheduleType::None,
+            schedule_conf: String::new(),
+            time_zone: None,
+            misfire_strategy: MisfireStrategy::DoNothing,
+        }
+    }
+}
 
 /// A stored workflow.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +51,12 @@ pub struct Workflow {
     pub id: i64,
     /// The document, as the API took it (its name and group included).
     pub spec: WorkflowSpec,
+    /// Its schedule.
+    pub schedule: WorkflowSchedule,
+    /// Started: it fires on its schedule.
+    pub running: bool,
+    /// Its next fire (ms), 0 when it has none.
+    pub next_fire_ms: i64,
     /// Who created it.
     pub created_by: String,
     /// When (ms).
@@ -124,17 +155,23 @@ impl Db {
     pub async fn create_workflow(
         &self,
         spec: &WorkflowSpec,
+        schedule: &WorkflowSchedule,
         created_by: &str,
         now_ms: i64,
     ) -> Result<Workflow> {
         let row = query(&format!(
-            "insert into workflows (group_id, name, spec, created_by, created_at, updated_at)
-             values ($1, $2, $3, $4, $5, $5)
+            "insert into workflows (group_id, name, spec, schedule_type, schedule_conf, time_zone,
+                misfire_strategy, created_by, created_at, updated_at)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)
              returning {COLUMNS}"
         ))
         .bind(spec.group_id)
         .bind(spec.name.as_str())
         .bind(spec_text(spec)?)
+        .bind(schedule.schedule_type.as_str())
+        .bind(schedule.schedule_conf.as_str())
+        .bind(schedule.time_zone.as_deref())
+        .bind(schedule.misfire_strategy.as_str())
         .bind(created_by)
         .bind(now_ms)
         .fetch_one(self.writer())
@@ -163,25 +200,79 @@ impl Db {
         rows.iter().map(workflow_from_row).collect()
     }
 
-    /// Replaces workflow `id`'s document (validated, of the same group); `None` if it does not
-    /// exist. Runs under way keep the document they were triggered with.
+    /// Replaces workflow `id`'s document (validated, of the same group) and schedule, and sets
+    /// its next fire to `next_fire_ms` (0: none, and a running workflow stops); `None` if it
+    /// does not exist. Runs under way keep the document they were triggered with.
     pub async fn update_workflow(
         &self,
         id: i64,
         spec: &WorkflowSpec,
+        schedule: &WorkflowSchedule,
+        next_fire_ms: i64,
         now_ms: i64,
     ) -> Result<Option<Workflow>> {
         let row = query(&format!(
-            "update workflows set name = $1, spec = $2, updated_at = $3 where id = $4
+            "update workflows set running = case when $1 = 0 then 0 else running end,
+                next_fire_ms = case when running = 1 then $1 else 0 end, name = $2, spec = $3,
+                schedule_type = $4, schedule_conf = $5, time_zone = $6, misfire_strategy = $7,
+                updated_at = $8
+             where id = $9
              returning {COLUMNS}"
         ))
+        .bind(next_fire_ms)
         .bind(spec.name.as_str())
         .bind(spec_text(spec)?)
+        .bind(schedule.schedule_type.as_str())
+        .bind(schedule.schedule_conf.as_str())
+        .bind(schedule.time_zone.as_deref())
+        .bind(schedule.misfire_strategy.as_str())
         .bind(now_ms)
         .bind(id)
         .fetch_optional(self.writer())
         .await?;
         row.as_ref().map(workflow_from_row).transpose()
+    }
+
+    /// Starts workflow `id` with its next fire at `next_fire_ms`, or stops it (`None`); `None`
+    /// if it does not exist.
+    pub async fn set_workflow_running(
+        &self,
+        id: i64,
+        next_fire_ms: Option<i64>,
+        now_ms: i64,
+    ) -> Result<Option<Workflow>> {
+        let row = query(&format!(
+            "update workflows set running = $1, next_fire_ms = $2, updated_at = $3 where id = $4
+             returning {COLUMNS}"
+        ))
+        .bind(i64::from(next_fire_ms.is_some()))
+        .bind(next_fire_ms.unwrap_or(0))
+        .bind(now_ms)
+        .bind(id)
+        .fetch_optional(self.writer())
+        .await?;
+        row.as_ref().map(workflow_from_row).transpose()
+    }
+
+    /// The running workflows due at or before `until_ms`, the earliest first, at most `limit`.
+    pub async fn due_workflows(&self, until_ms: i64, limit: i64) -> Result<Vec<Workflow>> {
+        let rows = query(&format!(
+            "select {COLUMNS} from workflows where running = 1 and next_fire_ms <= $1
+             order by next_fire_ms limit $2"
+        ))
+        .bind(until_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(workflow_from_row).collect()
+    }
+
+    /// The earliest next fire of a running workflow, if any.
+    pub async fn next_workflow_fire(&self) -> Result<Option<i64>> {
+        let row = query("select min(next_fire_ms) as next from workflows where running = 1")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get("next")?)
     }
 
     /// Deletes workflow `id`; its runs stay, with their documents. False if it did not exist.
@@ -215,6 +306,40 @@ impl Db {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(workflow_run_from_row).collect()
+    }
+
+    /// Deletes workflow runs (with their nodes) that ended before `ended_before_ms`, at most
+    /// `limit`; how many.
+    pub async fn delete_ended_workflow_runs(
+        &self,
+        ended_before_ms: i64,
+        limit: i64,
+    ) -> Result<u64> {
+        let mut tx = self.writer().begin().await?;
+        let old = "select id from (select id from workflow_runs
+                 where state <> 'running' and ended_at > 0 and ended_at < $1
+                 order by ended_at limit $2) as old";
+        query(&format!("delete from workflow_nodes where workflow_run_id in ({old})"))
+            .bind(ended_before_ms)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?;
+        let deleted = query(&format!("delete from workflow_runs where id in ({old})"))
+            .bind(ended_before_ms)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(deleted.rows_affected())
+    }
+
+    /// How many workflow runs are in each state, by state.
+    pub async fn workflow_run_counts(&self) -> Result<Vec<(String, i64)>> {
+        let rows =
+            query("select state, count(*) as n from workflow_runs group by state order by state")
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter().map(|row| Ok((row.try_get("state")?, row.try_get("n")?))).collect()
     }
 
     /// The nodes of workflow run `id`, by index.
@@ -303,6 +428,14 @@ fn workflow_from_row(row: &impl Cells) -> Result<Workflow> {
     Ok(Workflow {
         id: row.required_int("id")?,
         spec,
+        schedule: WorkflowSchedule {
+            schedule_type: parse_column(row, "schedule_type")?,
+            schedule_conf: row.required_text("schedule_conf")?,
+            time_zone: row.text("time_zone")?,
+            misfire_strategy: parse_column(row, "misfire_strategy")?,
+        },
+        running: row.required_int("running")? != 0,
+        next_fire_ms: row.required_int("next_fire_ms")?,
         created_by: row.required_text("created_by")?,
         created_at_ms: row.required_int("created_at")?,
         updated_at_ms: row.required_int("updated_at")?,

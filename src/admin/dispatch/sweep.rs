@@ -162,6 +162,10 @@ impl Dispatcher {
         if deleted > 0 {
             tracing::info!("deleted {deleted} runs past the retention");
         }
+        let workflows = self.inner.db.delete_ended_workflow_runs(now - retention_ms, 1_000).await?;
+        if workflows > 0 {
+            tracing::info!("deleted {workflows} workflow runs past the retention");
+        }
         let alarms = self.inner.db.delete_old_alarms(now - retention_ms).await?;
         if alarms > 0 {
             tracing::info!("deleted {alarms} alarm events and deliveries past the retention");

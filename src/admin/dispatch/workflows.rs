@@ -35,13 +35,14 @@ impl Dispatcher {
             .db
             .trigger_workflow(workflow.id, &workflow.spec, trigger_type, created_by, now_ms())
             .await?;
+        crate::metrics::admin().workflow_runs_started.inc();
         tracing::info!(workflow.id = workflow.id, "workflow {} run {id} triggered", workflow.id);
         self.start_nodes(id).await;
         Ok(id)
     }
 
     /// Creates and sends the runs of workflow run `id`'s nodes decided to start.
-    pub(super) async fn start_nodes(&self, id: i64) {
+    pub async fn start_nodes(&self, id: i64) {
         for _ in 0..START_ROUNDS {
             let starting = match self
                 .inner
@@ -98,6 +99,8 @@ impl Dispatcher {
         // The decision to start it is committed; its runs are not.
         failpoint::hit("workflow.before_start");
         let Some(ids) = db.start_workflow_node(node, &runs, now).await? else { return Ok(()) };
+        let late_ms = (now_ms() - node.decided_at_ms).max(0);
+        crate::metrics::admin().workflow_node_lateness.observe(late_ms as f64 / 1000.0);
         tracing::info!(
             job.id = job.id,
             "workflow run {} node {} started: runs {ids:?}",

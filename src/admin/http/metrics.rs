@@ -40,6 +40,12 @@ async fn scrape(State(state): State<AppState>) -> Result<Response, ApiError> {
         let total = state.db.list_runs(&filter).await?.total;
         levels.unfinished_runs.push((run_state.as_str(), total));
     }
+    // Every state, at 0 when no workflow run is in it, so the family is always there.
+    let counts = state.db.workflow_run_counts().await?;
+    for run_state in crate::workflow::RunState::ALL {
+        let count = counts.iter().find(|(stored, _)| stored == run_state.as_str());
+        levels.workflow_runs.push((run_state.to_string(), count.map_or(0, |(_, n)| *n)));
+    }
     let text = metrics::admin().encode(&levels);
     Ok(([(CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response())
 }

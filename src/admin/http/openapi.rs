@@ -121,6 +121,8 @@ pub struct ApiDoc;
     super::workflows::update_workflow,
     super::workflows::delete_workflow,
     super::workflows::trigger_workflow,
+    super::workflows::start_workflow,
+    super::workflows::stop_workflow,
     super::workflows::list_workflow_runs,
     super::workflows::get_workflow_run,
     super::workflows::kill_workflow_run,

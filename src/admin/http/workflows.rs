@@ -1,7 +1,9 @@
 //! Workflows (`crate::workflow`): `/workflows` to create, list, read, change and delete them,
 //! `POST /workflows/{id}/trigger` to run one, `GET /workflows/{id}/runs` and
 //! `GET /workflow-runs/{id}` for their runs with each node's state, and
-//! `POST /workflow-runs/{id}/kill` and `/nodes/{name}/retry` to stop a run or retry a node.
+//! `POST /workflow-runs/{id}/kill` and `/nodes/{name}/retry` to stop a run or retry a node;
+//! `POST /workflows/{id}/start` and `/stop` for its schedule. The document and its checks are
+//! `workflows/document.rs`.
 //!
 //! Every node's job must be of the workflow's group, so a caller allowed to change that group's
 //! jobs may trigger every node.
@@ -23,73 +25,31 @@ use super::extract::{Json, Path};
 use super::rfc3339;
 use crate::admin::AppState;
 use crate::admin::admission::AdmitError;
-use crate::model::TriggerType;
+use crate::model::{ScheduleType, TriggerType};
 use crate::storage::{NodeRecord, NodeRetry, Workflow, WorkflowRun};
-use crate::workflow::{self, Condition, EdgeSpec, NodeSpec, WorkflowSpec};
+
+mod document;
+
+use self::document::{
+    EdgeBody, WorkflowBody, body_of, checked, edge_body, invalid, next_fire, schedule_of,
+};
 
 /// The most workflows a list shows.
 const LIST_LIMIT: i64 = 1_000;
 /// The most runs of a workflow a list shows.
 const RUNS_LIMIT: i64 = 100;
-/// The longest workflow name, in characters.
-const MAX_NAME_CHARS: usize = 200;
-/// The longest node parameter, in bytes (a job's own limit).
-const MAX_PARAM_BYTES: usize = 64 * 1024;
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/workflows", get(list_workflows).post(create_workflow))
         .route("/workflows/{id}", get(get_workflow).put(update_workflow).delete(delete_workflow))
         .route("/workflows/{id}/trigger", post(trigger_workflow))
+        .route("/workflows/{id}/start", post(start_workflow))
+        .route("/workflows/{id}/stop", post(stop_workflow))
         .route("/workflows/{id}/runs", get(list_workflow_runs))
         .route("/workflow-runs/{id}", get(get_workflow_run))
         .route("/workflow-runs/{id}/kill", post(kill_workflow_run))
         .route("/workflow-runs/{id}/nodes/{name}/retry", post(retry_workflow_node))
-}
-
-/// A workflow as the API takes it and gives it: the same document for import and export.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-struct WorkflowBody {
-    /// A human name, 1 to 200 characters.
-    #[schema(example = "nightly-etl")]
-    name: String,
-    /// The group of the workflow and of every node's job.
-    group_id: i64,
-    /// The nodes, 1 to 200, each with a unique name.
-    nodes: Vec<NodeBody>,
-    /// The edges between nodes, by name.
-    #[serde(default)]
-    edges: Vec<EdgeBody>,
-}
-
-/// A node: a job of the workflow's group.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-struct NodeBody {
-    /// Unique within the workflow.
-    #[schema(example = "extract")]
-    name: String,
-    /// The job it runs.
-    job_id: i64,
-    /// The parameter of its runs; absent for the job's own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    param: Option<String>,
-    /// Whether the outputs of its upstream nodes go to its job (default true).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pass_inputs: Option<bool>,
-}
-
-/// An edge: `to` waits for `from`, and runs on the end of `from` that `condition` names.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-struct EdgeBody {
-    from: String,
-    to: String,
-    /// `on_success` (the default), `on_failure` or `always`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(example = "on_success")]
-    condition: Option<String>,
 }
 
 /// A stored workflow.
@@ -98,6 +58,10 @@ struct WorkflowResponse {
     id: i64,
     #[serde(flatten)]
     workflow: WorkflowBody,
+    /// Started: it fires on its schedule.
+    running: bool,
+    /// Its next fire, while started.
+    next_fire: Option<String>,
     created_by: String,
     created_at: Option<String>,
     updated_at: Option<String>,
@@ -124,7 +88,7 @@ struct WorkflowRunSummary {
     name: String,
     /// `running`, `success`, `failed` or `killed`.
     state: String,
-    /// `MANUAL`.
+    /// `MANUAL`, or `CRON` and `MISFIRE` for a fire of its schedule.
     trigger_type: String,
     created_by: String,
     created_at: Option<String>,
@@ -203,8 +167,9 @@ async fn create_workflow(
     Json(body): Json<WorkflowBody>,
 ) -> Result<(StatusCode, axum::Json<WorkflowResponse>), ApiError> {
     actor.require_group(body.group_id)?;
+    let schedule = schedule_of(&body)?;
     let spec = checked(&state, body).await?;
-    let workflow = state.db.create_workflow(&spec, &actor.principal.name, now()).await?;
+    let workflow = state.db.create_workflow(&spec, &schedule, &actor.principal.name, now()).await?;
     tracing::info!(workflow.id = workflow.id, "created workflow {}", workflow.id);
     let created = response(workflow);
     let target = format!("workflow {}", created.id);
@@ -240,8 +205,11 @@ async fn update_workflow(
             before.spec.group_id
         )));
     }
+    let schedule = schedule_of(&body)?;
     let spec = checked(&state, body).await?;
-    let after = state.db.update_workflow(id, &spec, now()).await?;
+    // A started workflow fires on its new schedule from now; one without a further fire stops.
+    let next_fire_ms = next_fire(&schedule, now()).unwrap_or(0);
+    let after = state.db.update_workflow(id, &spec, &schedule, next_fire_ms, now()).await?;
     let after = response(after.ok_or_else(|| not_found(id))?);
     let before = response(before);
     let target = format!("workflow {id}");
@@ -294,6 +262,48 @@ async fn trigger_workflow(
     let triggered = TriggeredResponse { workflow_run_id: run_id };
     actor.audit(&state, "workflow.trigger", format!("workflow {id}"), None, Some(&triggered)).await;
     Ok((StatusCode::CREATED, axum::Json(triggered)))
+}
+
+/// Starts a workflow: it fires on its schedule from its next fire on.
+#[utoipa::path(post, path = "/workflows/{id}/start", tag = "workflows", params(("id" = i64, Path)),
+    responses((status = 200, body = WorkflowResponse), BadRequest, Unauthorized, Forbidden,
+    NotFound, Conflict, Internal))]
+async fn start_workflow(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path(id): Path<i64>,
+) -> Result<axum::Json<WorkflowResponse>, ApiError> {
+    let workflow = find(&state, id).await?;
+    actor.require_group(workflow.spec.group_id)?;
+    if workflow.schedule.schedule_type == ScheduleType::None {
+        return Err(ApiError::Conflict(format!(
+            "workflow {id} has no schedule (NONE): trigger it, or give it one"
+        )));
+    }
+    let Some(next_fire_ms) = next_fire(&workflow.schedule, now()) else {
+        return Err(ApiError::Conflict(format!("workflow {id}'s schedule never fires again")));
+    };
+    let after = state.db.set_workflow_running(id, Some(next_fire_ms), now()).await?;
+    let after = response(after.ok_or_else(|| not_found(id))?);
+    actor.audit(&state, "workflow.start", format!("workflow {id}"), None, Some(&after)).await;
+    Ok(axum::Json(after))
+}
+
+/// Stops a workflow: it no longer fires on its schedule; its runs under way go on.
+#[utoipa::path(post, path = "/workflows/{id}/stop", tag = "workflows", params(("id" = i64, Path)),
+    responses((status = 200, body = WorkflowResponse), BadRequest, Unauthorized, Forbidden,
+    NotFound, Internal))]
+async fn stop_workflow(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path(id): Path<i64>,
+) -> Result<axum::Json<WorkflowResponse>, ApiError> {
+    let workflow = find(&state, id).await?;
+    actor.require_group(workflow.spec.group_id)?;
+    let after = state.db.set_workflow_running(id, None, now()).await?;
+    let after = response(after.ok_or_else(|| not_found(id))?);
+    actor.audit(&state, "workflow.stop", format!("workflow {id}"), None, Some(&after)).await;
+    Ok(axum::Json(after))
 }
 
 /// Lists a workflow's runs, newest first (at most 100).
@@ -381,64 +391,6 @@ async fn retry_workflow_node(
     Ok(axum::Json(after))
 }
 
-/// `body` as a spec, checked: its name and parameters, then `workflow::validate` with its jobs'
-/// groups as stored now.
-async fn checked(state: &AppState, body: WorkflowBody) -> Result<WorkflowSpec, ApiError> {
-    let name = body.name.trim();
-    if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
-        return Err(invalid(format!("name: 1 to {MAX_NAME_CHARS} characters")));
-    }
-    // Names are stored as text, which holds no NUL on PostgreSQL.
-    let names = body.nodes.iter().map(|node| &node.name);
-    let ends = body.edges.iter().flat_map(|edge| [&edge.from, &edge.to]);
-    if body.name.contains('\0') || names.chain(ends).any(|name| name.contains('\0')) {
-        return Err(invalid("names hold no NUL character"));
-    }
-    let mut nodes = Vec::with_capacity(body.nodes.len());
-    for (index, node) in body.nodes.into_iter().enumerate() {
-        if node
-            .param
-            .as_ref()
-            .is_some_and(|param| param.contains('\0') || param.len() > MAX_PARAM_BYTES)
-        {
-            return Err(invalid(format!(
-                "nodes[{index}].param: at most 64 KiB, without NUL characters"
-            )));
-        }
-        nodes.push(NodeSpec {
-            name: node.name,
-            job_id: node.job_id,
-            param: node.param,
-            pass_inputs: node.pass_inputs.unwrap_or(true),
-        });
-    }
-    let mut edges = Vec::with_capacity(body.edges.len());
-    for (index, edge) in body.edges.into_iter().enumerate() {
-        let condition = match edge.condition.as_deref() {
-            None => Condition::default(),
-            Some(text) => text
-                .parse()
-                .map_err(|error| invalid(format!("edges[{index}].condition: {error}")))?,
-        };
-        edges.push(EdgeSpec { from: edge.from, to: edge.to, condition });
-    }
-    let spec = WorkflowSpec { name: name.to_owned(), group_id: body.group_id, nodes, edges };
-    if state.db.get_group(spec.group_id).await?.is_none() {
-        return Err(invalid(format!("group_id: group {} does not exist", spec.group_id)));
-    }
-    // The nodes' jobs' groups, read once each (a workflow has at most 200 nodes).
-    let mut groups: HashMap<i64, Option<i64>> = HashMap::new();
-    for node in spec.nodes.iter().take(workflow::MAX_NODES) {
-        if let std::collections::hash_map::Entry::Vacant(entry) = groups.entry(node.job_id) {
-            let job = state.db.get_job(node.job_id).await?;
-            entry.insert(job.map(|job| job.spec.group_id));
-        }
-    }
-    workflow::validate(&spec, |job_id| groups.get(&job_id).copied().flatten())
-        .map_err(|error| invalid(error.to_string()))?;
-    Ok(spec)
-}
-
 async fn find(state: &AppState, id: i64) -> Result<Workflow, ApiError> {
     state.db.get_workflow(id).await?.ok_or_else(|| not_found(id))
 }
@@ -447,33 +399,12 @@ async fn find_run(state: &AppState, id: i64) -> Result<WorkflowRun, ApiError> {
     state.db.get_workflow_run(id).await?.ok_or_else(|| run_not_found(id))
 }
 
-fn body_of(spec: WorkflowSpec) -> WorkflowBody {
-    WorkflowBody {
-        name: spec.name,
-        group_id: spec.group_id,
-        nodes: spec
-            .nodes
-            .into_iter()
-            .map(|node| NodeBody {
-                name: node.name,
-                job_id: node.job_id,
-                param: node.param,
-                pass_inputs: (!node.pass_inputs).then_some(false),
-            })
-            .collect(),
-        edges: spec.edges.into_iter().map(edge_body).collect(),
-    }
-}
-
-fn edge_body(edge: EdgeSpec) -> EdgeBody {
-    let condition = (edge.condition != Condition::default()).then(|| edge.condition.to_string());
-    EdgeBody { from: edge.from, to: edge.to, condition }
-}
-
 fn response(workflow: Workflow) -> WorkflowResponse {
     WorkflowResponse {
         id: workflow.id,
-        workflow: body_of(workflow.spec),
+        workflow: body_of(workflow.spec, workflow.schedule),
+        running: workflow.running,
+        next_fire: rfc3339(workflow.next_fire_ms),
         created_by: workflow.created_by,
         created_at: rfc3339(workflow.created_at_ms),
         updated_at: rfc3339(workflow.updated_at_ms),
@@ -536,10 +467,6 @@ async fn run_response(state: &AppState, run: WorkflowRun) -> Result<WorkflowRunR
 
 fn now() -> i64 {
     crate::admin::now_ms()
-}
-
-fn invalid(message: impl Into<String>) -> ApiError {
-    ApiError::bad_request("invalid_workflow", message)
 }
 
 fn not_found(id: i64) -> ApiError {

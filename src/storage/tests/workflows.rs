@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::model::RunRecord;
-use crate::storage::{NodeRetry, StartingNode};
+use crate::storage::{NodeRetry, StartingNode, WorkflowSchedule};
 use crate::workflow::{
     Condition, EdgeSpec, NodeSpec, NodeState, RunState as FlowState, WorkflowSpec,
 };
@@ -97,7 +97,7 @@ async fn a_sharded_node_joins_once_every_shard_ended_and_outputs_flow() {
                 edge("load", "report", Condition::Always),
             ],
         };
-        let workflow = db.create_workflow(&spec, "op", 5).await.unwrap();
+        let workflow = db.create_workflow(&spec, &WorkflowSchedule::default(), "op", 5).await.unwrap();
         assert_eq!(db.get_workflow(workflow.id).await.unwrap().unwrap().spec, spec);
         let id = db.trigger_workflow(workflow.id, &spec, TriggerType::Manual, "op", 6).await.unwrap();
         assert_eq!(states(&db, id).await, "running [running+ waiting waiting waiting waiting]");
@@ -159,7 +159,8 @@ async fn shards_ending_together_start_the_join_once() {
             nodes: vec![node("wide", job), node("join", job)],
             edges: vec![edge("wide", "join", Condition::OnSuccess)],
         };
-        let workflow = db.create_workflow(&spec, "op", 5).await.unwrap();
+        let workflow =
+            db.create_workflow(&spec, &WorkflowSchedule::default(), "op", 5).await.unwrap();
         for round in 0..5 {
             let id = db.trigger_workflow(workflow.id, &spec, TriggerType::Manual, "op", 6).await;
             let id = id.unwrap();
@@ -199,7 +200,8 @@ async fn a_node_retried_by_hand_continues_and_a_killed_run_starts_nothing() {
                 edge("second", "third", Condition::OnSuccess),
             ],
         };
-        let workflow = db.create_workflow(&spec, "op", 5).await.unwrap();
+        let workflow =
+            db.create_workflow(&spec, &WorkflowSchedule::default(), "op", 5).await.unwrap();
         let id = db.trigger_workflow(workflow.id, &spec, TriggerType::Manual, "op", 6).await;
         let id = id.unwrap();
         let first = starting(&db, id).await;
@@ -250,6 +252,62 @@ async fn a_node_retried_by_hand_continues_and_a_killed_run_starts_nothing() {
         assert_eq!(db.get_workflow_run(id).await.unwrap().unwrap().state, FlowState::Failed);
         assert!(db.delete_workflow(workflow.id).await.unwrap());
         assert!(db.get_workflow_run(id).await.unwrap().is_some(), "runs outlive their workflow");
+        // Past the retention, ended workflow runs go with their nodes.
+        assert_eq!(db.delete_ended_workflow_runs(16, 10).await.unwrap(), 1, "killed at 12");
+        assert_eq!(db.delete_ended_workflow_runs(17, 10).await.unwrap(), 1, "ended at 16");
+        assert!(db.get_workflow_run(id).await.unwrap().is_none());
+        assert!(db.workflow_nodes(id).await.unwrap().is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_scheduled_workflow_fires_once_per_instant() {
+    each_backend("workflow_fire", |db| async move {
+        let (job, group) = job(&db).await;
+        let spec = WorkflowSpec {
+            name: "nightly".to_owned(),
+            group_id: group,
+            nodes: vec![node("only", job)],
+            edges: Vec::new(),
+        };
+        let schedule = WorkflowSchedule {
+            schedule_type: ScheduleType::FixRate,
+            schedule_conf: "60".to_owned(),
+            time_zone: None,
+            misfire_strategy: MisfireStrategy::FireOnceNow,
+        };
+        let created = db.create_workflow(&spec, &schedule, "op", 5).await.unwrap();
+        assert_eq!((created.running, created.schedule.clone()), (false, schedule.clone()));
+        assert!(db.due_workflows(i64::MAX, 10).await.unwrap().is_empty(), "stopped");
+        let started = db.set_workflow_running(created.id, Some(1_000), 6).await.unwrap().unwrap();
+        assert_eq!((started.running, started.next_fire_ms), (true, 1_000));
+        assert_eq!(db.next_workflow_fire().await.unwrap(), Some(1_000));
+        assert!(db.due_workflows(999, 10).await.unwrap().is_empty());
+        let due = db.due_workflows(1_000, 10).await.unwrap();
+        assert_eq!(due.len(), 1);
+
+        // Two admins read it due and fire it: one creates the run.
+        let fire = Some((1_000, TriggerType::Cron));
+        let (a, b) = tokio::join!(
+            db.fire_workflow(&due[0], 61_000, fire, 1_001),
+            db.fire_workflow(&due[0], 61_000, fire, 1_001),
+        );
+        let fired: Vec<Option<i64>> = [a.unwrap(), b.unwrap()].into_iter().flatten().collect();
+        assert_eq!(fired.len(), 1, "{fired:?}");
+        let run = db.get_workflow_run(fired[0].unwrap()).await.unwrap().unwrap();
+        assert_eq!((run.trigger_type, run.state), (TriggerType::Cron, FlowState::Running));
+        assert_eq!(db.get_workflow(created.id).await.unwrap().unwrap().next_fire_ms, 61_000);
+
+        // An update keeps it running on its new next fire; a stop ends the fires.
+        let moved = db.update_workflow(created.id, &spec, &schedule, 90_000, 7).await.unwrap();
+        assert_eq!(moved.map(|w| (w.running, w.next_fire_ms)), Some((true, 90_000)));
+        let stopped = db.set_workflow_running(created.id, None, 8).await.unwrap().unwrap();
+        assert_eq!((stopped.running, stopped.next_fire_ms), (false, 0));
+        let stale = db.fire_workflow(&due[0], 61_000, fire, 9).await.unwrap();
+        assert_eq!(stale, None, "a stopped workflow does not fire");
+        let counts = db.workflow_run_counts().await.unwrap();
+        assert_eq!(counts, [("running".to_owned(), 1)]);
     })
     .await;
 }

@@ -438,10 +438,16 @@ pub(super) async fn advance(exec: &mut Exec<'_>, id: i64, now_ms: i64) -> Result
     let Some(read) = read(exec, id).await? else { return Ok(()) };
     let mut states: Vec<NodeState> = read.nodes.iter().map(|node| node.state).collect();
     if read.nodes.iter().any(|node| node.running) {
-        let mut statement = Statement::new(
+        // Only the running nodes' runs: a wide workflow has few nodes running at once.
+        let running: Vec<String> = (0..read.nodes.len())
+            .filter(|&index| read.nodes[index].running)
+            .map(|index| index.to_string())
+            .collect();
+        let mut statement = Statement::new(format!(
             "select workflow_node, workflow_round, shard_index, attempt, state, handle_msg
-             from runs where workflow_run_id = $1",
-        );
+             from runs where workflow_run_id = $1 and workflow_node in ({})",
+            running.join(", ")
+        ));
         statement.bind(id);
         // Each running node's runs of its round: (shard, attempt, state, message).
         let mut runs: BTreeMap<usize, Vec<(i64, i64, RunEnd, String)>> = BTreeMap::new();

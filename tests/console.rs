@@ -127,6 +127,13 @@ async fn every_page_speaks_english_or_chinese_as_the_browser_asks() {
     let job = json!({"group_id": 1, "name": "nightly", "schedule_type": "CRON", "schedule_conf": "0 0 3 * * ?"});
     assert_eq!(console.api("POST", "/api/v1/jobs", job).await.0, StatusCode::CREATED);
     let run = console.db.create_run(&manual_run(1, 1_700_000_000_000), 1).await.unwrap().unwrap();
+    let workflow = json!({"group_id": 1, "name": "etl", "nodes": [{"name": "a", "job_id": 1}, {"name": "b", "job_id": 1}],
+        "edges": [{"from": "a", "to": "b", "condition": "always"}]});
+    assert_eq!(console.api("POST", "/api/v1/workflows", workflow).await.0, StatusCode::CREATED);
+    assert_eq!(
+        console.api("POST", "/api/v1/workflows/1/trigger", json!({})).await.0,
+        StatusCode::CREATED
+    );
     let pages = [
         "/".to_owned(),
         "/jobs".to_owned(),
@@ -139,6 +146,9 @@ async fn every_page_speaks_english_or_chinese_as_the_browser_asks() {
         "/users".to_owned(),
         "/audit".to_owned(),
         "/tokens".to_owned(),
+        "/workflows".to_owned(),
+        "/workflows/1".to_owned(),
+        "/workflow-runs/1".to_owned(),
         "/jobs/99".to_owned(),
     ];
     // (cookies besides the session, Accept-Language) → the language expected.

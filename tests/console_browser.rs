@@ -11,6 +11,7 @@
 //! field set through the form and read back through the REST API.
 
 mod job_fields;
+mod workflows;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -14,9 +14,11 @@
 //! This module owns the session cookie's life: login (throttled, CSRF-protected by a
 //! double-submit cookie), logout, and the redirect to the login page.
 
+mod dag;
 mod i18n;
 mod job_form;
 mod pages;
+mod workflow_pages;
 
 use std::sync::OnceLock;
 
@@ -52,6 +54,9 @@ pub fn router() -> Router<AppState> {
         .route("/jobs/new", get(pages::new_job))
         .route("/jobs/{id}", get(pages::job))
         .route("/jobs/{id}/versions", get(pages::versions))
+        .route("/workflows", get(workflow_pages::workflows))
+        .route("/workflows/{id}", get(workflow_pages::workflow))
+        .route("/workflow-runs/{id}", get(workflow_pages::workflow_run))
         .route("/runs", get(pages::runs))
         .route("/runs/{id}", get(pages::run))
         .route("/executors", get(pages::executors))

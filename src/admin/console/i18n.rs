@@ -259,6 +259,16 @@ mod tests {
                 "backfill.state.",
                 crate::backfill::BackfillState::ALL.iter().map(|v| v.as_str()).collect(),
             ),
+            (
+                "workflow_run.state.",
+                crate::workflow::RunState::ALL.iter().map(|v| v.as_str()).collect(),
+            ),
+            ("node.state.", {
+                let mut states: Vec<&str> =
+                    crate::workflow::NodeState::ALL.iter().map(|v| v.as_str()).collect();
+                states.push("starting");
+                states
+            }),
         ];
         // The job form's choices are labeled by key: each value of each choice.
         for field in form.iter().flat_map(|section| &section.fields) {
@@ -276,7 +286,11 @@ mod tests {
             }
         }
         // The keys named from Rust: page errors and login refusals.
-        let rust = [include_str!("../console.rs"), include_str!("pages.rs")];
+        let rust = [
+            include_str!("../console.rs"),
+            include_str!("pages.rs"),
+            include_str!("workflow_pages.rs"),
+        ];
         for source in rust {
             for key in source.split('"').filter(|text| {
                 ["error.", "login.", "runs."].iter().any(|prefix| text.starts_with(prefix))

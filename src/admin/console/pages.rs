@@ -40,12 +40,15 @@ pub const TEMPLATES: &[(&str, &str)] = &[
     ("audit.html", include_str!("templates/audit.html")),
     ("tokens.html", include_str!("templates/tokens.html")),
     ("versions.html", include_str!("templates/versions.html")),
+    ("workflows.html", include_str!("templates/workflows.html")),
+    ("workflow.html", include_str!("templates/workflow.html")),
+    ("workflow_run.html", include_str!("templates/workflow_run.html")),
 ];
 
-type Page = Result<Html<String>, PageError>;
+pub(super) type Page = Result<Html<String>, PageError>;
 
 /// What every page's frame needs: who is signed in, their token, which tab is open.
-fn frame(signed: &Signed, tab: &str) -> Value {
+pub(super) fn frame(signed: &Signed, tab: &str) -> Value {
     json!({
         "user": signed.principal.name,
         "role": signed.principal.role.as_str(),
@@ -56,7 +59,7 @@ fn frame(signed: &Signed, tab: &str) -> Value {
     })
 }
 
-fn time(ms: i64) -> String {
+pub(super) fn time(ms: i64) -> String {
     if ms <= 0 {
         return String::new();
     }

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use axum::Router;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
@@ -21,7 +21,7 @@ use super::error::{
     ApiError, BadRequest, Conflict, Forbidden, Internal, NotFound, Overloaded, TooLarge,
     Unauthorized, Unprocessable, UnsupportedMediaType,
 };
-use super::extract::{Json, Path};
+use super::extract::{Json, Path, Query};
 use super::rfc3339;
 use crate::admin::AppState;
 use crate::admin::admission::AdmitError;

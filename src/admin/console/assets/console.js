@@ -63,6 +63,8 @@ function formBody(form) {
       continue;
     }
     const value = el.value;
+    // A whole JSON document (a workflow's): its fields are the body's.
+    if (type === "document") { Object.assign(body, JSON.parse(value)); continue; }
     if (type === "int") body[el.name] = Number(value || 0);
     else if (type === "opt-int") body[el.name] = value.trim() === "" ? null : Number(value);
     else if (type === "opt") body[el.name] = value.trim() === "" ? null : value;
@@ -76,7 +78,13 @@ document.addEventListener("submit", async (event) => {
   const form = event.target;
   if (form.dataset.api) {
     event.preventDefault();
-    const result = await api(form.dataset.method ?? "POST", form.dataset.api, formBody(form));
+    let body;
+    try {
+      body = formBody(form);
+    } catch (error) {
+      return showError(form, { data: { message: t("document_invalid", { error: error.message }) } });
+    }
+    const result = await api(form.dataset.method ?? "POST", form.dataset.api, body);
     if (!result.ok) return showError(form, result);
     if (form.dataset.show) {
       // A secret shown once: on this page, never in a URL.

@@ -303,6 +303,7 @@ async fn a_started_workflow_fires_on_its_schedule_until_stopped() {
         ("CRON", "not cron", "cron"),
         ("FIX_DELAY", "5", "FIX_DELAY is a job's only"),
         ("SOMETIMES", "", "schedule_type"),
+        ("NONE", "\0", "no NUL character"),
     ] {
         let body = json!({"name": "x", "group_id": 1, "nodes": nodes,
             "schedule_type": schedule_type, "schedule_conf": conf});

@@ -152,6 +152,13 @@ pub(super) fn schedule_of(body: &WorkflowBody) -> Result<WorkflowSchedule, ApiEr
     let misfire_strategy: MisfireStrategy = body.misfire_strategy.parse().map_err(|error| {
         ApiError::bad_request("invalid_schedule", format!("misfire_strategy: {error}"))
     })?;
+    let texts = [Some(&body.schedule_conf), body.time_zone.as_ref()];
+    if texts.into_iter().flatten().any(|text| text.contains('\0')) {
+        return Err(ApiError::bad_request(
+            "invalid_schedule",
+            "schedule_conf and time_zone hold no NUL character",
+        ));
+    }
     let time_zone = body.time_zone.clone().filter(|zone| !zone.trim().is_empty());
     Schedule::parse(schedule_type, &body.schedule_conf, time_zone.as_deref())
         .map_err(|error| ApiError::bad_request("invalid_schedule", error.to_string()))?;

@@ -27,13 +27,14 @@ mod schedule;
 pub(crate) mod stream;
 mod users;
 mod versions;
-mod workflows;
+pub(super) mod workflows;
 
 use axum::Router;
 use axum::middleware;
 
 use self::error::ApiError;
 use super::AppState;
+use super::admission::AdmitError;
 
 /// The admin's HTTP API: the operator API, the executor API, metrics and health, with the
 /// API's answer to an unknown route (`admin::router` adds the console).
@@ -63,6 +64,19 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         .merge(executor_api::router(state))
         .merge(health::router())
         .fallback(|| async { ApiError::not_found("route_not_found", "route") })
+}
+
+/// Admits one triggered run under the bound on unfinished runs (`admission`): past it, the
+/// trigger is refused with 503 `overloaded` rather than queued.
+pub(super) async fn admit_trigger(state: &AppState) -> Result<(), ApiError> {
+    match state.admission.admit(1).await {
+        Ok(()) => Ok(()),
+        Err(AdmitError::Overloaded(overloaded)) => {
+            crate::metrics::admin().admission_refused("trigger");
+            Err(ApiError::Overloaded(overloaded.to_string()))
+        }
+        Err(AdmitError::Internal(error)) => Err(error.into()),
+    }
 }
 
 /// Milliseconds since the epoch as RFC 3339 (UTC), or `None` for 0.

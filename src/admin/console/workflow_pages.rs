@@ -17,6 +17,7 @@ use super::pages::{Page, frame, time};
 use super::{PageError, Signed, render, text};
 use crate::admin::AppState;
 use crate::admin::http::extract::Path;
+use crate::admin::http::workflows::document::body_of;
 use crate::storage::Workflow;
 use crate::workflow::{Graph, WorkflowSpec};
 
@@ -68,7 +69,7 @@ pub async fn workflow(State(state): State<AppState>, signed: Signed, Path(id): P
             })
         })
         .collect();
-    let document = serde_json::to_string_pretty(&document(&workflow)).unwrap_or_default();
+    let document = document(&workflow);
     let may_change = signed.principal.may_change_group(workflow.spec.group_id);
     let view = json!({
         "id": workflow.id, "name": workflow.spec.name, "schedule": schedule_text(&workflow),
@@ -145,39 +146,10 @@ fn graph_of(spec: &WorkflowSpec) -> Result<Graph, PageError> {
     Graph::of_stored(spec).map_err(|error| PageError::Internal(anyhow::anyhow!("{error}")))
 }
 
-/// `workflow` as the document the API takes, for the editor.
-fn document(workflow: &Workflow) -> Value {
-    let nodes: Vec<Value> = workflow
-        .spec
-        .nodes
-        .iter()
-        .map(|node| {
-            let mut value = json!({"name": node.name, "job_id": node.job_id});
-            if let Some(param) = &node.param {
-                value["param"] = json!(param);
-            }
-            if !node.pass_inputs {
-                value["pass_inputs"] = json!(false);
-            }
-            value
-        })
-        .collect();
-    let edges: Vec<Value> = workflow
-        .spec
-        .edges
-        .iter()
-        .map(|edge| json!({"from": edge.from, "to": edge.to, "condition": edge.condition.as_str()}))
-        .collect();
-    let schedule = &workflow.schedule;
-    let mut document = json!({
-        "name": workflow.spec.name, "group_id": workflow.spec.group_id, "nodes": nodes,
-        "edges": edges, "schedule_type": schedule.schedule_type.as_str(),
-        "schedule_conf": schedule.schedule_conf, "misfire_strategy": schedule.misfire_strategy.as_str(),
-    });
-    if let Some(zone) = &schedule.time_zone {
-        document["time_zone"] = json!(zone);
-    }
-    document
+/// `workflow` as the document the API gives and takes, for the editor.
+fn document(workflow: &Workflow) -> String {
+    let body = body_of(workflow.spec.clone(), workflow.schedule.clone());
+    serde_json::to_string_pretty(&body).unwrap_or_default()
 }
 
 fn schedule_text(workflow: &Workflow) -> String {

@@ -15,7 +15,6 @@ use super::error::{
 };
 use super::extract::{Json, Path, Query};
 use super::rfc3339;
-use crate::admin::admission::AdmitError;
 use crate::admin::dispatch::{PlannedTrigger, TriggerError};
 use crate::admin::{AppState, now_ms};
 use crate::model::{Job, ScheduleType, TriggerType};
@@ -381,14 +380,7 @@ async fn trigger_job(
     actor.require_group(job.spec.group_id)?;
     let param = body.param.unwrap_or_else(|| job.spec.param.clone());
     // Past the bound on unfinished runs, a trigger is refused rather than queued (`admission`).
-    match state.admission.admit(1).await {
-        Ok(()) => {}
-        Err(AdmitError::Overloaded(overloaded)) => {
-            crate::metrics::admin().admission_refused("trigger");
-            return Err(ApiError::Overloaded(overloaded.to_string()));
-        }
-        Err(AdmitError::Internal(error)) => return Err(error.into()),
-    }
+    super::admit_trigger(&state).await?;
     let trigger = PlannedTrigger::now(TriggerType::Manual, param.clone());
     let addresses = body
         .addresses

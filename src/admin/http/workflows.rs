@@ -24,11 +24,10 @@ use super::error::{
 use super::extract::{Json, Path, Query};
 use super::rfc3339;
 use crate::admin::AppState;
-use crate::admin::admission::AdmitError;
 use crate::model::{ScheduleType, TriggerType};
 use crate::storage::{NodeRecord, NodeRetry, Workflow, WorkflowRun};
 
-mod document;
+pub(in crate::admin) mod document;
 
 use self::document::{
     EdgeBody, WorkflowBody, body_of, checked, edge_body, invalid, next_fire, schedule_of,
@@ -246,14 +245,7 @@ async fn trigger_workflow(
 ) -> Result<(StatusCode, axum::Json<TriggeredResponse>), ApiError> {
     let workflow = find(&state, id).await?;
     actor.require_group(workflow.spec.group_id)?;
-    match state.admission.admit(1).await {
-        Ok(()) => {}
-        Err(AdmitError::Overloaded(overloaded)) => {
-            crate::metrics::admin().admission_refused("trigger");
-            return Err(ApiError::Overloaded(overloaded.to_string()));
-        }
-        Err(AdmitError::Internal(error)) => return Err(error.into()),
-    }
+    super::admit_trigger(&state).await?;
     let run_id = state
         .dispatcher
         .trigger_workflow(&workflow, TriggerType::Manual, &actor.principal.name)

@@ -1,5 +1,6 @@
-//! The workflow document as the API takes and gives it, and its checks: names, parameters,
-//! the schedule, then `workflow::validate` against the jobs as stored.
+//! The workflow document as the API takes and gives it (the console's editor shows the same),
+//! and its checks: names, parameters, the schedule, then `workflow::validate` against the jobs
+//! as stored.
 
 use std::collections::HashMap;
 
@@ -20,7 +21,7 @@ pub(super) const MAX_PARAM_BYTES: usize = 64 * 1024;
 /// A workflow as the API takes it and gives it: the same document for import and export.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct WorkflowBody {
+pub(in crate::admin) struct WorkflowBody {
     /// A human name, 1 to 200 characters.
     #[schema(example = "nightly-etl")]
     pub(super) name: String,
@@ -51,7 +52,7 @@ pub(super) struct WorkflowBody {
 /// A node: a job of the workflow's group.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct NodeBody {
+pub(in crate::admin) struct NodeBody {
     /// Unique within the workflow.
     #[schema(example = "extract")]
     pub(super) name: String,
@@ -68,7 +69,7 @@ pub(super) struct NodeBody {
 /// An edge: `to` waits for `from`, and runs on the end of `from` that `condition` names.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct EdgeBody {
+pub(in crate::admin) struct EdgeBody {
     pub(super) from: String,
     pub(super) to: String,
     /// `on_success` (the default), `on_failure` or `always`.
@@ -188,7 +189,7 @@ pub(super) fn do_nothing() -> String {
     "DO_NOTHING".to_owned()
 }
 
-pub(super) fn body_of(spec: WorkflowSpec, schedule: WorkflowSchedule) -> WorkflowBody {
+pub(in crate::admin) fn body_of(spec: WorkflowSpec, schedule: WorkflowSchedule) -> WorkflowBody {
     WorkflowBody {
         schedule_type: schedule.schedule_type.as_str().to_owned(),
         schedule_conf: schedule.schedule_conf,
@@ -210,7 +211,7 @@ pub(super) fn body_of(spec: WorkflowSpec, schedule: WorkflowSchedule) -> Workflo
     }
 }
 
-pub(super) fn edge_body(edge: EdgeSpec) -> EdgeBody {
+pub(in crate::admin) fn edge_body(edge: EdgeSpec) -> EdgeBody {
     let condition = (edge.condition != Condition::default()).then(|| edge.condition.to_string());
     EdgeBody { from: edge.from, to: edge.to, condition }
 }

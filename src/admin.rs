@@ -13,6 +13,7 @@ pub mod builders;
 mod console;
 mod dispatch;
 mod http;
+mod partitions;
 mod report;
 mod scheduler;
 
@@ -180,6 +181,10 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
     // The loops that create runs stop first when the admin stops firing (`stop_firing`).
     let firing = shutdown.child_token();
     tasks.push(tokio::spawn(
+        partitions::run(state.clone(), format!("{scheme}://{local_addr}"), firing.clone())
+            .instrument(tracing::info_span!("partitions")),
+    ));
+    tasks.push(tokio::spawn(
         scheduler::run(state.clone(), firing.clone()).instrument(tracing::info_span!("scheduler")),
     ));
     tasks.push(tokio::spawn(
@@ -197,7 +202,8 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
         backfill::run(state.clone(), firing.clone()).instrument(tracing::info_span!("backfill")),
     ));
     tasks.push(tokio::spawn(
-        report::run(state.db.clone(), shutdown.clone()).instrument(tracing::info_span!("report")),
+        report::run(state.db.clone(), state.dispatcher.partitions().clone(), shutdown.clone())
+            .instrument(tracing::info_span!("report")),
     ));
     Ok(Admin { local_addr, state, shutdown, firing, tasks })
 }

@@ -6,8 +6,10 @@
 //! - `backfill`: the past instants a backfill covers and how many it releases; pure.
 //! - `access`: roles and which route asks for which; pure.
 //! - `netpolicy`: which executor addresses an admin accepts and calls; pure.
-//! - `workflow`: a DAG of jobs: validation, which nodes start or are skipped (storage asks it)
-//!   into the admin yet.
+//! - `workflow`: a DAG of jobs: validation, which nodes start or are skipped (storage asks it);
+//!   pure.
+//! - `partition`: how admins sharing a database share the schedule (fair shares, takes and
+//!   give-backs of leases on partitions of the jobs); pure.
 //! - `protocol`: the admin⇄executor wire format (XXL-JOB compatible) and its HTTP client.
 //! - `storage`: every SQL query, for SQLite, PostgreSQL and MySQL/MariaDB.
 //! - `runtime`: wasmtime; compiles components and runs one job in a sandbox.
@@ -33,6 +35,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod model;
 pub mod netpolicy;
+pub mod partition;
 pub mod protocol;
 pub mod readiness;
 pub mod routing;

@@ -62,6 +62,11 @@ pub struct AdminMetrics {
     /// From the decision that a workflow node starts (its upstream nodes done) to its runs'
     /// creation.
     pub workflow_node_lateness: Histogram,
+    /// The partitions of the schedule this admin holds.
+    pub partitions_held: Gauge,
+    /// Partitions that changed hands at this admin, by how: `taken`, `released` (given back
+    /// to share them, or at a graceful stop) or `lost` (taken over once its lease ran out).
+    pub partition_handovers: Family<Labels, Counter>,
 }
 
 /// What the admin reads off its database at scrape time.
@@ -122,6 +127,8 @@ pub fn admin() -> &'static AdminMetrics {
         workflow_runs_started: Counter::default(),
         // 1 ms to about 65 s.
         workflow_node_lateness: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+        partitions_held: Gauge::default(),
+        partition_handovers: Family::default(),
     })
 }
 
@@ -154,6 +161,12 @@ impl AdminMetrics {
     /// Counts new runs from `source` held back at the bound on unfinished runs.
     pub fn admission_refused(&self, source: &str) {
         self.admission_refusals.get_or_create(&vec![("source", source.to_owned())]).inc();
+    }
+
+    /// Counts `count` partitions that changed hands here, `how` (`taken`, `released`, `lost`).
+    pub fn partition_handovers(&self, how: &str, count: usize) {
+        let counter = self.partition_handovers.get_or_create(&vec![("how", how.to_owned())]);
+        counter.inc_by(count as u64);
     }
 
     /// Counts a scheduled run started `late_ms` after its instant.
@@ -248,6 +261,16 @@ impl AdminMetrics {
             "From the decision that a workflow node starts (its upstream nodes done) to its runs' creation",
             Unit::Seconds,
             self.workflow_node_lateness.clone(),
+        );
+        registry.register(
+            "partitions_held",
+            "Partitions of the schedule this admin holds",
+            self.partitions_held.clone(),
+        );
+        registry.register(
+            "partition_handovers",
+            "Partitions that changed hands at this admin, by how (taken, released, lost)",
+            self.partition_handovers.clone(),
         );
         text(&registry)
     }

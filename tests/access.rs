@@ -244,6 +244,7 @@ async fn every_route_with_every_caller() {
         // Moving job 1 to the other group: an operator of one group may not, the admin does.
         ("PUT", "/api/v1/jobs/1", job(2, "moved")),
         ("GET", "/api/v1/executors", Value::Null),
+        ("GET", "/api/v1/admins", Value::Null),
         ("GET", "/metrics", Value::Null),
         ("GET", "/api/v1/groups", Value::Null),
         ("POST", "/api/v1/groups", json!({"app_name": "more"})),
@@ -343,6 +344,7 @@ async fn every_route_with_every_caller() {
         POST /api/v1/jobs/2/versions                     401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          422          422
         PUT /api/v1/jobs/1                               401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          200          200
         GET /api/v1/executors                            401 unauthor          200          200          200          200          200          200
+        GET /api/v1/admins                               401 unauthor          200          200          200          200          200          200
         GET /metrics                                     401 unauthor          200          200          200          200          200          200
         GET /api/v1/groups                               401 unauthor          200          200          200          200          200          200
         POST /api/v1/groups                              401 unauthor 403 csrf_fai 403 csrf_fai 403 forbidde 403 forbidde          201          409

@@ -50,6 +50,8 @@ fn layering_holds() {
         "src/backfill/",
         "src/model.rs",
         "src/netpolicy.rs",
+        "src/partition.rs",
+        "src/partition/",
         "src/lifecycle.rs",
         "src/lifecycle/",
         "src/schedule.rs",

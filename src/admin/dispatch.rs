@@ -52,6 +52,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::now_ms;
+use super::partitions::Partitions;
 use crate::protocol;
 use crate::routing::RouterState;
 use crate::storage::Db;
@@ -90,6 +91,8 @@ struct Inner {
     senders: Arc<Senders>,
     /// What each registered executor speaks.
     peers: Arc<peers::Peers>,
+    /// The partitions of the schedule this admin holds (`admin::partitions`).
+    partitions: Partitions,
     /// Sends being posted, or accepted by their executors, that this admin has not recorded
     /// yet, by run.
     unrecorded: Mutex<HashMap<i64, Unrecorded>>,
@@ -109,7 +112,9 @@ impl Dispatcher {
         run_retention_days: Option<u32>,
     ) -> Dispatcher {
         let peers = Arc::new(peers::Peers::default());
+        let owner = hex::encode(rand::random::<[u8; 8]>());
         let inner = Inner {
+            partitions: Partitions::new(&owner),
             db,
             cache,
             senders: Senders::new(client.clone(), peers.clone()),
@@ -118,7 +123,7 @@ impl Dispatcher {
             router: Mutex::new(RouterState::new()),
             online_window_ms,
             run_retention_ms: run_retention_days.map(|days| i64::from(days) * 86_400_000),
-            owner: hex::encode(rand::random::<[u8; 8]>()),
+            owner,
             timers: CancellationToken::new(),
             unrecorded: Mutex::default(),
             answer_within_us: AtomicU64::new(ANSWER_WITHIN.as_micros() as u64),
@@ -129,6 +134,11 @@ impl Dispatcher {
     /// This admin's lease owner id.
     pub fn owner(&self) -> &str {
         &self.inner.owner
+    }
+
+    /// The partitions of the schedule this admin holds.
+    pub fn partitions(&self) -> &Partitions {
+        &self.inner.partitions
     }
 
     /// The protocol client (reading executor logs goes through it too).

@@ -7,6 +7,7 @@
 //! Handlers stay thin: extract, call storage or the dispatcher, map to a response DTO.
 //! The DTOs here and in `protocol` are the only serde wire types of the admin.
 
+mod admins;
 mod alarms;
 mod audit;
 pub(super) mod auth;
@@ -47,6 +48,7 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         .merge(logs::router())
         .merge(stream::router())
         .merge(executors::router())
+        .merge(admins::router())
         .merge(schedule::router())
         .merge(users::router())
         .merge(audit::router())

@@ -18,6 +18,10 @@
 //!
 //! Workflows with a schedule fire in a loop of their own ([`run_workflows`]), the same way.
 //!
+//! An admin fires only the jobs and workflows of the partitions it holds (`admin::partitions`),
+//! and a fire commits only while its partition's lease is still the one the pass read: admins
+//! that share a database share the schedule instead of racing for it.
+//!
 //! Each completed pass is recorded in `AppState::scheduler_pulse`, which `/readyz` reads.
 //!
 //! Between passes the loop sleeps until the earliest next fire (at most [`MAX_SLEEP`]), or until
@@ -101,7 +105,8 @@ pub async fn run_workflows(state: AppState, shutdown: CancellationToken) {
 /// Fires every due workflow once; returns the earliest next fire.
 async fn workflow_pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     let now = now_ms();
-    for workflow in state.db.due_workflows(now, BATCH).await? {
+    let held = state.dispatcher.partitions().held();
+    for workflow in state.db.due_workflows(now, BATCH, &held).await? {
         let schedule = &workflow.schedule;
         let parsed = Schedule::parse(
             schedule.schedule_type,
@@ -123,7 +128,7 @@ async fn workflow_pass(state: &AppState) -> anyhow::Result<Option<i64>> {
             }
         };
         let next = decision.next.at().unwrap_or(0);
-        match state.db.fire_workflow(&workflow, next, decision.fire, now).await? {
+        match state.db.fire_workflow(&workflow, next, decision.fire, now, &held).await? {
             Some(Some(run_id)) => {
                 crate::metrics::admin().workflow_runs_started.inc();
                 tracing::info!(
@@ -139,15 +144,16 @@ async fn workflow_pass(state: &AppState) -> anyhow::Result<Option<i64>> {
             Some(None) | None => {}
         }
     }
-    Ok(state.db.next_workflow_fire().await?)
+    Ok(state.db.next_workflow_fire(&held).await?)
 }
 
 /// Fires every due job once, in one transaction; returns the earliest next fire.
 async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     let now = now_ms();
-    let mut due = state.db.due_jobs(now + LOOKAHEAD_MS, BATCH).await?;
+    let lease = state.dispatcher.partitions().held();
+    let mut due = state.db.due_jobs(now + LOOKAHEAD_MS, BATCH, &lease).await?;
     if due.is_empty() {
-        return Ok(state.db.earliest_fire().await?);
+        return Ok(state.db.earliest_fire(&lease).await?);
     }
     // Past the bound, only the due jobs with no run in flight fire (`admission`); the others
     // stay due, and are not read, so that however many they are they hold back no other job.
@@ -155,7 +161,8 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
         Ok(()) => false,
         Err(AdmitError::Overloaded(overloaded)) => {
             crate::metrics::admin().admission_refused("schedule");
-            due = state.db.due_jobs_without_runs_in_flight(now + LOOKAHEAD_MS, BATCH).await?;
+            due =
+                state.db.due_jobs_without_runs_in_flight(now + LOOKAHEAD_MS, BATCH, &lease).await?;
             if overloaded.newly {
                 tracing::warn!("holding the fires of the jobs with runs in flight: {overloaded}");
             }
@@ -180,14 +187,14 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     if planned.is_empty() && held {
         return Ok(Some(now + LOOKAHEAD_MS + HELD_FOR_MS));
     }
-    let committed = match state.db.fire_jobs(&planned, now).await {
+    let committed = match state.db.fire_jobs(&planned, now, Some(&lease)).await {
         Ok(ids) => ids,
         Err(error) => {
             // One bad fire must not hold back the others: fall back to one transaction each.
             tracing::warn!(%error, "firing {} jobs together failed: firing them one by one", planned.len());
             let mut ids = Vec::with_capacity(planned.len());
             for fire in &planned {
-                let one = state.db.fire_jobs(std::slice::from_ref(fire), now).await;
+                let one = state.db.fire_jobs(std::slice::from_ref(fire), now, Some(&lease)).await;
                 ids.push(one.map_or_else(
                     |error| {
                         tracing::error!(job.id = fire.job_id, %error, "firing job {} failed", fire.job_id);
@@ -222,7 +229,7 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
         // More jobs are due than one pass takes: go again at once.
         return Ok(Some(now));
     }
-    Ok(state.db.earliest_fire().await?)
+    Ok(state.db.earliest_fire(&lease).await?)
 }
 
 /// What firing `job` now means: its fire (next fire time and runs) and the instant to send the

@@ -3,11 +3,13 @@
 use super::query::query;
 use sqlx::{AnyConnection, Row};
 
+use super::partitions::{held_now, partition_filter};
 use super::run_writes::{Insert, insert_many};
 use super::runs::{Claim, NewRun};
 use super::statement::Cells;
 use super::{Db, Dialect, Result, parse_column, split_list};
 use crate::model::{Job, JobSpec, child_job_cycle};
+use crate::partition::{self, Held};
 use crate::schedule::NextFire;
 
 pub(super) const COLUMNS: &str =
@@ -196,9 +198,10 @@ impl Db {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Running jobs whose next fire is at or before `until_ms`, soonest first.
-    pub async fn due_jobs(&self, until_ms: i64, limit: i64) -> Result<Vec<Job>> {
-        self.due_jobs_where(until_ms, limit, "").await
+    /// Running jobs of the partitions `held` holds whose next fire is at or before
+    /// `until_ms`, soonest first.
+    pub async fn due_jobs(&self, until_ms: i64, limit: i64, held: &Held) -> Result<Vec<Job>> {
+        self.due_jobs_where(until_ms, limit, &partition_filter(held, "jobs.id")).await
     }
 
     /// [`Db::due_jobs`] without the jobs that have a run in flight (sent, or running on an
@@ -207,9 +210,11 @@ impl Db {
         &self,
         until_ms: i64,
         limit: i64,
+        held: &Held,
     ) -> Result<Vec<Job>> {
         let idle = format!(
-            "and not exists (select 1 from runs where runs.job_id = jobs.id and runs.{})",
+            "{} and not exists (select 1 from runs where runs.job_id = jobs.id and runs.{})",
+            partition_filter(held, "jobs.id"),
             super::caps::IN_FLIGHT
         );
         self.due_jobs_where(until_ms, limit, &idle).await
@@ -229,11 +234,13 @@ impl Db {
         rows.iter().map(job_from_row).collect()
     }
 
-    /// The earliest next fire of any running job, if there is one.
-    pub async fn earliest_fire(&self) -> Result<Option<i64>> {
-        let row = query(
-            "select min(next_fire_ms) as at from jobs where running = 1 and next_fire_ms > 0",
-        )
+    /// The earliest next fire of any running job of the partitions `held` holds, if there is
+    /// one.
+    pub async fn earliest_fire(&self, held: &Held) -> Result<Option<i64>> {
+        let row = query(&format!(
+            "select min(next_fire_ms) as at from jobs where running = 1 and next_fire_ms > 0 {}",
+            partition_filter(held, "jobs.id")
+        ))
         .fetch_one(&self.pool)
         .await?;
         Ok(row.try_get::<Option<i64>, _>("at")?)
@@ -254,18 +261,33 @@ impl Db {
         now_ms: i64,
     ) -> Result<Vec<i64>> {
         let fire = Fire { job_id, expected_fire_ms, next, runs: runs.to_vec(), claim: None };
-        let mut fired = self.fire_jobs(std::slice::from_ref(&fire), now_ms).await?;
+        let mut fired = self.fire_jobs(std::slice::from_ref(&fire), now_ms, None).await?;
         Ok(fired.pop().unwrap_or_default().iter().map(Fired::id).collect())
     }
 
     /// [`Db::fire_job`] for many jobs in one transaction: each job moves, with its runs, only
-    /// from the fire it was read at; the answer holds each job's new runs, in order (claimed
-    /// ones for a fire with a `claim`).
-    pub async fn fire_jobs(&self, fires: &[Fire], now_ms: i64) -> Result<Vec<Vec<Fired>>> {
+    /// from the fire it was read at, and, with `lease`, only while its partition is held under
+    /// the lease (owner and fence) the fire was planned under, checked in the transaction; the
+    /// answer holds each job's new runs, in order (claimed ones for a fire with a `claim`).
+    pub async fn fire_jobs(
+        &self,
+        fires: &[Fire],
+        now_ms: i64,
+        lease: Option<&Held>,
+    ) -> Result<Vec<Vec<Fired>>> {
         let started = std::time::Instant::now();
         let mut tx = self.writer().begin().await?;
+        let allowed: Vec<bool> = match lease {
+            Some(held) => {
+                let wanted = fires.iter().map(|fire| partition::of(fire.job_id)).collect();
+                let now_held = held_now(&mut tx, self.dialect, held, &wanted).await?;
+                fires.iter().map(|fire| now_held.contains(&partition::of(fire.job_id))).collect()
+            }
+            None => vec![true; fires.len()],
+        };
         let mut moved = vec![false; fires.len()];
         for round in super::distinct_rounds(fires.iter().map(|fire| fire.job_id)) {
+            let round: Vec<usize> = round.into_iter().filter(|&index| allowed[index]).collect();
             let mut rest = &round[..];
             for rows in super::statement_sizes(round.len(), 256) {
                 let chunk: Vec<&Fire> = rest[..rows].iter().map(|&index| &fires[index]).collect();

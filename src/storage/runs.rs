@@ -12,10 +12,12 @@
 use super::query::query;
 use sqlx::Row;
 
+use super::partitions::partition_filter;
 use super::statement::Cells;
 use super::{Db, Result, parse_column};
 use crate::lifecycle::Transition;
 use crate::model::{NodeOfRun, RunRecord, RunState, ShardingItem, TriggerType};
+use crate::partition::Held;
 
 pub(super) const COLUMNS: &str = "id, job_id, executor_address, trigger_type, trigger_time, param, trigger_code,
     trigger_msg, handle_time, handle_code, handle_msg, shard_index, shard_total, attempt, version, sha256,
@@ -163,29 +165,36 @@ impl Db {
     }
 
     /// Runs a dispatcher may claim now, as (run id, job id): pending runs due at or before
-    /// `due_ms` that no cap holds, and runs whose dispatcher's lease ran out before `now_ms`;
-    /// the oldest first, at most `limit`.
+    /// `due_ms` that no cap holds, and runs whose dispatcher's lease ran out before `now_ms`,
+    /// of the jobs of the partitions `held` holds; the oldest first, at most `limit`.
     pub async fn dispatchable_runs(
         &self,
         due_ms: i64,
         now_ms: i64,
         limit: i64,
+        held: &Held,
     ) -> Result<Vec<(i64, i64)>> {
         let mut ids = Vec::new();
+        let partitions = partition_filter(held, "runs.job_id");
         for (sql, bound) in [
             (
-                "select id, job_id from runs
-                 where state = 'pending' and held = 0 and trigger_time <= $1
-                 order by trigger_time limit $2",
+                format!(
+                    "select id, job_id from runs
+                     where state = 'pending' and held = 0 and trigger_time <= $1 {partitions}
+                     order by trigger_time limit $2"
+                ),
                 due_ms,
             ),
             (
-                "select id, job_id from runs where state = 'dispatching' and lease_until < $1
-                 order by lease_until limit $2",
+                format!(
+                    "select id, job_id from runs
+                     where state = 'dispatching' and lease_until < $1 {partitions}
+                     order by lease_until limit $2"
+                ),
                 now_ms,
             ),
         ] {
-            let rows = query(sql).bind(bound).bind(limit).fetch_all(&self.pool).await?;
+            let rows = query(&sql).bind(bound).bind(limit).fetch_all(&self.pool).await?;
             for row in rows {
                 ids.push((row.try_get("id")?, row.try_get("job_id")?));
             }
@@ -193,11 +202,18 @@ impl Db {
         Ok(ids)
     }
 
-    /// Running runs whose admin deadline passed before `now_ms`, at most `limit`.
-    pub async fn runs_past_deadline(&self, now_ms: i64, limit: i64) -> Result<Vec<RunRecord>> {
+    /// Running runs of the jobs of the partitions `held` holds whose admin deadline passed
+    /// before `now_ms`, at most `limit`.
+    pub async fn runs_past_deadline(
+        &self,
+        now_ms: i64,
+        limit: i64,
+        held: &Held,
+    ) -> Result<Vec<RunRecord>> {
         let rows = query(&format!(
             "select {COLUMNS} from runs where state = 'running' and deadline > 0 and deadline < $1
-             order by deadline limit $2"
+             {} order by deadline limit $2",
+            partition_filter(held, "runs.job_id")
         ))
         .bind(now_ms)
         .bind(limit)

@@ -7,6 +7,7 @@ mod alarms;
 mod backfills;
 mod calendars;
 mod caps;
+mod partitions;
 mod workflows;
 
 use super::*;
@@ -45,6 +46,18 @@ where
         }
         None => eprintln!("{name}: WASMJOB_TEST_MYSQL_URL is unset, skipping MySQL"),
     }
+}
+
+/// Every partition, as a filter: the reads of an admin alone.
+fn everything() -> crate::partition::Held {
+    crate::partition::Held::everything("test")
+}
+
+/// Leases every partition for `owner`, as an admin alone holds them.
+async fn lease_everything(db: &Db, owner: &str) -> crate::partition::Held {
+    let all: Vec<u16> = (0..crate::partition::PARTITIONS).collect();
+    let fences = db.take_partitions(owner, &all, 0, i64::MAX).await.unwrap();
+    crate::partition::Held { owner: owner.to_owned(), fences: fences.into_iter().collect() }
 }
 
 fn new_job(group_id: i64) -> JobSpec {
@@ -252,12 +265,12 @@ async fn jobs_fire_once() {
             (false, vec![7, 8], Some(1000))
         );
         assert_eq!(job.spec, new_job(group.id), "every field round-trips");
-        assert!(db.due_jobs(i64::MAX, 10).await.unwrap().is_empty());
+        assert!(db.due_jobs(i64::MAX, 10, &everything()).await.unwrap().is_empty());
 
         assert!(db.set_job_running(job.id, Some(1_000), 11).await.unwrap());
-        assert_eq!(db.earliest_fire().await.unwrap(), Some(1_000));
-        assert_eq!(db.due_jobs(999, 10).await.unwrap().len(), 0);
-        assert_eq!(db.due_jobs(1_000, 10).await.unwrap().len(), 1);
+        assert_eq!(db.earliest_fire(&everything()).await.unwrap(), Some(1_000));
+        assert_eq!(db.due_jobs(999, 10, &everything()).await.unwrap().len(), 0);
+        assert_eq!(db.due_jobs(1_000, 10, &everything()).await.unwrap().len(), 1);
 
         // Two schedulers that both saw the fire at 1000: only the first moves the job.
         let ids = db
@@ -440,7 +453,7 @@ async fn a_fix_delay_job_fires_again_once_every_run_of_its_fire_ended() {
         // The job waits for its fire's runs: running, with no next fire time.
         let waiting = db.get_job(job.id).await.unwrap().unwrap();
         assert_eq!((waiting.running, waiting.next_fire_ms), (true, 0));
-        assert_eq!(db.earliest_fire().await.unwrap(), None);
+        assert_eq!(db.earliest_fire(&everything()).await.unwrap(), None);
         // Saving the job unchanged keeps it waiting.
         db.update_job(job.id, &spec, 99_999, 13).await.unwrap();
         assert_eq!(next_fire().await, 0);
@@ -473,7 +486,7 @@ async fn a_fix_delay_job_fires_again_once_every_run_of_its_fire_ended() {
         let last = fix_delay_end(RunState::Pending, 1, Event::Kill);
         db.apply_transition(retried[0], &last, None, None, &[], 5_000).await.unwrap().unwrap();
         assert_eq!(next_fire().await, 35_000);
-        assert_eq!(db.earliest_fire().await.unwrap(), Some(35_000));
+        assert_eq!(db.earliest_fire(&everything()).await.unwrap(), Some(35_000));
         // A stopped job is not started again by a run that ends.
         let ids = db
             .fire_job(job.id, 35_000, NextFire::WhenRunsEnd, &[fire(job.id, 35_000, 0)], 35_000)
@@ -499,7 +512,10 @@ async fn runs_move_through_their_lifecycle_once() {
         assert!(db.create_run(&fire(1, 600, 0), 1).await.unwrap().is_some());
         assert!(db.create_run(&fire(1, 600, 0), 1).await.unwrap().is_none());
         assert!(db.create_run(&fire(1, 600, 1), 1).await.unwrap().is_some());
-        assert_eq!(db.dispatchable_runs(550, 100, 10).await.unwrap(), [(a, 1), (b, 1)]);
+        assert_eq!(
+            db.dispatchable_runs(550, 100, 10, &everything()).await.unwrap(),
+            [(a, 1), (b, 1)]
+        );
 
         // A claim is a lease with an owner; every claim bumps the fence.
         let claim = db.claim_run(a, "admin-1", 100, 200).await.unwrap().unwrap();
@@ -509,7 +525,7 @@ async fn runs_move_through_their_lifecycle_once() {
         assert!(db.renew_lease(a, "admin-1", 1, 300).await.unwrap());
         assert!(db.claim_run(a, "admin-2", 250, 350).await.unwrap().is_none(), "renewed");
         assert_eq!(
-            db.dispatchable_runs(550, 301, 10).await.unwrap(),
+            db.dispatchable_runs(550, 301, 10, &everything()).await.unwrap(),
             [(b, 1), (a, 1)],
             "lease ran out"
         );
@@ -545,8 +561,8 @@ async fn runs_move_through_their_lifecycle_once() {
         assert!(db.claim_run(a, "admin-3", 10_000, 20_000).await.unwrap().is_none(), "sent");
 
         // The admin's deadline: timeout 5 s plus grace 10 ms.
-        assert!(db.runs_past_deadline(5_313, 10).await.unwrap().is_empty());
-        let overdue = db.runs_past_deadline(5_314, 10).await.unwrap();
+        assert!(db.runs_past_deadline(5_313, 10, &everything()).await.unwrap().is_empty());
+        let overdue = db.runs_past_deadline(5_314, 10, &everything()).await.unwrap();
         assert_eq!(overdue.iter().map(|r| r.id).collect::<Vec<_>>(), [a]);
         assert_eq!(db.executors_with_running_runs().await.unwrap(), ["http://e:9999"]);
         let on = |before| db.running_run_ids_on("http://e:9999", before, 10);
@@ -755,7 +771,7 @@ async fn a_claimed_fire_creates_its_runs_held_by_the_dispatcher() {
             runs: vec![run],
             claim: Some(("admin-a".to_owned(), 16_000)),
         };
-        let mut fired = db.fire_jobs(std::slice::from_ref(&claimed), 12).await.unwrap();
+        let mut fired = db.fire_jobs(std::slice::from_ref(&claimed), 12, None).await.unwrap();
         let Some(Fired::Claimed(claim)) = fired.pop().and_then(|mut runs| runs.pop()) else {
             panic!("the fire's run was not created claimed");
         };
@@ -769,7 +785,7 @@ async fn a_claimed_fire_creates_its_runs_held_by_the_dispatcher() {
         let taken = db.claim_run(claim.run.id, "admin-b", 16_001, 30_000).await.unwrap().unwrap();
         assert_eq!(taken.fence, 2);
         // The same fire again creates nothing.
-        let again = db.fire_jobs(std::slice::from_ref(&claimed), 13).await.unwrap();
+        let again = db.fire_jobs(std::slice::from_ref(&claimed), 13, None).await.unwrap();
         assert!(again.iter().all(Vec::is_empty));
     })
     .await;

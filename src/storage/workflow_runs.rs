@@ -17,17 +17,19 @@
 //! shard, attempt). A crash between the decision and the creation leaves the node `starting`,
 //! which the sweep finds ([`Db::starting_workflow_nodes`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::query::query;
 use sqlx::{AnyConnection, Row};
 
+use super::partitions::held_now;
 use super::run_writes::{Insert, insert_many};
 use super::runs::{NewRun, UNFINISHED};
 use super::statement::{Cells, Exec, Statement};
 use super::workflows::{Workflow, node_index, parse_spec, spec_text, stored_state};
 use super::{Db, Result, StorageError, parse_column};
 use crate::model::{NodeOfRun, RunState as RunEnd, TriggerType};
+use crate::partition::{self, Held};
 use crate::workflow::{
     Graph, NodeState, RunState, WorkflowError, WorkflowSpec, decide, node_state, reopen,
 };
@@ -98,15 +100,22 @@ impl Db {
     /// Moves `workflow`'s next fire from the one it was read with to `next_fire_ms` (0: none,
     /// and it stops) and, with `fire` (its instant and trigger type), creates its run, in one
     /// transaction. `None`, and nothing changed, when the next fire moved since (another admin
-    /// fired it, or it was stopped or changed); else the new run's id, if any.
+    /// fired it, or it was stopped or changed) or `lease` no longer holds the workflow's
+    /// partition; else the new run's id, if any.
     pub async fn fire_workflow(
         &self,
         workflow: &Workflow,
         next_fire_ms: i64,
         fire: Option<(i64, TriggerType)>,
         now_ms: i64,
+        lease: &Held,
     ) -> Result<Option<Option<i64>>> {
         let mut tx = self.writer().begin().await?;
+        let partition = BTreeSet::from([partition::of(workflow.id)]);
+        if held_now(&mut tx, self.dialect, lease, &partition).await?.is_empty() {
+            tx.rollback().await?;
+            return Ok(None);
+        }
         let moved = query(
             "update workflows set next_fire_ms = $1, running = case when $1 = 0 then 0 else 1 end
              where id = $2 and running = 1 and next_fire_ms = $3",

@@ -8,10 +8,12 @@
 use super::query::query;
 use sqlx::Row;
 
+use super::partitions::partition_filter;
 use super::runs::{COLUMNS as RUN_COLUMNS, run_from_row};
 use super::statement::Cells;
 use super::{Db, Result, StorageError, parse_column};
 use crate::model::{MisfireStrategy, RunRecord, ScheduleType, TriggerType};
+use crate::partition::Held;
 use crate::workflow::{Graph, NodeState, RunState, WorkflowSpec};
 
 const COLUMNS: &str = "id, group_id, name, spec, schedule_type, schedule_conf, time_zone,
@@ -255,10 +257,16 @@ impl Db {
     }
 
     /// The running workflows due at or before `until_ms`, the earliest first, at most `limit`.
-    pub async fn due_workflows(&self, until_ms: i64, limit: i64) -> Result<Vec<Workflow>> {
+    pub async fn due_workflows(
+        &self,
+        until_ms: i64,
+        limit: i64,
+        held: &Held,
+    ) -> Result<Vec<Workflow>> {
         let rows = query(&format!(
-            "select {COLUMNS} from workflows where running = 1 and next_fire_ms <= $1
-             order by next_fire_ms limit $2"
+            "select {COLUMNS} from workflows where running = 1 and next_fire_ms <= $1 {}
+             order by next_fire_ms limit $2",
+            partition_filter(held, "workflows.id")
         ))
         .bind(until_ms)
         .bind(limit)
@@ -267,11 +275,14 @@ impl Db {
         rows.iter().map(workflow_from_row).collect()
     }
 
-    /// The earliest next fire of a running workflow, if any.
-    pub async fn next_workflow_fire(&self) -> Result<Option<i64>> {
-        let row = query("select min(next_fire_ms) as next from workflows where running = 1")
-            .fetch_one(&self.pool)
-            .await?;
+    /// The earliest next fire of a running workflow of the partitions `held` holds, if any.
+    pub async fn next_workflow_fire(&self, held: &Held) -> Result<Option<i64>> {
+        let row = query(&format!(
+            "select min(next_fire_ms) as next from workflows where running = 1 {}",
+            partition_filter(held, "workflows.id")
+        ))
+        .fetch_one(&self.pool)
+        .await?;
         Ok(row.try_get("next")?)
     }
 

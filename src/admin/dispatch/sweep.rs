@@ -1,5 +1,11 @@
 //! The sweep: a periodic pass that finds lifecycle work whose owner is gone.
 //!
+//! Admins that share a database share the sweep as they share the schedule: the scans of runs
+//! (abandoned sends, deadlines) cover the jobs of the partitions this admin holds, and the
+//! duties one admin does for all (executors gone silent or offline, stranded workflow nodes,
+//! the retention) are the holder of partition 0's. Every duty's writes are compare-and-sets
+//! anyway, so two admins that both do one for a moment (a handover) change a thing once.
+//!
 //! Each pass sends pending runs whose timer was lost (a restart, a crash) and runs whose
 //! dispatcher's lease ran out; ends runs past the admin's deadline as timed out; ends runs
 //! whose executor went offline as lost; raises an alarm for an executor that stopped beating;
@@ -17,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Dispatcher, now_ms};
 use crate::lifecycle::Event;
 use crate::model::AddressType;
+use crate::partition::Held;
 use crate::protocol::REGISTRY_GROUP_EXECUTOR;
 
 /// How often the sweep runs.
@@ -30,6 +37,7 @@ const RETENTION_BATCHES: usize = 10;
 
 /// Sweeps until `shutdown`.
 pub async fn sweep(dispatcher: Dispatcher, shutdown: CancellationToken) {
+    dispatcher.partitions().first_beat().await;
     loop {
         dispatcher.sweep_once().await;
         tokio::select! {
@@ -40,18 +48,25 @@ pub async fn sweep(dispatcher: Dispatcher, shutdown: CancellationToken) {
 }
 
 impl Dispatcher {
-    /// One pass; each duty logs its own failures.
+    /// One pass; each duty logs its own failures. The runs' duties cover the jobs of the
+    /// partitions this admin holds; the admin that holds partition 0 also does the duties one
+    /// admin does for all.
     pub(crate) async fn sweep_once(&self) {
         let now = now_ms();
-        let duties = [
-            ("forgetting silent executors", self.forget_silent_executors(now).await),
-            ("sending abandoned runs", self.send_abandoned(now).await),
-            ("ending runs past their deadline", self.end_overdue(now).await),
-            ("ending runs of offline executors", self.end_orphaned(now).await),
-            ("alarming on lost executors", self.alarm_lost_executors(now).await),
-            ("starting stranded workflow nodes", self.start_stranded_nodes(now).await),
-            ("deleting old runs", self.delete_old_runs(now).await),
+        let held = self.inner.partitions.held();
+        let mut duties = vec![
+            ("sending abandoned runs", self.send_abandoned(now, &held).await),
+            ("ending runs past their deadline", self.end_overdue(now, &held).await),
         ];
+        if self.inner.partitions.leads() {
+            duties.extend([
+                ("forgetting silent executors", self.forget_silent_executors(now).await),
+                ("ending runs of offline executors", self.end_orphaned(now).await),
+                ("alarming on lost executors", self.alarm_lost_executors(now).await),
+                ("starting stranded workflow nodes", self.start_stranded_nodes(now).await),
+                ("deleting old runs", self.delete_old_runs(now).await),
+            ]);
+        }
         for (duty, done) in duties {
             if let Err(error) = done {
                 tracing::error!(error = format!("{error:#}"), "sweep: {duty} failed");
@@ -66,12 +81,17 @@ impl Dispatcher {
         if removed > 0 {
             tracing::info!("forgot {removed} executors not heard from in a long while");
         }
+        // Admins that died without leaving, once silent as long.
+        let admins = self.inner.db.forget_departed_admins(stale_before).await?;
+        if admins > 0 {
+            tracing::info!("forgot {admins} admins not heard from in a long while");
+        }
         Ok(())
     }
 
     /// Sends pending runs whose timer was lost, and runs whose dispatcher's lease ran out.
-    async fn send_abandoned(&self, now: i64) -> anyhow::Result<()> {
-        for (id, job_id) in self.inner.db.dispatchable_runs(now, now, BATCH).await? {
+    async fn send_abandoned(&self, now: i64, held: &Held) -> anyhow::Result<()> {
+        for (id, job_id) in self.inner.db.dispatchable_runs(now, now, BATCH, held).await? {
             self.send_at(id, job_id, now);
         }
         // Held runs whose release was lost with its admin (or raced a run's end).
@@ -82,8 +102,8 @@ impl Dispatcher {
     }
 
     /// Ends running runs whose result did not come within the job's timeout plus the grace.
-    async fn end_overdue(&self, now: i64) -> anyhow::Result<()> {
-        for run in self.inner.db.runs_past_deadline(now, BATCH).await? {
+    async fn end_overdue(&self, now: i64, held: &Held) -> anyhow::Result<()> {
+        for run in self.inner.db.runs_past_deadline(now, BATCH, held).await? {
             if let Err(error) = self.apply(run.id, Event::DeadlinePassed, None, None).await {
                 tracing::error!(
                     error = format!("{error:#}"),

@@ -290,7 +290,7 @@ async fn the_daily_report_counts_runs_by_state_and_keeps_deleted_ones() {
         assert_eq!(db.delete_ended_runs(day(11), 100).await.unwrap(), 3);
         assert_eq!(render(db.report_days(day(9), day(12)).await.unwrap()), expected);
         // The run left unfinished on day 10 ends: it moves from running to its state.
-        let pending = db.dispatchable_runs(i64::MAX, 100, 10).await.unwrap();
+        let pending = db.dispatchable_runs(i64::MAX, 100, 10, &super::everything()).await.unwrap();
         assert_eq!(pending.len(), 1, "{pending:?}");
         end(pending[0].0, &ok).await;
         let ended = db.report_days(day(10), day(10)).await.unwrap();

@@ -64,7 +64,9 @@ async fn a_jobs_cap_holds_runs_and_releases_them_in_order() {
         assert_eq!(claim_each(&db, group.id, &ids, 500).await, "CCHH");
         let held = db.get_run(ids[2]).await.unwrap().unwrap();
         assert_eq!((held.state, held.held), (RunState::Pending, true));
-        assert!(db.dispatchable_runs(10_000, 500, 10).await.unwrap().is_empty());
+        assert!(
+            db.dispatchable_runs(10_000, 500, 10, &super::everything()).await.unwrap().is_empty()
+        );
         assert_eq!(db.groups_with_held_runs(10).await.unwrap(), [group.id]);
         // A run that ends frees one place, and a held run is not claimed past an older one.
         end(&db, ids[0], 1, 600).await;

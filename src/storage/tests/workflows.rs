@@ -277,21 +277,22 @@ async fn a_scheduled_workflow_fires_once_per_instant() {
             time_zone: None,
             misfire_strategy: MisfireStrategy::FireOnceNow,
         };
+        let lease = super::lease_everything(&db, "admin").await;
         let created = db.create_workflow(&spec, &schedule, "op", 5).await.unwrap();
         assert_eq!((created.running, created.schedule.clone()), (false, schedule.clone()));
-        assert!(db.due_workflows(i64::MAX, 10).await.unwrap().is_empty(), "stopped");
+        assert!(db.due_workflows(i64::MAX, 10, &lease).await.unwrap().is_empty(), "stopped");
         let started = db.set_workflow_running(created.id, Some(1_000), 6).await.unwrap().unwrap();
         assert_eq!((started.running, started.next_fire_ms), (true, 1_000));
-        assert_eq!(db.next_workflow_fire().await.unwrap(), Some(1_000));
-        assert!(db.due_workflows(999, 10).await.unwrap().is_empty());
-        let due = db.due_workflows(1_000, 10).await.unwrap();
+        assert_eq!(db.next_workflow_fire(&lease).await.unwrap(), Some(1_000));
+        assert!(db.due_workflows(999, 10, &lease).await.unwrap().is_empty());
+        let due = db.due_workflows(1_000, 10, &lease).await.unwrap();
         assert_eq!(due.len(), 1);
 
         // Two admins read it due and fire it: one creates the run.
         let fire = Some((1_000, TriggerType::Cron));
         let (a, b) = tokio::join!(
-            db.fire_workflow(&due[0], 61_000, fire, 1_001),
-            db.fire_workflow(&due[0], 61_000, fire, 1_001),
+            db.fire_workflow(&due[0], 61_000, fire, 1_001, &lease),
+            db.fire_workflow(&due[0], 61_000, fire, 1_001, &lease),
         );
         let fired: Vec<Option<i64>> = [a.unwrap(), b.unwrap()].into_iter().flatten().collect();
         assert_eq!(fired.len(), 1, "{fired:?}");
@@ -304,7 +305,7 @@ async fn a_scheduled_workflow_fires_once_per_instant() {
         assert_eq!(moved.map(|w| (w.running, w.next_fire_ms)), Some((true, 90_000)));
         let stopped = db.set_workflow_running(created.id, None, 8).await.unwrap().unwrap();
         assert_eq!((stopped.running, stopped.next_fire_ms), (false, 0));
-        let stale = db.fire_workflow(&due[0], 61_000, fire, 9).await.unwrap();
+        let stale = db.fire_workflow(&due[0], 61_000, fire, 9, &lease).await.unwrap();
         assert_eq!(stale, None, "a stopped workflow does not fire");
         let counts = db.workflow_run_counts().await.unwrap();
         assert_eq!(counts, [("running".to_owned(), 1)]);

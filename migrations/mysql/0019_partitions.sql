@@ -1,0 +1,24 @@
+-- Partitioned scheduling: admins that share one database share its schedule.
+--
+-- A job (or workflow) is in partition `id % 256`. An admin fires only the jobs of the
+-- partitions it holds: `owner` is its lease owner id, `lease_until` when the lease runs out
+-- unless renewed, and `fence` is bumped by every take, so a fire commits only under the lease
+-- it was planned under. `admins` lists the admins by their last beat; the live ones share the
+-- partitions.
+create table partitions (
+    id bigint not null primary key,
+    owner varchar(64),
+    fence bigint not null default 0,
+    lease_until bigint not null default 0
+);
+
+insert into partitions (id)
+with recursive n(i) as (select 0 union all select i + 1 from n where i < 255)
+select i from n;
+
+create table admins (
+    owner varchar(64) not null primary key,
+    address text not null,
+    started_at bigint not null,
+    seen_at bigint not null
+);

@@ -1,0 +1,197 @@
+//! This admin's share of the schedule: the beat that keeps its leases on partitions.
+//!
+//! Every [`BEAT`] (and when a lease it waits for runs out), the admin records itself as live,
+//! renews its leases for [`LEASE_MS`], and does what `partition::plan` says: it gives back
+//! what is above its fair share (first dropping it from what it fires, then in the database)
+//! and takes free or expired partitions up to it. What it holds is published in
+//! [`Partitions`], which the scheduler, the workflow scheduler and the sweep read; the
+//! scheduler is woken when it changes.
+//!
+//! A held set is trusted only for [`LEASE_MS`] after the renewal that returned it: an admin
+//! whose beats fail (its database unreachable, the process paused) stops firing when its lease
+//! runs out, which is when another admin may take its partitions. The fire's own transaction
+//! checks the lease again (`Db::fire_jobs`), so a paused admin that lost its partitions cannot
+//! fire them even in the moment it wakes. At a graceful stop it gives every partition back.
+//!
+//! It does not decide shares (`partition`), and it does not fire anything (`scheduler`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::{AppState, now_ms};
+use crate::partition::{self, Held};
+
+/// How long a lease on a partition lasts without renewal: the longest an admin's death delays
+/// its jobs' fires. It is below the default misfire threshold (5 s), so a takeover loses no
+/// fire.
+pub const LEASE_MS: i64 = 4_000;
+/// How often an admin beats: renews its leases and rebalances.
+const BEAT: Duration = Duration::from_secs(1);
+
+/// The partitions this admin holds now. Cheap to clone.
+#[derive(Clone)]
+pub struct Partitions {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    held: RwLock<Arc<Held>>,
+    /// Until when the held set may be trusted: the last renewal's start plus the lease.
+    valid_until_ms: AtomicI64,
+    /// An empty set, for when the lease may have run out.
+    none: Arc<Held>,
+    /// Whether a beat completed since the start.
+    beaten: AtomicBool,
+    beat: Notify,
+}
+
+impl Partitions {
+    /// Holding nothing yet, for the admin with lease owner id `owner`.
+    pub fn new(owner: &str) -> Partitions {
+        let none = Arc::new(Held::none(owner));
+        Partitions {
+            inner: Arc::new(Inner {
+                held: RwLock::new(none.clone()),
+                valid_until_ms: AtomicI64::new(0),
+                none,
+                beaten: AtomicBool::new(false),
+                beat: Notify::new(),
+            }),
+        }
+    }
+
+    /// The partitions held, with their fences; none once the last renewal is older than the
+    /// lease.
+    pub fn held(&self) -> Arc<Held> {
+        if now_ms() > self.inner.valid_until_ms.load(Ordering::Acquire) {
+            return self.inner.none.clone();
+        }
+        self.inner.held.read().map_or_else(|_| self.inner.none.clone(), |held| held.clone())
+    }
+
+    /// Whether the partition 0 is held: its holder does the duties one admin does for all
+    /// (folding the report, forgetting silent executors and departed admins, alarming on
+    /// lost executors).
+    pub fn leads(&self) -> bool {
+        self.held().fences.contains_key(&0)
+    }
+
+    /// Waits for the admin's first beat, at most [`LEASE_MS`]: until then it holds nothing,
+    /// and a loop that starts with the admin would skip its first pass.
+    pub async fn first_beat(&self) {
+        let wait = async {
+            loop {
+                let beat = self.inner.beat.notified();
+                if self.inner.beaten.load(Ordering::Acquire) {
+                    return;
+                }
+                beat.await;
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(LEASE_MS as u64), wait).await;
+    }
+
+    fn publish(&self, fences: BTreeMap<u16, i64>, valid_until_ms: i64) -> bool {
+        let owner = self.inner.none.owner.clone();
+        let next = Arc::new(Held { owner, fences });
+        let changed = match self.inner.held.write() {
+            Ok(mut held) => {
+                let changed = **held != *next;
+                *held = next;
+                changed
+            }
+            Err(_) => false,
+        };
+        self.inner.valid_until_ms.store(valid_until_ms, Ordering::Release);
+        self.inner.beaten.store(true, Ordering::Release);
+        self.inner.beat.notify_waiters();
+        changed
+    }
+
+    fn drop_all(&self) {
+        self.inner.valid_until_ms.store(0, Ordering::Release);
+        if let Ok(mut held) = self.inner.held.write() {
+            *held = self.inner.none.clone();
+        }
+    }
+}
+
+/// Beats until `shutdown`, then gives every partition back.
+pub(super) async fn run(state: AppState, address: String, shutdown: CancellationToken) {
+    let started_at = now_ms();
+    loop {
+        let look_again_at = match beat(&state, &address, started_at).await {
+            Ok(at) => at,
+            Err(error) => {
+                tracing::warn!(
+                    error = format!("{error:#}"),
+                    "renewing the partitions' leases failed: trying again"
+                );
+                None
+            }
+        };
+        let sleep = look_again_at.map_or(BEAT, |at| {
+            Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0)).min(BEAT)
+        });
+        tokio::select! {
+            () = tokio::time::sleep(sleep) => {}
+            () = shutdown.cancelled() => break,
+        }
+    }
+    let partitions = state.dispatcher.partitions();
+    partitions.drop_all();
+    match state.db.leave_partitions(state.dispatcher.owner()).await {
+        Ok(released) => tracing::info!("gave back {released} partitions"),
+        Err(error) => tracing::warn!(
+            %error,
+            "giving back the partitions failed: other admins take them when their lease runs out"
+        ),
+    }
+    crate::metrics::admin().partitions_held.set(0);
+}
+
+/// One beat: renew, give back, take; returns when to look again before the next beat.
+async fn beat(state: &AppState, address: &str, started_at: i64) -> anyhow::Result<Option<i64>> {
+    let owner = state.dispatcher.owner();
+    let partitions = state.dispatcher.partitions();
+    let before = partitions.held();
+    let now = now_ms();
+    let beat = state.db.beat_partitions(owner, address, started_at, now, LEASE_MS).await?;
+    let plan = partition::plan(owner, now, &beat.live, &beat.leases);
+    let metrics = crate::metrics::admin();
+    let mut fences: BTreeMap<u16, i64> = beat.renewed.into_iter().collect();
+    let lost = before.fences.keys().filter(|held| !fences.contains_key(held)).count();
+    if lost > 0 {
+        tracing::warn!("{lost} partitions were taken over by another admin: their lease ran out");
+        metrics.partition_handovers("lost", lost);
+    }
+    if !plan.release.is_empty() {
+        // Not fired from here on, before another admin may take them.
+        for released in &plan.release {
+            fences.remove(released);
+        }
+        partitions.publish(fences.clone(), now + LEASE_MS);
+        let released = state.db.release_partitions(owner, &plan.release).await?;
+        tracing::info!("gave back {released} partitions to share them with the other admins");
+        metrics.partition_handovers("released", plan.release.len());
+    }
+    if !plan.take.is_empty() {
+        let taken = state.db.take_partitions(owner, &plan.take, now, now + LEASE_MS).await?;
+        if !taken.is_empty() {
+            tracing::info!("took {} partitions (share {})", taken.len(), plan.share);
+            metrics.partition_handovers("taken", taken.len());
+        }
+        fences.extend(taken);
+    }
+    let held = fences.len();
+    if partitions.publish(fences, now + LEASE_MS) {
+        state.scheduler_wake.notify_one();
+    }
+    metrics.partitions_held.set(i64::try_from(held).unwrap_or(0));
+    Ok(plan.look_again_at)
+}

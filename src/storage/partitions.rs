@@ -1,0 +1,263 @@
+//! The partitions' leases and the admins that share them (migration 0019).
+//!
+//! An admin's beat ([`Db::beat_partitions`]) records it as live, renews the leases it holds and
+//! reads every lease; `partition::plan` then says what it takes ([`Db::take_partitions`], a
+//! compare-and-set that bumps the fence) and gives back ([`Db::release_partitions`]). A graceful
+//! stop gives everything back and forgets the admin ([`Db::leave_partitions`]).
+//!
+//! The reads of the scheduler and the sweep name the partitions they cover with
+//! [`partition_filter`], and a fire commits only under the lease it was planned under:
+//! [`held_now`] reads the leases again in the fire's transaction, locked against a take until
+//! it commits (`for share` on PostgreSQL, `lock in share mode` on MySQL; SQLite's one writer
+//! serialises the two).
+//!
+//! What a fair share is, and when to take or give back, is `partition`'s decision, not this
+//! module's.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use sqlx::{AnyConnection, Row};
+
+use super::query::query;
+use super::{Db, Dialect, Result};
+use crate::partition::{Held, Lease, PARTITIONS};
+
+/// What one beat read: the leases this admin renewed, the live admins and every lease.
+#[derive(Debug, Clone)]
+pub struct Beat {
+    /// Partition → fence of each lease the beat renewed.
+    pub renewed: HashMap<u16, i64>,
+    /// The admins seen within the lease, this one included.
+    pub live: Vec<String>,
+    /// Every partition's lease, by partition.
+    pub leases: Vec<Lease>,
+}
+
+/// A live admin and the partitions it holds (`GET /api/v1/admins`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminRecord {
+    /// Its lease owner id.
+    pub owner: String,
+    /// The address it serves its API at, as it reported it.
+    pub address: String,
+    /// When it started, in ms since the epoch.
+    pub started_at: i64,
+    /// Its last beat.
+    pub seen_at: i64,
+    /// The partitions it holds, ascending.
+    pub partitions: Vec<u16>,
+}
+
+impl Db {
+    /// One beat of `owner` at `now_ms`: records it as live (with its `address` and start),
+    /// renews every lease it holds until `now_ms + lease_ms`, and reads the admins seen since
+    /// `now_ms - lease_ms` and every lease.
+    pub async fn beat_partitions(
+        &self,
+        owner: &str,
+        address: &str,
+        started_at: i64,
+        now_ms: i64,
+        lease_ms: i64,
+    ) -> Result<Beat> {
+        let mut tx = self.writer().begin().await?;
+        query(
+            "insert into admins (owner, address, started_at, seen_at) values ($1, $2, $3, $4)
+             on conflict (owner) do update set address = excluded.address,
+                 seen_at = excluded.seen_at",
+        )
+        .bind(owner)
+        .bind(address)
+        .bind(started_at)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
+        query("update partitions set lease_until = $1 where owner = $2")
+            .bind(now_ms + lease_ms)
+            .bind(owner)
+            .execute(&mut *tx)
+            .await?;
+        let live = query("select owner from admins where seen_at >= $1 order by owner")
+            .bind(now_ms - lease_ms)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|row| row.try_get::<String, _>("owner"))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let leases = read_leases(&mut tx).await?;
+        tx.commit().await?;
+        let renewed = leases
+            .iter()
+            .filter(|lease| lease.owner.as_deref() == Some(owner))
+            .map(|lease| (lease.partition, lease.fence))
+            .collect();
+        Ok(Beat { renewed, live, leases })
+    }
+
+    /// Takes, for `owner` until `lease_until_ms`, each of `partitions` that is still free at
+    /// `now_ms` (no holder, or a lease that ran out), bumping its fence; returns the partitions
+    /// taken with their new fences. A partition another admin took first is left out.
+    pub async fn take_partitions(
+        &self,
+        owner: &str,
+        partitions: &[u16],
+        now_ms: i64,
+        lease_until_ms: i64,
+    ) -> Result<HashMap<u16, i64>> {
+        if partitions.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let taken = query(&format!(
+            "update partitions set owner = $1, fence = fence + 1, lease_until = $2
+             where id in ({}) and (owner is null or lease_until < $3)
+             returning id, fence",
+            id_list(partitions.iter().copied())
+        ))
+        .bind(owner)
+        .bind(lease_until_ms)
+        .bind(now_ms)
+        .fetch_all(self.writer())
+        .await?;
+        taken.iter().map(|row| Ok((partition_of(row)?, row.try_get("fence")?))).collect()
+    }
+
+    /// Gives back `owner`'s leases on `partitions`, so that another admin takes them at its
+    /// next beat. How many it gave back.
+    pub async fn release_partitions(&self, owner: &str, partitions: &[u16]) -> Result<u64> {
+        if partitions.is_empty() {
+            return Ok(0);
+        }
+        let done = query(&format!(
+            "update partitions set owner = null, lease_until = 0 where owner = $1 and id in ({})",
+            id_list(partitions.iter().copied())
+        ))
+        .bind(owner)
+        .execute(self.writer())
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// At a graceful stop: gives back every lease `owner` holds and forgets it as an admin.
+    pub async fn leave_partitions(&self, owner: &str) -> Result<u64> {
+        let mut tx = self.writer().begin().await?;
+        let done = query("update partitions set owner = null, lease_until = 0 where owner = $1")
+            .bind(owner)
+            .execute(&mut *tx)
+            .await?;
+        query("delete from admins where owner = $1").bind(owner).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+
+    /// The admins seen at or after `since_ms`, by id, each with the partitions it holds.
+    pub async fn live_admins(&self, since_ms: i64) -> Result<Vec<AdminRecord>> {
+        let rows = query(
+            "select owner, address, started_at, seen_at from admins
+             where seen_at >= $1 order by owner",
+        )
+        .bind(since_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        let leases = read_leases(&mut *self.pool.acquire().await?).await?;
+        rows.iter()
+            .map(|row| {
+                let owner: String = row.try_get("owner")?;
+                let partitions = leases
+                    .iter()
+                    .filter(|lease| lease.owner.as_deref() == Some(owner.as_str()))
+                    .map(|lease| lease.partition)
+                    .collect();
+                Ok(AdminRecord {
+                    address: row.try_get("address")?,
+                    started_at: row.try_get("started_at")?,
+                    seen_at: row.try_get("seen_at")?,
+                    owner,
+                    partitions,
+                })
+            })
+            .collect()
+    }
+
+    /// Forgets the admins not seen since `before_ms` (they died without leaving); how many.
+    pub async fn forget_departed_admins(&self, before_ms: i64) -> Result<u64> {
+        let done = query("delete from admins where seen_at < $1")
+            .bind(before_ms)
+            .execute(self.writer())
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+/// A SQL condition (`and …`) that keeps the rows whose `id_column` falls in a partition `held`
+/// holds: nothing when it holds them all, a condition no row meets when it holds none.
+pub(super) fn partition_filter(held: &Held, id_column: &str) -> String {
+    if held.is_all() {
+        return String::new();
+    }
+    if held.is_empty() {
+        return "and 1 = 0".to_owned();
+    }
+    format!("and ({id_column} % {PARTITIONS}) in ({})", id_list(held.fences.keys().copied()))
+}
+
+/// Of `partitions`, those `held` still holds with the fence it was planned under, read in the
+/// caller's transaction and locked against a take until it commits.
+pub(super) async fn held_now(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    held: &Held,
+    partitions: &BTreeSet<u16>,
+) -> Result<HashSet<u16>> {
+    if partitions.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let lock = match dialect {
+        Dialect::Postgres => " for share",
+        Dialect::Mysql => " lock in share mode",
+        Dialect::Sqlite => "",
+    };
+    let rows = query(&format!(
+        "select id, fence from partitions where owner = $1 and id in ({}){lock}",
+        id_list(partitions.iter().copied())
+    ))
+    .bind(&held.owner)
+    .fetch_all(conn)
+    .await?;
+    let mut now_held = HashSet::with_capacity(rows.len());
+    for row in &rows {
+        let partition = partition_of(row)?;
+        if held.holds(partition, row.try_get("fence")?) {
+            now_held.insert(partition);
+        }
+    }
+    Ok(now_held)
+}
+
+async fn read_leases(conn: &mut AnyConnection) -> Result<Vec<Lease>> {
+    let rows = query("select id, owner, fence, lease_until from partitions order by id")
+        .fetch_all(conn)
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(Lease {
+                partition: partition_of(row)?,
+                owner: row.try_get("owner")?,
+                fence: row.try_get("fence")?,
+                until_ms: row.try_get("lease_until")?,
+            })
+        })
+        .collect()
+}
+
+fn partition_of(row: &sqlx::any::AnyRow) -> Result<u16> {
+    let id: i64 = row.try_get("id")?;
+    u16::try_from(id)
+        .ok()
+        .filter(|partition| *partition < PARTITIONS)
+        .ok_or_else(|| super::StorageError::Corrupt(format!("partition {id}")))
+}
+
+/// Partition numbers as a SQL list: they are ours, never input, so they go in as literals.
+fn id_list(partitions: impl Iterator<Item = u16>) -> String {
+    partitions.map(|partition| partition.to_string()).collect::<Vec<_>>().join(", ")
+}

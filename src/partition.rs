@@ -1,7 +1,7 @@
 //! Partitions: how admins that share one database share its schedule.
 //!
 //! The space of jobs (and of workflows) is cut into [`PARTITIONS`] partitions by id
-//! ([`of`]). An admin fires only the jobs of the partitions it holds, under a lease with an
+//! ([`of`], which spreads consecutive ids over the partitions). An admin fires only the jobs of the partitions it holds, under a lease with an
 //! owner, a fence and an expiry that it renews every beat; a partition is taken over only once
 //! it is free or its lease ran out, and every take bumps its fence.
 //!
@@ -21,9 +21,16 @@ use std::collections::BTreeMap;
 /// How many partitions the job space is cut into; fixed for the life of a database.
 pub const PARTITIONS: u16 = 256;
 
-/// The partition of the job or workflow `id`.
+/// What an id is multiplied by before it is cut to a partition: odd, so ids map onto every
+/// partition alike, and large, so consecutive ids (a small deployment's jobs 1 to 20) land in
+/// partitions far apart, which different admins hold.
+pub const SPREAD: i64 = 167;
+
+/// The partition of the job or workflow `id`: `(id × SPREAD) mod PARTITIONS`, as storage's
+/// filters compute it in SQL.
 pub fn of(id: i64) -> u16 {
-    u16::try_from(id.rem_euclid(i64::from(PARTITIONS))).unwrap_or(0)
+    let partitions = i64::from(PARTITIONS);
+    u16::try_from((id.rem_euclid(partitions) * SPREAD).rem_euclid(partitions)).unwrap_or(0)
 }
 
 /// The partitions one admin holds, each with the fence of its lease.

@@ -54,6 +54,8 @@ mod network_trust;
 mod openapi;
 /// The daemons as an operations team runs them: config files, JSON logs, `--version`, backups.
 mod operations;
+/// Admins that share a database share the schedule: balanced partitions, a handover at a stop.
+mod partitions;
 /// A power cut on SQLite simulated with a copy of the database: no run is swallowed after it.
 mod power_loss;
 /// The daily report and the dashboard summary, counted from real runs.

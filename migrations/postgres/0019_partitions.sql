@@ -1,7 +1,7 @@
 -- Partitioned scheduling: admins that share one database share its schedule.
 --
--- A job (or workflow) is in partition `id % 256`. An admin fires only the jobs of the
--- partitions it holds: `owner` is its lease owner id, `lease_until` when the lease runs out
+-- A job (or workflow) is in partition `(id * 167) % 256`, which puts consecutive ids far
+-- apart. An admin fires only the jobs of the partitions it holds: `owner` is its lease owner id, `lease_until` when the lease runs out
 -- unless renewed, and `fence` is bumped by every take, so a fire commits only under the lease
 -- it was planned under. `admins` lists the admins by their last beat; the live ones share the
 -- partitions.

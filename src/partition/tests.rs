@@ -25,10 +25,15 @@ fn live(names: &[&str]) -> Vec<String> {
 
 #[test]
 fn partitions_of_ids() {
-    let cases = [(0, 0), (1, 1), (255, 255), (256, 0), (257, 1), (-1, 255), (i64::MAX, 255)];
+    let cases = [(0, 0), (1, 167), (2, 78), (3, 245), (255, 89), (256, 0), (257, 167)];
     for (id, partition) in cases {
         assert_eq!(of(id), partition, "id {id}");
     }
+    assert_eq!(of(-1), of(255));
+    assert_eq!(of(i64::MAX), of(255));
+    // Every partition is the partition of 256 consecutive ids, once.
+    let all: std::collections::BTreeSet<u16> = (1_000..1_256).map(of).collect();
+    assert_eq!(all.len(), usize::from(PARTITIONS));
 }
 
 #[test]

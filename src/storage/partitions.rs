@@ -20,7 +20,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::query::query;
 use super::{Db, Dialect, Result};
-use crate::partition::{Held, Lease, PARTITIONS};
+use crate::partition::{Held, Lease, PARTITIONS, SPREAD};
 
 /// What one beat read: the leases this admin renewed, the live admins and every lease.
 #[derive(Debug, Clone)]
@@ -197,7 +197,8 @@ pub(super) fn partition_filter(held: &Held, id_column: &str) -> String {
     if held.is_empty() {
         return "and 1 = 0".to_owned();
     }
-    format!("and ({id_column} % {PARTITIONS}) in ({})", id_list(held.fences.keys().copied()))
+    let partitions = id_list(held.fences.keys().copied());
+    format!("and (({id_column} * {SPREAD}) % {PARTITIONS}) in ({partitions})")
 }
 
 /// Of `partitions`, those `held` still holds with the fence it was planned under, read in the

@@ -29,8 +29,8 @@ struct AdminResponse {
     this: bool,
     /// How many of the 256 partitions of the schedule it holds.
     partition_count: usize,
-    /// The partitions it holds: it fires the jobs and workflows whose id modulo 256 is one of
-    /// them.
+    /// The partitions it holds: it fires the jobs and workflows whose id × 167 modulo 256 is
+    /// one of them.
     partitions: Vec<u16>,
 }
 

@@ -51,6 +51,8 @@ async fn metrics_are_scraped_parsed_and_move_as_runs_happen() {
         ("wasmjob_workflow_runs_started", "counter"),
         ("wasmjob_workflow_runs", "gauge"),
         ("wasmjob_workflow_node_lateness_seconds", "histogram"),
+        ("wasmjob_partitions_held", "gauge"),
+        ("wasmjob_partition_handovers", "counter"),
     ] {
         assert_eq!(admin_before.types.get(kind.0).map(String::as_str), Some(kind.1), "{kind:?}");
     }

@@ -65,6 +65,8 @@ pub enum Command {
     Group(client::GroupArgs),
     /// Registered executors, through the REST API.
     Executors(client::ExecutorsArgs),
+    /// The admins that share the database and the partitions of the schedule each holds.
+    Admins(client::AdminsArgs),
     /// Business calendars, through the REST API.
     Calendar(client::CalendarArgs),
     /// Workflows and their runs, through the REST API.

@@ -1,6 +1,6 @@
-//! The command-line client of the operator REST API: `wasmjob job|run|log|version|group|executors|
-//! calendar|workflow`, and the cluster as a file: `wasmjob export|diff|apply|schema` (`apply.rs`,
-//! `manifest.rs`).
+//! The command-line client of the operator REST API: `wasmjob job|run|log|version|group|
+//! executors|admins|calendar|workflow`, and the cluster as a file:
+//! `wasmjob export|diff|apply|schema` (`apply.rs`, `manifest.rs`).
 //!
 //! Each command is one or a few calls to `/api/v1` with the bearer token; people get aligned
 //! tables or `key: value` lines, scripts get the API's JSON with `--json`. `wasmjob log RUN
@@ -30,8 +30,9 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::cli::client::{
-    ApplyArgs, CalendarCommand, ConnectArgs, DiffArgs, ExecutorsCommand, ExportArgs, GroupCommand,
-    ImportXxlArgs, JobCommand, JobFields, LogArgs, RunCommand, VersionCommand, WorkflowCommand,
+    AdminsCommand, ApplyArgs, CalendarCommand, ConnectArgs, DiffArgs, ExecutorsCommand, ExportArgs,
+    GroupCommand, ImportXxlArgs, JobCommand, JobFields, LogArgs, RunCommand, VersionCommand,
+    WorkflowCommand,
 };
 
 /// What a client command was asked to do.
@@ -49,6 +50,8 @@ pub enum ClientCommand {
     Group(ConnectArgs, GroupCommand),
     /// `wasmjob executors …`.
     Executors(ConnectArgs, ExecutorsCommand),
+    /// `wasmjob admins …`.
+    Admins(ConnectArgs, AdminsCommand),
     /// `wasmjob calendar …`.
     Calendar(ConnectArgs, CalendarCommand),
     /// `wasmjob workflow …`.
@@ -78,6 +81,7 @@ impl ClientCommand {
             Command::Version(args) => ClientCommand::Version(args.connect, args.command),
             Command::Group(args) => ClientCommand::Group(args.connect, args.command),
             Command::Executors(args) => ClientCommand::Executors(args.connect, args.command),
+            Command::Admins(args) => ClientCommand::Admins(args.connect, args.command),
             Command::Calendar(args) => ClientCommand::Calendar(args.connect, args.command),
             Command::Workflow(args) => ClientCommand::Workflow(args.connect, args.command),
             Command::Export(args) => ClientCommand::Export(args),
@@ -169,6 +173,11 @@ async fn dispatch(command: ClientCommand) -> Result<(), ClientError> {
             let api = Api::new(&connect)?;
             let list = api.call("GET", "/executors", None).await?;
             api.table(&list, &["app_name", "address", "last_heartbeat"])
+        }
+        ClientCommand::Admins(connect, AdminsCommand::List) => {
+            let api = Api::new(&connect)?;
+            let list = api.call("GET", "/admins", None).await?;
+            api.table(&list, &["id", "address", "partition_count", "last_beat", "this"])
         }
     }
 }

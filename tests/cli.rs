@@ -107,6 +107,9 @@ fn the_cli_drives_a_standalone_admin() {
     assert!(cli.ok(&["version", "list", &id]).contains("first one"));
     let executors = cli.ok(&["executors", "list"]);
     assert_eq!(executors.lines().count(), 2, "{executors}");
+    let admins = cli.ok(&["admins", "list"]);
+    assert_eq!(admins.lines().count(), 2, "{admins}");
+    assert!(admins.contains("256"), "an admin alone holds every partition: {admins}");
     assert!(cli.ok(&["group", "list"]).lines().nth(1).unwrap().starts_with("1   default"));
 
     // Trigger, then follow the run's log to its end: every tick, in order, and exit 0.

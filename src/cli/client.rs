@@ -34,6 +34,15 @@ pub struct ConnectArgs {
     pub json: bool,
 }
 
+/// `wasmjob admins …`.
+#[derive(Debug, Args)]
+pub struct AdminsArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    #[command(subcommand)]
+    pub command: AdminsCommand,
+}
+
 /// `wasmjob job …`.
 #[derive(Debug, Args)]
 pub struct JobArgs {
@@ -425,5 +434,12 @@ pub enum WorkflowCommand {
 #[derive(Debug, Subcommand)]
 pub enum ExecutorsCommand {
     /// Lists registered executors with their last heartbeat.
+    List,
+}
+
+/// `wasmjob admins`.
+#[derive(Debug, Subcommand)]
+pub enum AdminsCommand {
+    /// Lists the live admins with how many partitions of the schedule each holds.
     List,
 }

@@ -1,7 +1,8 @@
 //! Fault scenarios: the real binary as admin and executor processes on 127.0.0.1, killed at
 //! chosen points of a run's life (failpoints) or at arbitrary moments (`SIGKILL`), restarted on
-//! the same port and data, and then judged by the checker: no fire missing or doubled, no run
-//! executed twice or left unfinished, no retry or child run forgotten.
+//! the same port and data, or paused (`SIGSTOP`) and resumed (`SIGCONT`) without a restart, and
+//! then judged by the checker: no fire missing or doubled, no run executed twice or left
+//! unfinished, no retry or child run forgotten.
 //!
 //! Each scenario prints what it killed and its figures
 //! (`cargo test --test integration -- fault:: --nocapture`). A failpoint that is not reached
@@ -11,7 +12,7 @@
 //! restarts beating the 5 s misfire threshold, which parallel scenarios on shared cores would
 //! put at risk.
 //!
-//! The PostgreSQL scenario needs `WASMJOB_TEST_POSTGRES_URL`, the MySQL one
+//! The PostgreSQL scenarios need `WASMJOB_TEST_POSTGRES_URL`, the MySQL one
 //! `WASMJOB_TEST_MYSQL_URL`; each is skipped without it.
 
 use std::collections::VecDeque;
@@ -22,6 +23,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use wasmjob::admin::now_ms;
+use wasmjob::partition::{self, PARTITIONS};
 
 use crate::support::checker::{self, Check, Report, Window};
 use crate::support::cluster::{Cluster, Proc};
@@ -188,6 +190,45 @@ async fn two_admins_one_killed_repeatedly(url: String, name: &'static str) {
     scenario.run(Some(url)).await.assert_clean();
 }
 
+/// Three admins on one PostgreSQL database share the schedule, each holding about a third of
+/// the partitions (checked through `GET /api/v1/admins` before the chaos and after the calm).
+/// The first is killed and restarted again and again; the second is paused (`SIGSTOP`) past
+/// its lease twice and resumed, not restarted; the third, spoken to, is never harmed. A dead or
+/// paused admin's partitions are taken over once its lease ran out, within the misfire
+/// threshold: no fire goes missing or doubles, and a resumed admin fires nothing it lost.
+/// Consecutive job ids fall in partitions far apart (`partition::of`), so every admin's share
+/// holds some of the jobs (the printout says how many).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_admins_one_killed_one_paused_on_postgres() {
+    let Some(url) = wasmjob::storage::testing::postgres_database("fault").await.unwrap() else {
+        eprintln!(
+            "WASMJOB_TEST_POSTGRES_URL is unset: skipping the three-admin PostgreSQL scenario"
+        );
+        return;
+    };
+    let scenario = Scenario {
+        admins: 3,
+        api_admin: 2,
+        workload: Workload { plain: 16, failing: 2, parents: 2, ..Workload::default() },
+        crashes: &[
+            (
+                Role::Admin(0),
+                &[
+                    Crash::sigkill(4_000),
+                    Crash::at("scheduler.after_fire_commit=abort@3", 6_000),
+                    Crash::sigkill(5_000),
+                ],
+            ),
+            // Each pause outlasts the 4 s lease: its partitions are taken over meanwhile.
+            (Role::Admin(1), &[Crash::pause(3_000, 6_000), Crash::pause(4_000, 6_000)]),
+        ],
+        shares: Some(80),
+        chaos_for: Duration::from_secs(26),
+        ..Scenario::new("three admins on PostgreSQL, one killed, one paused past its lease")
+    };
+    scenario.run(Some(url)).await.assert_clean();
+}
+
 /// Jobs capped at one run in flight, fired every second on two executors with runs that take
 /// longer than a second, so that without the cap each run would overlap the next on the other
 /// executor; the admin and an executor are killed again and again. No two runs of a job ever
@@ -243,6 +284,11 @@ struct Scenario<'a> {
     chaos_for: Duration,
     /// How long they fire afterwards, everything up.
     calm_for: Duration,
+    /// The fewest partitions each admin must hold before the chaos and after the calm, when
+    /// every admin is listed live and their shares add up to all partitions; `None` checks
+    /// nothing after the calm (before the chaos, every scenario waits until its admins' current
+    /// incarnations hold every partition).
+    shares: Option<usize>,
 }
 
 /// The scenario's cron jobs (all every second unless `cron` says otherwise), each with its
@@ -290,19 +336,29 @@ enum Role {
 
 /// One planned death: the incarnation runs with `failpoints` armed and dies there, or is killed
 /// with `SIGKILL` once `within_ms` (plus up to a second of jitter) has passed since its start.
+/// With `pause_ms`, not a death: once `within_ms` (plus jitter) has passed, the incarnation is
+/// paused with `SIGSTOP` for `pause_ms`, then resumed with `SIGCONT`; the next crash's clock
+/// starts at the resume. A process is not restarted after a pause, so no crash with failpoints
+/// may follow one.
 #[derive(Debug, Clone, Copy)]
 struct Crash {
     failpoints: &'static str,
     within_ms: u64,
+    /// How long a pause lasts; 0 for a death.
+    pause_ms: u64,
 }
 
 impl Crash {
     const fn at(failpoints: &'static str, within_ms: u64) -> Crash {
-        Crash { failpoints, within_ms }
+        Crash { failpoints, within_ms, pause_ms: 0 }
     }
 
     const fn sigkill(within_ms: u64) -> Crash {
-        Crash { failpoints: "", within_ms }
+        Crash { failpoints: "", within_ms, pause_ms: 0 }
+    }
+
+    const fn pause(within_ms: u64, for_ms: u64) -> Crash {
+        Crash { failpoints: "", within_ms, pause_ms: for_ms }
     }
 }
 
@@ -315,6 +371,8 @@ struct Outcome {
     hung_figures: Option<(u64, u64)>,
     /// Processes that died without a plan: real crashes.
     unplanned: Vec<String>,
+    /// The admins' shares of the partitions when they were not balanced after the calm.
+    unbalanced: Option<String>,
 }
 
 impl Outcome {
@@ -325,6 +383,12 @@ impl Outcome {
             self.name,
             self.unplanned
         );
+        if let Some(unbalanced) = &self.unbalanced {
+            panic!(
+                "{}: the admins' shares are not balanced after the calm: {unbalanced}",
+                self.name
+            );
+        }
         if let Some(figures) = self.hung_figures {
             assert_eq!(figures, (0, 0), "{}: runs failed or went to the hung executor", self.name);
         }
@@ -344,10 +408,20 @@ impl Scenario<'_> {
             hung_executor: false,
             chaos_for: Duration::from_secs(18),
             calm_for: Duration::from_secs(5),
+            shares: None,
         }
     }
 
     async fn run(&self, database_url: Option<String>) -> Outcome {
+        for (role, crashes) in self.crashes {
+            for pair in crashes.windows(2) {
+                assert!(
+                    pair[0].pause_ms == 0 || pair[1].failpoints.is_empty(),
+                    "{role:?}: a crash with failpoints follows a pause, which restarts nothing \
+                     to arm them"
+                );
+            }
+        }
         let _serial = SERIAL.lock().await;
         let mut cluster = Cluster::start(database_url, self.admins, self.executors).await;
         let api = cluster.api_of(self.api_admin);
@@ -360,22 +434,39 @@ impl Scenario<'_> {
         let jobs = create_jobs(&api, &self.workload).await;
 
         // Arm the first crash of each process before anything runs: a restart now kills nothing.
+        // A process to be paused first has nothing to arm. A restarted admin fires again only
+        // once its dead incarnation's leases on partitions ran out (up to 4 s): the jobs start
+        // only when the admins' current incarnations hold every partition, so that the first
+        // planned crash does not find the fires already late.
         let mut plans = Vec::new();
         for (role, crashes) in self.crashes {
             let queue: VecDeque<Crash> = crashes.iter().copied().collect();
-            let first = queue.front().map_or("", |crash| crash.failpoints);
-            process(&mut cluster, *role).restart(first).await;
+            if queue.front().is_none_or(|crash| crash.pause_ms == 0) {
+                let first = queue.front().map_or("", |crash| crash.failpoints);
+                process(&mut cluster, *role).restart(first).await;
+            }
             plans.push(Plan { role: *role, queue, since: Instant::now(), jitter_ms: jitter() });
         }
         api.wait_for_executors(expected).await;
+        let mut log = String::new();
+        match balanced_shares(&api, &cluster, self.shares.unwrap_or(0), &jobs).await {
+            Ok(shares) => writeln!(log, "shares before the chaos: {shares}").unwrap(),
+            Err(shares) => panic!("{}: unbalanced before the chaos: {shares}", self.name),
+        }
 
         let started = start_jobs(&api, &jobs).await;
         for plan in &mut plans {
             plan.since = Instant::now();
         }
-        let mut log = String::new();
         let unplanned = inflict(&mut cluster, &mut plans, self.chaos_for, &mut log).await;
         tokio::time::sleep(self.calm_for).await;
+        let mut unbalanced = None;
+        if let Some(least) = self.shares {
+            let shares = balanced_shares(&api, &cluster, least, &jobs).await;
+            let (Ok(listed) | Err(listed)) = &shares;
+            writeln!(log, "shares after the calm: {listed}").unwrap();
+            unbalanced = shares.err();
+        }
         let windows = stop_jobs(&api, started, self.workload.cron).await;
 
         settle(&cluster.database_url).await;
@@ -419,7 +510,13 @@ impl Scenario<'_> {
             hung.stop();
         }
         cluster.finish().await;
-        Outcome { name: self.name, report, hung_figures, unplanned: unplanned_with_logs }
+        Outcome {
+            name: self.name,
+            report,
+            hung_figures,
+            unplanned: unplanned_with_logs,
+            unbalanced,
+        }
     }
 }
 
@@ -432,9 +529,11 @@ struct Plan {
 }
 
 /// Watches every process for `duration`: a planned death (its failpoint, or the deadline's
-/// `SIGKILL`) is followed at once by a restart armed with the next crash; a process that dies
-/// without a plan is restarted unarmed and named in the result. Crashes still planned at the
-/// end are dropped, their processes restarted unarmed, so nothing dies during the check.
+/// `SIGKILL`) is followed at once by a restart armed with the next crash; a planned pause
+/// (`SIGSTOP` at the deadline) ends with `SIGCONT` once it lasted its time; a process that dies
+/// without a plan is restarted unarmed and named in the result. At the end a pause still under
+/// way is ended, and crashes still planned are dropped, their processes restarted unarmed
+/// (those to be paused next were not armed), so nothing is paused or dies during the check.
 async fn inflict(
     cluster: &mut Cluster,
     plans: &mut [Plan],
@@ -447,13 +546,27 @@ async fn inflict(
         for plan in plans.iter_mut() {
             let Some(crash) = plan.queue.front().copied() else { continue };
             let proc = process(cluster, plan.role);
+            if let Some(paused) = proc.paused_for() {
+                if paused >= Duration::from_millis(crash.pause_ms) {
+                    end_pause(proc, plan.since.elapsed().saturating_sub(paused), "", log);
+                    plan.queue.pop_front();
+                    plan.since = Instant::now();
+                    plan.jitter_ms = jitter();
+                }
+                continue;
+            }
             let lived = plan.since.elapsed();
             let deadline = Duration::from_millis(crash.within_ms + plan.jitter_ms);
             let (status, killed) = match proc.exited() {
                 Some(status) => (status, false),
+                None if lived >= deadline && crash.pause_ms > 0 => {
+                    proc.pause();
+                    continue;
+                }
                 None if lived >= deadline => (proc.kill().unwrap(), true),
                 None => continue,
             };
+            let died_ms = now_ms();
             // A failpoint aborts (SIGABRT); any other death the test did not cause is a crash.
             let how = match (status.signal(), crash.failpoints, killed) {
                 (Some(SIGABRT), armed, _) if !armed.is_empty() => {
@@ -471,7 +584,12 @@ async fn inflict(
             let restart = Instant::now();
             proc.start(next).await;
             let (lived, down) = (lived.as_millis(), restart.elapsed().as_millis());
-            writeln!(log, "{}: {how} after {lived} ms, up again in {down} ms", proc.name).unwrap();
+            writeln!(
+                log,
+                "{}: {how} after {lived} ms at {died_ms}, up again in {down} ms",
+                proc.name
+            )
+            .unwrap();
             plan.since = Instant::now();
             plan.jitter_ms = jitter();
         }
@@ -487,13 +605,38 @@ async fn inflict(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    for plan in plans.iter_mut() {
+        let proc = process(cluster, plan.role);
+        if let Some(paused) = proc.paused_for() {
+            let lived = plan.since.elapsed().saturating_sub(paused);
+            end_pause(proc, lived, " early: the chaos ended", log);
+            plan.queue.pop_front();
+        }
+    }
     for plan in plans.iter_mut().filter(|plan| !plan.queue.is_empty()) {
         let proc = process(cluster, plan.role);
         writeln!(log, "{}: {} planned crashes left undone", proc.name, plan.queue.len()).unwrap();
-        proc.restart("").await;
+        if plan.queue.front().is_some_and(|crash| crash.pause_ms == 0) {
+            proc.restart("").await;
+        }
         plan.queue.clear();
     }
     unplanned
+}
+
+/// Resumes a paused process and logs the pause: how long it lasted, after how long up, and
+/// from when to when (ms since the epoch).
+fn end_pause(proc: &mut Proc, lived: Duration, note: &str, log: &mut String) {
+    let Some((paused, since_ms)) = proc.resume() else { return };
+    let (lived, paused) = (lived.as_millis(), paused.as_millis());
+    let until_ms = now_ms();
+    writeln!(
+        log,
+        "{}: paused (SIGSTOP) for {paused} ms after {lived} ms, from {since_ms} to {until_ms}, \
+         resumed{note}",
+        proc.name
+    )
+    .unwrap();
 }
 
 fn process(cluster: &mut Cluster, role: Role) -> &mut Proc {
@@ -602,6 +745,70 @@ async fn stop_jobs(api: &Api, started: Vec<(i64, i64)>, cron: &str) -> Vec<Windo
         windows.push(Window { job_id, cron: cron.to_owned(), started_ms, stopped_ms });
     }
     windows
+}
+
+/// The live admins' shares of the partitions, as `GET /api/v1/admins` lists them, once each
+/// admin of the cluster is listed once, as its current incarnation (a dead one is listed until
+/// its lease ran out, and a new one only after its first beat), their shares add up to all
+/// partitions and each holds at least `least`: each admin's name, its partition count and how
+/// many of `jobs` fall in its partitions. Or, if that is not seen within 20 s, the last listing.
+async fn balanced_shares(
+    api: &Api,
+    cluster: &Cluster,
+    least: usize,
+    jobs: &[i64],
+) -> Result<String, String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, admins) = api.get("/api/v1/admins").await;
+        assert_eq!(status, 200, "{admins}");
+        let listed = admins.as_array().cloned().unwrap_or_default();
+        let mut shares = Vec::new();
+        for admin in &listed {
+            let address = admin["address"].as_str().unwrap_or_default();
+            let started_ms = admin["started_at"]
+                .as_str()
+                .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+                .map_or(0, |at| at.timestamp_millis());
+            let name = match cluster.admins.iter().find(|proc| proc.url() == address) {
+                Some(proc) if started_ms >= proc.started_ms => proc.name.clone(),
+                Some(proc) => format!("{} (a dead incarnation)", proc.name),
+                None => address.to_owned(),
+            };
+            let partitions: Vec<u64> = admin["partitions"]
+                .as_array()
+                .map(|partitions| partitions.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default();
+            let count = admin["partition_count"].as_u64().unwrap_or(0) as usize;
+            let held = jobs
+                .iter()
+                .filter(|job| partitions.contains(&u64::from(partition::of(**job))))
+                .count();
+            shares.push((name, count, held));
+        }
+        shares.sort();
+        let total: usize = shares.iter().map(|(_, count, _)| count).sum();
+        let current = cluster
+            .admins
+            .iter()
+            .all(|proc| shares.iter().filter(|(name, _, _)| *name == proc.name).count() == 1);
+        let balanced = shares.len() == cluster.admins.len()
+            && current
+            && total == usize::from(PARTITIONS)
+            && shares.iter().all(|(_, count, _)| *count >= least);
+        let text: Vec<String> = shares
+            .iter()
+            .map(|(name, count, held)| format!("{name} {count} partitions ({held} jobs)"))
+            .collect();
+        let text = format!("{} (total {total})", text.join(", "));
+        if balanced {
+            return Ok(text);
+        }
+        if Instant::now() >= deadline {
+            return Err(text);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// Waits until no run is unfinished on two looks a second apart (retries and child runs follow

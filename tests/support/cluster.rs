@@ -5,7 +5,11 @@
 //! find a restarted admin where they left it). Its stderr goes to a log file in the cluster's
 //! temp dir, which is how a start is confirmed (the `listening on` line) and what a failing test
 //! shows. `kill` is `SIGKILL` by PID; dropping a `Proc` (hence a [`Cluster`], also while a test
-//! unwinds from a panic) kills its child, so no test leaves a process behind.
+//! unwinds from a panic) kills its child, so no test leaves a process behind. `pause` and
+//! `resume` are `SIGSTOP` and `SIGCONT` by PID (sent by the `kill` command: the crate has no
+//! `libc` or `nix` dependency, and no unsafe code): a paused process keeps its sockets,
+//! connections and leases and does nothing. `SIGKILL` ends a paused process as well, so the
+//! kill of a drop also ends a process a panicking test left paused.
 //!
 //! Every process of a cluster runs one pinned copy of the binary (a hard link made when the
 //! cluster starts): a build that replaces the binary in the target dir meanwhile, as builds
@@ -18,7 +22,7 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -45,15 +49,30 @@ pub struct Proc {
     child: Option<Child>,
     /// How many times it was started.
     pub starts: u32,
+    /// When the current (or last) incarnation was spawned (ms since the epoch).
+    pub started_ms: i64,
     /// When its incarnations died (ms since the epoch): killed, or seen to have exited.
     pub deaths: Vec<i64>,
+    /// When the current incarnation was paused, if it is: the instant, and ms since the epoch.
+    paused: Option<(Instant, i64)>,
 }
 
 impl Proc {
     fn new(name: String, port: u16, args: Vec<String>, dir: &Path) -> Proc {
         let log_path = dir.join(format!("{name}.log"));
         let binary = dir.join(PINNED_BINARY);
-        Proc { name, port, binary, args, log_path, child: None, starts: 0, deaths: Vec::new() }
+        Proc {
+            name,
+            port,
+            binary,
+            args,
+            log_path,
+            child: None,
+            starts: 0,
+            started_ms: 0,
+            deaths: Vec::new(),
+            paused: None,
+        }
     }
 
     /// A process of the binary under test outside a [`Cluster`]: `name` run with `args` on
@@ -92,6 +111,7 @@ impl Proc {
         } else {
             command.env("WASMJOB_FAILPOINTS", failpoints);
         }
+        self.started_ms = wasmjob::admin::now_ms();
         self.child = Some(command.spawn().unwrap());
         self.starts += 1;
         let deadline = tokio::time::Instant::now() + START_TIMEOUT;
@@ -114,8 +134,10 @@ impl Proc {
 
     /// `SIGKILL` by PID (what `Child::kill` sends on Unix), then reaps it; `None` if it was not
     /// running. The status says whether it had already died on its own (a failpoint's abort).
+    /// A paused incarnation is killed all the same (`SIGKILL` needs no `SIGCONT`).
     pub fn kill(&mut self) -> Option<ExitStatus> {
         let mut child = self.child.take()?;
+        self.paused = None;
         // An error here means it already exited; `wait` reaps it either way.
         let _ = child.kill();
         let status = child.wait().unwrap();
@@ -129,7 +151,36 @@ impl Proc {
         self.start(failpoints).await;
     }
 
-    /// Whether the current incarnation is still running.
+    /// Pauses the current incarnation with `SIGSTOP`: it stays up, holds its sockets, database
+    /// connections and leases, and does nothing (no beat, no fire, no answer) until
+    /// [`Proc::resume`] or [`Proc::kill`]. `false` if it is not running or already paused.
+    pub fn pause(&mut self) -> bool {
+        if self.paused.is_some() {
+            return false;
+        }
+        let Some(child) = &self.child else { return false };
+        // Not reaped yet (only `kill` and `exited` reap), so the PID is still this child's.
+        send_signal(child.id(), "-STOP");
+        self.paused = Some((Instant::now(), wasmjob::admin::now_ms()));
+        true
+    }
+
+    /// Resumes a paused incarnation with `SIGCONT`; how long it was paused and when the pause
+    /// began (ms since the epoch), or `None` if it was not paused.
+    pub fn resume(&mut self) -> Option<(Duration, i64)> {
+        let (since, since_ms) = self.paused.take()?;
+        if let Some(child) = &self.child {
+            send_signal(child.id(), "-CONT");
+        }
+        Some((since.elapsed(), since_ms))
+    }
+
+    /// How long the current incarnation has been paused, if it is.
+    pub fn paused_for(&self) -> Option<Duration> {
+        self.paused.map(|(since, _)| since.elapsed())
+    }
+
+    /// Whether the current incarnation is still running (a paused one is).
     pub fn is_alive(&mut self) -> bool {
         self.child.is_some() && self.exited().is_none()
     }
@@ -138,6 +189,7 @@ impl Proc {
     pub fn exited(&mut self) -> Option<ExitStatus> {
         let status = self.child.as_mut()?.try_wait().unwrap()?;
         self.child = None;
+        self.paused = None;
         self.deaths.push(wasmjob::admin::now_ms());
         Some(status)
     }
@@ -160,9 +212,21 @@ impl Proc {
 }
 
 impl Drop for Proc {
+    /// Kills the child, paused or not.
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`) to `pid` with the `kill` command.
+fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {signal} {pid}: {status}");
 }
 
 /// Admins on one database and executors of the group `default`, in one temp dir.
@@ -286,8 +350,9 @@ impl Cluster {
         self.executors.iter().map(|executor| self.dir.path().join(&executor.name)).collect()
     }
 
-    /// Kills every process, then drops the PostgreSQL database if the cluster made one.
-    /// With `WASMJOB_FAULT_KEEP` set, the temp dir (logs, SQLite file, executor data) stays.
+    /// Kills every process, then drops the PostgreSQL or MySQL database if the cluster made
+    /// one. With `WASMJOB_FAULT_KEEP` set, the temp dir (logs, SQLite file, executor data) and
+    /// the server's database stay, for a look at what a scenario found.
     pub async fn finish(mut self) {
         for proc in self.admins.iter_mut().chain(self.executors.iter_mut()) {
             proc.kill();
@@ -297,6 +362,10 @@ impl Cluster {
         if keep {
             self.dir.disable_cleanup(true);
             eprintln!("kept {}", self.dir.path().display());
+            if self.server {
+                eprintln!("kept {}", self.database_url);
+            }
+            return;
         }
         if self.server {
             if self.database_url.starts_with("mysql://") {

@@ -181,8 +181,13 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
     // The loops that create runs stop first when the admin stops firing (`stop_firing`).
     let firing = shutdown.child_token();
     tasks.push(tokio::spawn(
-        partitions::run(state.clone(), format!("{scheme}://{local_addr}"), firing.clone())
-            .instrument(tracing::info_span!("partitions")),
+        partitions::run(
+            state.clone(),
+            format!("{scheme}://{local_addr}"),
+            local_addr,
+            firing.clone(),
+        )
+        .instrument(tracing::info_span!("partitions")),
     ));
     tasks.push(tokio::spawn(
         scheduler::run(state.clone(), firing.clone()).instrument(tracing::info_span!("scheduler")),

@@ -115,13 +115,29 @@ pub struct Plan {
 }
 
 /// Decides `me`'s beat: `live` are the admins seen within the lease (`me` among them or not),
-/// `leases` every partition's lease after `me` renewed its own.
+/// `predecessors` the earlier incarnations of `me` (the same host and listen address: they are
+/// dead, since `me` holds their port), and `leases` every partition's lease after `me` renewed
+/// its own.
 ///
 /// Shares: the live admins sorted by id, each gets `PARTITIONS / n`, and the first
 /// `PARTITIONS % n` one more; every admin computes the same shares from the same list, so an
-/// admin above its share gives back what another below it takes.
-pub fn plan(me: &str, now_ms: i64, live: &[String], leases: &[Lease]) -> Plan {
-    let mut members: Vec<&str> = live.iter().map(String::as_str).collect();
+/// admin above its share gives back what another below it takes. Two kinds of partition are
+/// taken whatever the share, as their jobs would otherwise wait: those of a predecessor (taken
+/// at once, not when its lease runs out) and those whose lease ran out (a dead admin's, while
+/// other dead or paused admins still count as live); an admin above its share after that gives
+/// the excess back at its next beat.
+pub fn plan(
+    me: &str,
+    now_ms: i64,
+    live: &[String],
+    predecessors: &[String],
+    leases: &[Lease],
+) -> Plan {
+    let mut members: Vec<&str> = live
+        .iter()
+        .map(String::as_str)
+        .filter(|member| !predecessors.iter().any(|dead| dead == member))
+        .collect();
     members.push(me);
     members.sort_unstable();
     members.dedup();
@@ -129,35 +145,39 @@ pub fn plan(me: &str, now_ms: i64, live: &[String], leases: &[Lease]) -> Plan {
     let index = members.iter().position(|member| *member == me).unwrap_or(0);
     let total = usize::from(PARTITIONS);
     let share = total / count + usize::from(index < total % count);
-    let mine: Vec<u16> = leases
-        .iter()
-        .filter(|lease| lease.owner.as_deref() == Some(me))
-        .map(|lease| lease.partition)
-        .collect();
+    let mine = leases.iter().filter(|lease| lease.owner.as_deref() == Some(me)).count();
+    let orphaned = |lease: &&Lease| {
+        lease.owner.as_deref().is_some_and(|owner| {
+            owner != me
+                && (lease.until_ms < now_ms || predecessors.iter().any(|dead| dead == owner))
+        })
+    };
     let mut plan = Plan { share, ..Plan::default() };
-    if mine.len() > share {
-        let mut release = mine;
-        release.sort_unstable_by(|a, b| b.cmp(a));
-        release.truncate(release.len() - share);
-        plan.release = release;
-        return plan;
-    }
-    let wanted = share - mine.len();
-    let mut free: Vec<u16> = leases
-        .iter()
-        .filter(|lease| lease.owner.as_deref() != Some(me) && lease.is_free(now_ms))
-        .map(|lease| lease.partition)
-        .collect();
-    free.sort_unstable();
+    plan.take = leases.iter().filter(orphaned).map(|lease| lease.partition).collect();
+    let wanted = share.saturating_sub(mine + plan.take.len());
+    let mut free: Vec<u16> =
+        leases.iter().filter(|lease| lease.owner.is_none()).map(|lease| lease.partition).collect();
     free.truncate(wanted);
+    plan.take.extend(free);
+    plan.take.sort_unstable();
+    if mine > share {
+        let mut release: Vec<u16> = leases
+            .iter()
+            .filter(|lease| lease.owner.as_deref() == Some(me))
+            .map(|lease| lease.partition)
+            .collect();
+        release.sort_unstable_by(|a, b| b.cmp(a));
+        release.truncate(mine - share);
+        plan.release = release;
+    }
     // Another admin's lease that runs out is a partition to take if its admin died (a live
     // admin renews long before): look again right then, not a beat later.
     plan.look_again_at = leases
         .iter()
         .filter(|lease| lease.owner.as_deref() != Some(me) && !lease.is_free(now_ms))
+        .filter(|lease| !orphaned(lease))
         .map(|lease| lease.until_ms + 1)
         .min();
-    plan.take = free;
     plan
 }
 

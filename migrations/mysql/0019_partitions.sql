@@ -4,7 +4,9 @@
 -- apart. An admin fires only the jobs of the partitions it holds: `owner` is its lease owner id, `lease_until` when the lease runs out
 -- unless renewed, and `fence` is bumped by every take, so a fire commits only under the lease
 -- it was planned under. `admins` lists the admins by their last beat; the live ones share the
--- partitions.
+-- partitions. `member` is an admin's host name and listen address: an admin that finds an
+-- earlier admin of its own `member` (whose port it now holds, so it is dead) takes its
+-- partitions at once instead of when their lease runs out.
 create table partitions (
     id bigint not null primary key,
     owner varchar(64),
@@ -19,6 +21,7 @@ select i from n;
 create table admins (
     owner varchar(64) not null primary key,
     address text not null,
+    member varchar(255) not null default '',
     started_at bigint not null,
     seen_at bigint not null
 );

@@ -4,7 +4,9 @@
 -- apart. An admin fires only the jobs of the partitions it holds: `owner` is its lease owner id, `lease_until` when the lease runs out
 -- unless renewed, and `fence` is bumped by every take, so a fire commits only under the lease
 -- it was planned under. `admins` lists the admins by their last beat; the live ones share the
--- partitions.
+-- partitions. `member` is an admin's host name and listen address: an admin that finds an
+-- earlier admin of its own `member` (whose port it now holds, so it is dead) takes its
+-- partitions at once instead of when their lease runs out.
 create table partitions (
     id integer primary key,
     owner text,
@@ -18,6 +20,7 @@ insert into partitions (id) select i from n;
 create table admins (
     owner text primary key,
     address text not null default '',
+    member text not null default '',
     started_at integer not null,
     seen_at integer not null
 );

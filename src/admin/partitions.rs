@@ -121,11 +121,18 @@ impl Partitions {
     }
 }
 
-/// Beats until `shutdown`, then gives every partition back.
-pub(super) async fn run(state: AppState, address: String, shutdown: CancellationToken) {
+/// Beats until `shutdown`, then gives every partition back. `address` is the admin's API
+/// address as reported; `listen` the address its socket is bound to.
+pub(super) async fn run(
+    state: AppState,
+    address: String,
+    listen: std::net::SocketAddr,
+    shutdown: CancellationToken,
+) {
     let started_at = now_ms();
+    let member = member(listen);
     loop {
-        let look_again_at = match beat(&state, &address, started_at).await {
+        let look_again_at = match beat(&state, &address, &member, started_at).await {
             Ok(at) => at,
             Err(error) => {
                 tracing::warn!(
@@ -155,14 +162,30 @@ pub(super) async fn run(state: AppState, address: String, shutdown: Cancellation
     crate::metrics::admin().partitions_held.set(0);
 }
 
+/// What tells this admin's incarnations apart from other admins: its host's name and the
+/// address its socket is bound to. An earlier admin of the same member is dead, as this one
+/// could bind the address; without a host name (no `/proc`) there is no member, and a restarted
+/// admin waits for its predecessor's leases to run out.
+fn member(listen: std::net::SocketAddr) -> String {
+    match std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        Ok(host) if !host.trim().is_empty() => format!("{}/{listen}", host.trim()),
+        _ => String::new(),
+    }
+}
+
 /// One beat: renew, give back, take; returns when to look again before the next beat.
-async fn beat(state: &AppState, address: &str, started_at: i64) -> anyhow::Result<Option<i64>> {
+async fn beat(
+    state: &AppState,
+    address: &str,
+    member: &str,
+    started_at: i64,
+) -> anyhow::Result<Option<i64>> {
     let owner = state.dispatcher.owner();
     let partitions = state.dispatcher.partitions();
     let before = partitions.held();
     let now = now_ms();
-    let beat = state.db.beat_partitions(owner, address, started_at, now, LEASE_MS).await?;
-    let plan = partition::plan(owner, now, &beat.live, &beat.leases);
+    let beat = state.db.beat_partitions(owner, address, member, started_at, now, LEASE_MS).await?;
+    let plan = partition::plan(owner, now, &beat.live, &beat.predecessors, &beat.leases);
     let metrics = crate::metrics::admin();
     let mut fences: BTreeMap<u16, i64> = beat.renewed.into_iter().collect();
     let lost = before.fences.keys().filter(|held| !fences.contains_key(held)).count();
@@ -181,7 +204,8 @@ async fn beat(state: &AppState, address: &str, started_at: i64) -> anyhow::Resul
         metrics.partition_handovers("released", plan.release.len());
     }
     if !plan.take.is_empty() {
-        let taken = state.db.take_partitions(owner, &plan.take, now, now + LEASE_MS).await?;
+        let (take, dead) = (&plan.take, &beat.predecessors);
+        let taken = state.db.take_partitions(owner, take, dead, now, now + LEASE_MS).await?;
         if !taken.is_empty() {
             tracing::info!("took {} partitions (share {})", taken.len(), plan.share);
             metrics.partition_handovers("taken", taken.len());

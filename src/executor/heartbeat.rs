@@ -48,9 +48,18 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let mut registered = false;
+    // The admin that took the last beat is asked first, and each is given at most a beat's
+    // interval: an admin that hangs (paused, overloaded) costs one late beat, not every beat,
+    // and not the beats the other admins would take.
+    let mut preferred = 0;
+    let patience = interval.clamp(Duration::from_secs(1), Duration::from_secs(10));
     loop {
         let param = beat_param(&base, &held);
-        let sent = send(&client, &admin, "api/registry", &param).await;
+        let sent = send(&client, &admin, "api/registry", &param, preferred, patience).await;
+        if let Ok((index, _)) = sent {
+            preferred = index;
+        }
+        let sent = sent.map(|(_, url)| url);
         match &sent {
             Ok(_) => pulse.beat(chrono::Utc::now().timestamp_millis()),
             Err(_) => pulse.clear(),
@@ -75,7 +84,8 @@ pub async fn run(
             () = shutdown.cancelled() => break,
         }
     }
-    if let Err(error) = send(&client, &admin, "api/registryRemove", &base).await {
+    let goodbye = send(&client, &admin, "api/registryRemove", &base, preferred, patience).await;
+    if let Err(error) = goodbye {
         tracing::warn!(%error, "could not deregister");
     }
 }
@@ -112,19 +122,26 @@ pub fn beat_param(base: &RegistryParam, held: &Held) -> RegistryParam {
     RegistryParam { held_runs, holds_triggers: Some(true), ..base.clone() }
 }
 
-/// Sends `param` to the first admin that accepts it; returns that admin.
+/// Sends `param` to the first admin that accepts it within `patience`, the admins tried in
+/// order from `first`; returns that admin's index and URL.
 async fn send<'a>(
     client: &protocol::Client,
     admin: &'a AdminLink,
     path: &str,
     param: &RegistryParam,
-) -> anyhow::Result<&'a str> {
+    first: usize,
+    patience: Duration,
+) -> anyhow::Result<(usize, &'a str)> {
     let mut errors = Vec::new();
     let app_name = Some(admin.app_name.as_str());
-    for url in &admin.urls {
-        match client.call_as::<_, String>(url, path, param, app_name).await {
-            Ok(_) => return Ok(url),
-            Err(error) => errors.push(error.to_string()),
+    let count = admin.urls.len();
+    for index in (0..count).map(|step| (first + step) % count) {
+        let url = &admin.urls[index];
+        let call = client.call_as::<_, String>(url, path, param, app_name);
+        match tokio::time::timeout(patience, call).await {
+            Ok(Ok(_)) => return Ok((index, url)),
+            Ok(Err(error)) => errors.push(error.to_string()),
+            Err(_) => errors.push(format!("{url} did not answer within {patience:?}")),
         }
     }
     anyhow::bail!("no admin accepted {path}: {}", errors.join("; "))

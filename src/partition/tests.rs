@@ -42,6 +42,7 @@ fn beats() {
         name: &'static str,
         me: &'static str,
         live: &'static [&'static str],
+        dead: &'static [&'static str],
         owners: Vec<(&'static str, std::ops::Range<u16>, i64)>,
         share: usize,
         take: Option<std::ops::Range<u16>>,
@@ -53,6 +54,7 @@ fn beats() {
         Case {
             name: "alone on a fresh database: takes everything",
             me: "a",
+            dead: &[],
             live: &[],
             owners: vec![],
             share: 256,
@@ -63,6 +65,7 @@ fn beats() {
         Case {
             name: "alone, holding everything: nothing to do",
             me: "a",
+            dead: &[],
             live: &["a"],
             owners: vec![("a", 0..256, now + LEASE_MS)],
             share: 256,
@@ -73,6 +76,7 @@ fn beats() {
         Case {
             name: "a second admin joined: the first gives back the upper half",
             me: "a",
+            dead: &[],
             live: &["a", "b"],
             owners: vec![("a", 0..256, now + LEASE_MS)],
             share: 128,
@@ -83,6 +87,7 @@ fn beats() {
         Case {
             name: "the second admin takes what was given back",
             me: "b",
+            dead: &[],
             live: &["a", "b"],
             owners: vec![("a", 0..128, now + LEASE_MS)],
             share: 128,
@@ -93,6 +98,7 @@ fn beats() {
         Case {
             name: "the second admin before the first gave back: it waits",
             me: "b",
+            dead: &[],
             live: &["a", "b"],
             owners: vec![("a", 0..256, now + LEASE_MS)],
             share: 128,
@@ -103,6 +109,7 @@ fn beats() {
         Case {
             name: "three admins: the first by id holds one more",
             me: "a",
+            dead: &[],
             live: &["c", "b", "a"],
             owners: vec![],
             share: 86,
@@ -113,6 +120,7 @@ fn beats() {
         Case {
             name: "a dead admin's lease has not run out: not taken, looked at again when it does",
             me: "a",
+            dead: &[],
             live: &["a"],
             owners: vec![("a", 0..128, now + LEASE_MS), ("dead", 128..256, now + 1_500)],
             share: 256,
@@ -123,6 +131,7 @@ fn beats() {
         Case {
             name: "a dead admin's lease ran out: taken",
             me: "a",
+            dead: &[],
             live: &["a"],
             owners: vec![("a", 0..128, now + LEASE_MS), ("dead", 128..256, now - 1)],
             share: 256,
@@ -133,6 +142,7 @@ fn beats() {
         Case {
             name: "a lease that runs out this very millisecond is still held",
             me: "a",
+            dead: &[],
             live: &["a"],
             owners: vec![("dead", 0..256, now)],
             share: 256,
@@ -143,6 +153,7 @@ fn beats() {
         Case {
             name: "short of its share, it takes only up to the share",
             me: "b",
+            dead: &[],
             live: &["a", "b"],
             owners: vec![("a", 0..100, now + LEASE_MS)],
             share: 128,
@@ -150,9 +161,46 @@ fn beats() {
             release: None,
             look_again_at: Some(now + LEASE_MS + 1),
         },
+        Case {
+            name: "a lease ran out while a dead admin still counts as live: taken beyond the share",
+            me: "b",
+            dead: &[],
+            live: &["a", "b", "c"],
+            owners: vec![
+                ("a", 0..86, now + LEASE_MS),
+                ("c", 86..171, now - 1),
+                ("b", 171..256, now + LEASE_MS),
+            ],
+            share: 85,
+            take: Some(86..171),
+            release: None,
+            look_again_at: Some(now + LEASE_MS + 1),
+        },
+        Case {
+            name: "above its share, it gives the excess back",
+            me: "b",
+            dead: &[],
+            live: &["a", "b"],
+            owners: vec![("a", 0..86, now + LEASE_MS), ("b", 86..256, now + LEASE_MS)],
+            share: 128,
+            take: None,
+            release: Some(214..256),
+            look_again_at: Some(now + LEASE_MS + 1),
+        },
+        Case {
+            name: "a restarted admin takes its dead predecessor's partitions at once",
+            me: "new",
+            dead: &["old"],
+            live: &["new", "old"],
+            owners: vec![("old", 0..256, now + 3_000)],
+            share: 256,
+            take: Some(0..256),
+            release: None,
+            look_again_at: None,
+        },
     ];
     for case in cases {
-        let plan = plan(case.me, now, &live(case.live), &leases(&case.owners));
+        let plan = plan(case.me, now, &live(case.live), &live(case.dead), &leases(&case.owners));
         let expected = Plan {
             share: case.share,
             take: case.take.map_or_else(Vec::new, Iterator::collect),
@@ -168,7 +216,7 @@ fn shares_add_up_and_differ_by_at_most_one() {
     for count in 1..=20usize {
         let names: Vec<String> = (0..count).map(|index| format!("admin-{index:02}")).collect();
         let shares: Vec<usize> =
-            names.iter().map(|name| plan(name, 0, &names, &leases(&[])).share).collect();
+            names.iter().map(|name| plan(name, 0, &names, &[], &leases(&[])).share).collect();
         assert_eq!(shares.iter().sum::<usize>(), usize::from(PARTITIONS), "{count} admins");
         let (least, most) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
         assert!(most - least <= 1, "{count} admins: {shares:?}");
@@ -197,7 +245,7 @@ fn admins_joining_dying_and_leaving_converge_to_fair_shares() {
             .filter(|(_, at)| **at >= now - LEASE_MS)
             .map(|(name, _)| (*name).to_owned())
             .collect();
-        let plan = plan(me, now, &live, table);
+        let plan = plan(me, now, &live, &[], table);
         for partition in plan.take {
             let lease = &mut table[usize::from(partition)];
             assert!(lease.is_free(now), "{me} took a partition not free");
@@ -218,7 +266,8 @@ fn admins_joining_dying_and_leaving_converge_to_fair_shares() {
     let held = |table: &Vec<Lease>, me: &str| {
         table.iter().filter(|lease| lease.owner.as_deref() == Some(me)).count()
     };
-    let phases: [(&[&'static str], &[(&str, usize)]); 4] = [
+    type Phase = (&'static [&'static str], &'static [(&'static str, usize)]);
+    let phases: [Phase; 4] = [
         (&["a"], &[("a", 256)]),
         (&["a", "b", "c"], &[("a", 86), ("b", 85), ("c", 85)]),
         // `c` dies: it beats no more, and its partitions are taken once its lease ran out.

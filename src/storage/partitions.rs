@@ -29,6 +29,9 @@ pub struct Beat {
     pub renewed: HashMap<u16, i64>,
     /// The admins seen within the lease, this one included.
     pub live: Vec<String>,
+    /// The earlier incarnations of this admin (the same `member`), forgotten by this beat:
+    /// they are dead, and their partitions are this admin's to take at once.
+    pub predecessors: Vec<String>,
     /// Every partition's lease, by partition.
     pub leases: Vec<Lease>,
 }
@@ -49,29 +52,52 @@ pub struct AdminRecord {
 }
 
 impl Db {
-    /// One beat of `owner` at `now_ms`: records it as live (with its `address` and start),
-    /// renews every lease it holds until `now_ms + lease_ms`, and reads the admins seen since
-    /// `now_ms - lease_ms` and every lease.
+    /// One beat of `owner` at `now_ms`: records it as live (with its `address`, its `member`
+    /// key and its start), forgets its predecessors (the admins of the same non-empty `member`
+    /// started no later), renews every lease it holds until `now_ms + lease_ms`, and reads the
+    /// admins seen since `now_ms - lease_ms` and every lease.
     pub async fn beat_partitions(
         &self,
         owner: &str,
         address: &str,
+        member: &str,
         started_at: i64,
         now_ms: i64,
         lease_ms: i64,
     ) -> Result<Beat> {
         let mut tx = self.writer().begin().await?;
         query(
-            "insert into admins (owner, address, started_at, seen_at) values ($1, $2, $3, $4)
+            "insert into admins (owner, address, member, started_at, seen_at)
+             values ($1, $2, $3, $4, $5)
              on conflict (owner) do update set address = excluded.address,
                  seen_at = excluded.seen_at",
         )
         .bind(owner)
         .bind(address)
+        .bind(member)
         .bind(started_at)
         .bind(now_ms)
         .execute(&mut *tx)
         .await?;
+        let mut predecessors = Vec::new();
+        if !member.is_empty() {
+            let before = "from admins where member = $1 and owner <> $2 and started_at <= $3";
+            for row in query(&format!("select owner {before}"))
+                .bind(member)
+                .bind(owner)
+                .bind(started_at)
+                .fetch_all(&mut *tx)
+                .await?
+            {
+                predecessors.push(row.try_get::<String, _>("owner")?);
+            }
+            query(&format!("delete {before}"))
+                .bind(member)
+                .bind(owner)
+                .bind(started_at)
+                .execute(&mut *tx)
+                .await?;
+        }
         query("update partitions set lease_until = $1 where owner = $2")
             .bind(now_ms + lease_ms)
             .bind(owner)
@@ -91,33 +117,40 @@ impl Db {
             .filter(|lease| lease.owner.as_deref() == Some(owner))
             .map(|lease| (lease.partition, lease.fence))
             .collect();
-        Ok(Beat { renewed, live, leases })
+        Ok(Beat { renewed, live, predecessors, leases })
     }
 
     /// Takes, for `owner` until `lease_until_ms`, each of `partitions` that is still free at
-    /// `now_ms` (no holder, or a lease that ran out), bumping its fence; returns the partitions
-    /// taken with their new fences. A partition another admin took first is left out.
+    /// `now_ms` (no holder, a lease that ran out, or a holder among `predecessors`), bumping its
+    /// fence; returns the partitions taken with their new fences. A partition another admin
+    /// took first is left out.
     pub async fn take_partitions(
         &self,
         owner: &str,
         partitions: &[u16],
+        predecessors: &[String],
         now_ms: i64,
         lease_until_ms: i64,
     ) -> Result<HashMap<u16, i64>> {
         if partitions.is_empty() {
             return Ok(HashMap::new());
         }
-        let taken = query(&format!(
+        let dead: Vec<String> = (0..predecessors.len()).map(|n| format!("${}", n + 4)).collect();
+        let dead = match dead.is_empty() {
+            true => String::new(),
+            false => format!(" or owner in ({})", dead.join(", ")),
+        };
+        let sql = format!(
             "update partitions set owner = $1, fence = fence + 1, lease_until = $2
-             where id in ({}) and (owner is null or lease_until < $3)
+             where id in ({}) and (owner is null or lease_until < $3{dead})
              returning id, fence",
             id_list(partitions.iter().copied())
-        ))
-        .bind(owner)
-        .bind(lease_until_ms)
-        .bind(now_ms)
-        .fetch_all(self.writer())
-        .await?;
+        );
+        let mut take = query(&sql).bind(owner).bind(lease_until_ms).bind(now_ms);
+        for predecessor in predecessors {
+            take = take.bind(predecessor.as_str());
+        }
+        let taken = take.fetch_all(self.writer()).await?;
         taken.iter().map(|row| Ok((partition_of(row)?, row.try_get("fence")?))).collect()
     }
 

@@ -16,28 +16,28 @@ async fn leases_are_taken_only_when_free_and_renewed_by_their_holder() {
     each_backend("partition_leases", |db| async move {
         let all: Vec<u16> = (0..PARTITIONS).collect();
         // A fresh database has every partition free, and no admin.
-        let beat = db.beat_partitions("a", "http://a", 100, 1_000, LEASE_MS).await.unwrap();
+        let beat = db.beat_partitions("a", "http://a", "", 100, 1_000, LEASE_MS).await.unwrap();
         assert_eq!(beat.live, ["a"]);
         assert!(beat.renewed.is_empty());
         assert_eq!(beat.leases.len(), usize::from(PARTITIONS));
         assert!(beat.leases.iter().all(|lease| lease.owner.is_none() && lease.fence == 0));
 
-        let taken_a = db.take_partitions("a", &all[..128], 1_000, 5_000).await.unwrap();
+        let taken_a = db.take_partitions("a", &all[..128], &[], 1_000, 5_000).await.unwrap();
         assert_eq!(taken_a.len(), 128);
         assert!(taken_a.values().all(|fence| *fence == 1));
         // `b` asks for all: it gets only the free half, even when both ask at once.
         let (b, c) = tokio::join!(
-            db.take_partitions("b", &all, 1_001, 5_001),
-            db.take_partitions("c", &all, 1_001, 5_001),
+            db.take_partitions("b", &all, &[], 1_001, 5_001),
+            db.take_partitions("c", &all, &[], 1_001, 5_001),
         );
         let (b, c) = (b.unwrap(), c.unwrap());
         assert_eq!(b.len() + c.len(), 128, "each free partition taken once");
         assert!(b.keys().chain(c.keys()).all(|partition| *partition >= 128));
 
         // Renewed by its holder's beat; seen live with the others.
-        db.beat_partitions("b", "http://b", 100, 1_500, LEASE_MS).await.unwrap();
-        db.beat_partitions("c", "http://c", 100, 1_500, LEASE_MS).await.unwrap();
-        let beat = db.beat_partitions("a", "http://a", 100, 2_000, LEASE_MS).await.unwrap();
+        db.beat_partitions("b", "http://b", "", 100, 1_500, LEASE_MS).await.unwrap();
+        db.beat_partitions("c", "http://c", "", 100, 1_500, LEASE_MS).await.unwrap();
+        let beat = db.beat_partitions("a", "http://a", "", 100, 2_000, LEASE_MS).await.unwrap();
         assert_eq!(beat.renewed, taken_a);
         assert_eq!(beat.live, ["a", "b", "c"]);
         let renewed = beat.leases.iter().filter(|lease| lease.owner.as_deref() == Some("a"));
@@ -45,12 +45,12 @@ async fn leases_are_taken_only_when_free_and_renewed_by_their_holder() {
 
         // While `a`'s lease runs, nobody takes its partitions; once it ran out, `b` does, with
         // a new fence, and `a`'s next beat renews nothing.
-        let early = db.take_partitions("b", &all[..128], 5_999, 9_999).await.unwrap();
+        let early = db.take_partitions("b", &all[..128], &[], 5_999, 9_999).await.unwrap();
         assert!(early.is_empty(), "{early:?}");
-        let late = db.take_partitions("b", &all[..128], 6_001, 10_001).await.unwrap();
+        let late = db.take_partitions("b", &all[..128], &[], 6_001, 10_001).await.unwrap();
         assert_eq!(late.len(), 128);
         assert!(late.values().all(|fence| *fence == 2));
-        let beat = db.beat_partitions("a", "http://a", 100, 6_002, LEASE_MS).await.unwrap();
+        let beat = db.beat_partitions("a", "http://a", "", 100, 6_002, LEASE_MS).await.unwrap();
         assert!(beat.renewed.is_empty());
 
         // `c` leaves: its partitions are free at once, and it is no admin any more.
@@ -64,8 +64,26 @@ async fn leases_are_taken_only_when_free_and_renewed_by_their_holder() {
         // A give-back frees only the giver's own.
         assert_eq!(db.release_partitions("a", &all).await.unwrap(), 0);
         assert_eq!(db.release_partitions("b", &all[..10]).await.unwrap(), 10);
-        let again = db.take_partitions("a", &all[..20], 6_003, 10_003).await.unwrap();
+        let again = db.take_partitions("a", &all[..20], &[], 6_003, 10_003).await.unwrap();
         assert_eq!(again.len(), 10);
+        // A restarted admin of the same member (host and listen address) finds its dead
+        // predecessor, forgets it, and takes its partitions at once, lease or not.
+        db.beat_partitions("old", "http://x", "host/x", 50, 6_004, LEASE_MS).await.unwrap();
+        let old = db.take_partitions("old", &all, &[], 6_004, 10_004).await.unwrap();
+        assert!(!old.is_empty());
+        let old: Vec<u16> = old.into_keys().collect();
+        let beat = db.beat_partitions("new", "http://x", "host/x", 60, 6_005, LEASE_MS).await;
+        let dead = beat.unwrap().predecessors;
+        assert_eq!(dead, ["old"]);
+        let other = db.beat_partitions("other", "", "host/y", 40, 6_005, LEASE_MS).await;
+        assert!(other.unwrap().predecessors.is_empty(), "another member's admins are not its");
+        let early = db.take_partitions("a", &old, &[], 6_006, 10_006).await.unwrap();
+        assert!(early.is_empty(), "the lease runs for everyone else");
+        let taken = db.take_partitions("new", &old, &dead, 6_006, 10_006).await.unwrap();
+        assert_eq!(taken.len(), old.len());
+        assert!(!db.live_admins(0).await.unwrap().iter().any(|admin| admin.owner == "old"));
+        db.leave_partitions("new").await.unwrap();
+        db.leave_partitions("other").await.unwrap();
         // Admins silent for long are forgotten.
         assert_eq!(db.forget_departed_admins(1_500).await.unwrap(), 0);
         assert_eq!(db.forget_departed_admins(2_001).await.unwrap(), 1, "b last beat at 1500");
@@ -83,8 +101,8 @@ async fn a_fire_commits_only_under_the_lease_it_was_planned_under() {
         let other = (partition + 1) % PARTITIONS;
 
         // `a` holds the job's partition; `b` holds another: `b` reads no due job.
-        let a = held("a", db.take_partitions("a", &[partition], 0, 3_000).await.unwrap());
-        let b = held("b", db.take_partitions("b", &[other], 0, 3_000).await.unwrap());
+        let a = held("a", db.take_partitions("a", &[partition], &[], 0, 3_000).await.unwrap());
+        let b = held("b", db.take_partitions("b", &[other], &[], 0, 3_000).await.unwrap());
         assert_eq!(db.due_jobs(1_000, 10, &a).await.unwrap().len(), 1);
         assert!(db.due_jobs(1_000, 10, &b).await.unwrap().is_empty());
         assert_eq!(db.earliest_fire(&b).await.unwrap(), None);
@@ -99,19 +117,20 @@ async fn a_fire_commits_only_under_the_lease_it_was_planned_under() {
             runs: vec![fire(job.id, 1_000, 0)],
             claim: None,
         };
-        let taken = db.take_partitions("b", &[partition], 3_001, 7_000).await.unwrap();
+        let taken = db.take_partitions("b", &[partition], &[], 3_001, 7_000).await.unwrap();
         let b = held("b", b.fences.clone().into_iter().chain(taken).collect());
         let stale = db.fire_jobs(std::slice::from_ref(&fire), 3_002, Some(&a)).await.unwrap();
         assert!(stale[0].is_empty(), "a fire under a lost lease");
         assert_eq!(db.get_job(job.id).await.unwrap().unwrap().next_fire_ms, 1_000);
         // Even `a` taking it back later does not revive the fence it planned under.
         db.release_partitions("b", &[partition]).await.unwrap();
-        db.take_partitions("a", &[partition], 3_003, 7_000).await.unwrap();
+        db.take_partitions("a", &[partition], &[], 3_003, 7_000).await.unwrap();
         let stale = db.fire_jobs(std::slice::from_ref(&fire), 3_004, Some(&a)).await.unwrap();
         assert!(stale[0].is_empty(), "a fire under an older fence");
         let b_stale = db.fire_jobs(std::slice::from_ref(&fire), 3_004, Some(&b)).await.unwrap();
         assert!(b_stale[0].is_empty(), "b gave it back");
-        let now = held("a", db.beat_partitions("a", "", 0, 3_005, LEASE_MS).await.unwrap().renewed);
+        let now =
+            held("a", db.beat_partitions("a", "", "", 0, 3_005, LEASE_MS).await.unwrap().renewed);
         let fired = db.fire_jobs(std::slice::from_ref(&fire), 3_006, Some(&now)).await.unwrap();
         assert_eq!(fired[0].len(), 1);
         assert_eq!(db.get_job(job.id).await.unwrap().unwrap().next_fire_ms, 2_000);

@@ -89,10 +89,11 @@ async fn three_admins(url: &str) {
         assert_eq!(status, StatusCode::CREATED, "{body}");
         jobs.push(id);
     }
-    let started = admin::now_ms();
+    let mut started = BTreeMap::new();
     for id in &jobs {
         let (status, body) = api(0).post(&format!("/api/v1/jobs/{id}/start"), Value::Null).await;
         assert_eq!(status, StatusCode::OK, "{body}");
+        started.insert(*id, admin::now_ms());
     }
     tokio::time::sleep(Duration::from_secs(4)).await;
 
@@ -125,12 +126,12 @@ async fn three_admins(url: &str) {
     let handover_ms = admin::now_ms() - stopped_at;
     eprintln!("the stopped admin's {} partitions handed over in {handover_ms} ms", leaving.len());
     tokio::time::sleep(Duration::from_secs(4)).await;
+    let stopped = admin::now_ms();
     for id in &jobs {
         api(stay).post(&format!("/api/v1/jobs/{id}/stop"), Value::Null).await;
     }
-    let stopped = admin::now_ms();
 
-    // Every instant of every job from the first full second after the start to the last full
+    // Every instant of every job from the first full second after its start to the last full
     // second before the stop has one first run: none missing, none twice.
     sqlx::any::install_default_drivers();
     let pool = sqlx::any::AnyPoolOptions::new().max_connections(1).connect(url).await.unwrap();
@@ -148,9 +149,9 @@ async fn three_admins(url: &str) {
         use sqlx::Row;
         fires.entry(row.get("job_id")).or_default().push(row.get("fire_time"));
     }
-    let first = (started / 1_000 + 2) * 1_000;
     let last = (stopped / 1_000 - 2) * 1_000;
     for id in &jobs {
+        let first = (started[id] / 1_000 + 2) * 1_000;
         let times = fires.get(id).cloned().unwrap_or_default();
         let distinct: BTreeSet<i64> = times.iter().copied().collect();
         assert_eq!(distinct.len(), times.len(), "job {id} fired an instant twice: {times:?}");

@@ -7,10 +7,12 @@
 //! run table afterwards. It prints one `name: value` line per figure:
 //!
 //! - (a) `--jobs` jobs (2,000) firing every second for `--secs` (60): `fires_per_sec`,
-//!   `missed_fires`, `duplicate_runs`, `fire_lateness_p50_ms`/`_p99_ms` (scheduled instant to
-//!   the executor's start of the handler), `fire_accepted_p50_ms`/`_p99_ms` (scheduled instant
-//!   to the admin's record of the executor's acceptance: negative for a run sent ahead of its
-//!   instant), `fire_to_result_p50_ms`/`_p99_ms`;
+//!   `missed_fires` (scheduled seconds with no run for that instant: a fire late but within its
+//!   misfire threshold keeps its instant and counts), `misfire_runs` (fires past the threshold,
+//!   run at a later instant), `duplicate_runs`, `fire_lateness_p50_ms`/`_p99_ms` (scheduled
+//!   instant to the executor's start of the handler), `fire_accepted_p50_ms`/`_p99_ms`
+//!   (scheduled instant to the admin's record of the executor's acceptance: negative for a run
+//!   sent ahead of its instant), `fire_to_result_p50_ms`/`_p99_ms`;
 //! - (b) `--defined` jobs (100,000), `--due` (1,000) of them firing every second, for
 //!   `--secs-b` (30): the same figures, and the admin's memory;
 //! - (c) a burst of `--triggers` (100,000) manual triggers from `--clients` (32) concurrent
@@ -47,10 +49,45 @@
 //! `--sample` names the sample job the jobs run (default `hello`): `legacy_hello` (the crate
 //! `legacy-hello`), built against the job world as first released, is the one a build older
 //! than the `sharding` import accepts.
+//!
+//! With `--admins N` (1), N admin processes share the database, and so the schedule
+//! (`e2e/admins.rs`); only with `--postgres` or `--mysql`, and not for workload (x), whose
+//! executor registers with one admin.
+//! The bench talks to the first admin, our executor is given every admin's URL, and each
+//! workload starts once `GET /api/v1/admins` lists N admins holding the 256 partitions, each at
+//! least 256/N - 1.
+//! Workloads (a) and (b) then also print `admins`, `admins_cpu_secs_per_1000_fires` (the CPU
+//! time of every admin over the judged window, added up, per 1,000 fires) and each admin's own
+//! `admin_K_cpu_secs` (K from 1, the admin the bench talks to).
+//! Every workload prints each admin's `admin_K_rss_mb` and their sum `admins_rss_mb`, and its
+//! other admin CPU figures (`c.admin_cpu_us_per_run`, `w.admin_cpu_ms_per_node`) add the admins
+//! up.
+//! (a) and (b) print, from the run table, `failover_longest_fire_gap_ms` (over every job, the
+//! longest time between two consecutive fires' commits, the runs' `created_at` consecutive by
+//! fire time: about 1,000 in steady state), `failover_max_lateness_ms` (the latest commit after
+//! its instant, `created_at` - `fire_time`), `failover_fires_committed_late` (how many fires
+//! were committed after their instant), `failover_max_accepted_lateness_ms` and
+//! `failover_fires_accepted_over_5s_late` (the same for the executor's acceptance as the admin
+//! recorded it, `dispatched_at`: a run committed but not sent by an admin that died waits for its
+//! claim to run out; `failover_fires_not_yet_accepted` are still unsent when the table is read,
+//! and count as accepted then) and `runs_without_result`; without a kill these cover the whole
+//! judged window, as a baseline.
+//! With `--kill-admin-at S` (`--admins` 2 or more, S from 4 to `--secs` - 4), workload (a)
+//! SIGKILLs the last admin (never the first) S seconds after its jobs started, and the lateness
+//! figures cover the fires scheduled after the kill: how long the dead admin's jobs waited for
+//! their partitions' takeover.
+//! It prints which admin died (`failover_killed_admin`), when
+//! (`failover_killed_after_window_start_ms`), and how many admins and partitions
+//! `GET /api/v1/admins` lists after the window (`failover_admins_live_after`,
+//! `failover_partitions_held_after`); a killed admin's CPU time and memory are as they were at
+//! its death.
 
 #![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly")]
 
+/// `--admins` and `--kill-admin-at`: admins that share the database and the schedule.
+#[path = "e2e/admins.rs"]
+mod admins;
 #[path = "../tests/support/sample_jobs.rs"]
 mod sample_jobs;
 /// Workload (w): a workflow of levels of nodes.
@@ -92,6 +129,8 @@ struct Args {
     levels: usize,
     width: usize,
     repeats: usize,
+    admins: usize,
+    kill_admin_at: Option<u64>,
 }
 
 fn args() -> Args {
@@ -113,6 +152,8 @@ fn args() -> Args {
         levels: 10,
         width: 10,
         repeats: 5,
+        admins: 1,
+        kill_admin_at: None,
     };
     let mut words = std::env::args().skip(1);
     while let Some(word) = words.next() {
@@ -135,10 +176,13 @@ fn args() -> Args {
             "--levels" => args.levels = value().parse().unwrap(),
             "--width" => args.width = value().parse().unwrap(),
             "--repeats" => args.repeats = value().parse().unwrap(),
+            "--admins" => args.admins = value().parse().unwrap(),
+            "--kill-admin-at" => args.kill_admin_at = Some(value().parse().unwrap()),
             // cargo bench passes `--bench`.
             _ => {}
         }
     }
+    admins::check(&args);
     args
 }
 
@@ -154,12 +198,13 @@ fn main() {
                         0 => None,
                         instants => Some(Backfill::start(&platform, instants).await),
                     };
-                    scheduled(&platform, "a", args.jobs, args.jobs, args.secs).await;
+                    let kill = args.kill_admin_at;
+                    scheduled(&platform, "a", args.jobs, args.jobs, args.secs, kill).await;
                     if let Some(backfill) = backfill {
                         backfill.finish(&platform).await;
                     }
                 }
-                'b' => scheduled(&platform, "b", args.defined, args.due, args.secs_b).await,
+                'b' => scheduled(&platform, "b", args.defined, args.due, args.secs_b, None).await,
                 'c' => manual(&platform, args.triggers, args.clients).await,
                 'x' => fired_to_xxl(&platform, args.jobs, args.secs).await,
                 'w' => workflow::dag(&platform, args.levels, args.width, args.repeats).await,
@@ -174,7 +219,12 @@ fn main() {
 /// An admin and an executor process (or one `standalone` process, which is both), and what the
 /// bench needs to talk to them.
 struct Platform {
+    /// The admin the bench talks to.
     admin: Child,
+    /// With `--admins N`, the N - 1 other admins on the same database, in start order.
+    others: Vec<admins::OtherAdmin>,
+    /// The admin `--kill-admin-at` killed.
+    killed: std::sync::Mutex<Option<admins::Killed>>,
     /// `None` for `standalone`, whose executor is in the admin's process.
     executor: Option<Child>,
     api: String,
@@ -191,7 +241,7 @@ struct Platform {
 /// measurement: what `stop` did not end is killed here.
 impl Drop for Platform {
     fn drop(&mut self) {
-        for child in self.executor.iter_mut().chain(std::iter::once(&mut self.admin)) {
+        for child in self.processes() {
             if child.try_wait().ok().flatten().is_none() {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -219,6 +269,19 @@ impl Platform {
             .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("bench.db").display()));
         let (admin_port, executor_port) = (free_port(), free_port());
         let api = format!("http://127.0.0.1:{admin_port}");
+        let spawn_admin = |port: u16| {
+            let mut admin = Command::new(&args.binary);
+            admin
+                .args(["admin", "--listen", &format!("127.0.0.1:{port}")])
+                .args(["--database-url", &db_url, "--admin-token", ADMIN_TOKEN])
+                .args(["--access-token", ACCESS_TOKEN])
+                .env("RUST_LOG", "warn");
+            // Workload (x) measures the admin as it runs by default, logging included.
+            if xxl_executor {
+                admin.env_remove("RUST_LOG");
+            }
+            admin.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("starting an admin")
+        };
         let admin = if args.standalone {
             assert!(!args.postgres && !args.mysql, "`standalone` runs on SQLite only");
             Command::new(&args.binary)
@@ -234,17 +297,7 @@ impl Platform {
                 .spawn()
                 .expect("starting standalone")
         } else {
-            let mut admin = Command::new(&args.binary);
-            admin
-                .args(["admin", "--listen", &format!("127.0.0.1:{admin_port}")])
-                .args(["--database-url", &db_url, "--admin-token", ADMIN_TOKEN])
-                .args(["--access-token", ACCESS_TOKEN])
-                .env("RUST_LOG", "warn");
-            // Workload (x) measures the admin as it runs by default, logging included.
-            if xxl_executor {
-                admin.env_remove("RUST_LOG");
-            }
-            admin.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("starting the admin")
+            spawn_admin(admin_port)
         };
         let http = reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap();
         let platform_api = api.clone();
@@ -258,11 +311,23 @@ impl Platform {
             }
         })
         .await;
+        // The other admins start once the first has migrated the database.
+        let others: Vec<admins::OtherAdmin> = (1..args.admins)
+            .map(|_| {
+                let port = free_port();
+                let api = format!("http://127.0.0.1:{port}");
+                admins::OtherAdmin { child: spawn_admin(port), api }
+            })
+            .collect();
         // Executors register by application name, so the group may come after the executor.
         let executor = (!args.standalone && !xxl_executor).then(|| {
-            Command::new(&args.binary)
-                .args(["executor", "--listen", &format!("127.0.0.1:{executor_port}")])
-                .args(["--admin-url", &api, "--app-name", "default"])
+            let mut executor = Command::new(&args.binary);
+            executor.args(["executor", "--listen", &format!("127.0.0.1:{executor_port}")]);
+            for url in std::iter::once(&api).chain(others.iter().map(|other| &other.api)) {
+                executor.args(["--admin-url", url]);
+            }
+            executor
+                .args(["--app-name", "default"])
                 .arg("--data-dir")
                 .arg(dir.path().join("executor"))
                 .args(["--access-token", ACCESS_TOKEN, "--max-concurrent-runs", "512"])
@@ -283,6 +348,8 @@ impl Platform {
         };
         let platform = Platform {
             admin,
+            others,
+            killed: std::sync::Mutex::new(None),
             executor,
             api,
             http,
@@ -292,6 +359,7 @@ impl Platform {
             xxl,
             _dir: dir,
         };
+        platform.wait_for_admins().await;
         platform
             .post(
                 "/api/v1/groups",
@@ -433,20 +501,21 @@ impl Platform {
             }
             None => println!("{workload}.standalone_rss_mb: {:.1}", peak_rss_mb(self.admin.id())),
         }
+        self.report_admins_memory(workload);
     }
 
-    /// The CPU time the admin and the executor used so far (the executor's is 0 in
-    /// `standalone`, where the admin's process has both).
+    /// The CPU time the admins (all of them, added up) and the executor used so far (the
+    /// executor's is 0 in `standalone`, where the admin's process has both).
     fn cpu_secs(&self) -> (f64, f64) {
-        (cpu_secs(self.admin.id()), self.executor.as_ref().map_or(0.0, |e| cpu_secs(e.id())))
+        let admins = self.admin_cpu_secs().iter().sum();
+        (admins, self.executor.as_ref().map_or(0.0, |e| cpu_secs(e.id())))
     }
 
     async fn stop(mut self) {
         if let Some(xxl) = self.xxl.take() {
             xxl.stop();
         }
-        let children: Vec<&mut Child> =
-            self.executor.iter_mut().chain(std::iter::once(&mut self.admin)).collect();
+        let children = self.processes();
         for child in &children {
             let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
         }
@@ -468,8 +537,16 @@ impl Platform {
     }
 }
 
-/// Workloads (a) and (b): `defined` jobs, `due` of them every second, for `secs`.
-async fn scheduled(platform: &Platform, name: &str, defined: usize, due: usize, secs: u64) {
+/// Workloads (a) and (b): `defined` jobs, `due` of them every second, for `secs`; the last
+/// admin killed `kill_at` seconds in.
+async fn scheduled(
+    platform: &Platform,
+    name: &str,
+    defined: usize,
+    due: usize,
+    secs: u64,
+    kill_at: Option<u64>,
+) {
     let setup = Instant::now();
     let every_second = json!({"group_id": 1, "name": "due", "schedule_type": "CRON",
         "schedule_conf": "* * * * * ?", "param": "bench"});
@@ -481,19 +558,24 @@ async fn scheduled(platform: &Platform, name: &str, defined: usize, due: usize, 
     println!("{name}.setup_secs: {:.1}", setup.elapsed().as_secs_f64());
     platform.start_jobs(&due_ids, true).await;
     let started_ms = now_ms();
-    tokio::time::sleep(Duration::from_secs(secs)).await;
-    platform.start_jobs(&due_ids, false).await;
-    let stopped_ms = now_ms();
-    // Judge whole seconds well inside the window; give late results time to land.
+    let end_ms = started_ms + secs as i64 * 1000;
+    // Judge whole seconds well inside the window, and the admins' CPU time over them; give late
+    // results time to land.
     let from = (started_ms / 1000 + 3) * 1000;
-    let until = (stopped_ms / 1000 - 3) * 1000;
+    let until = (end_ms / 1000 - 3) * 1000;
+    let kill_ms = kill_at.map(|secs| started_ms + secs as i64 * 1000);
+    let window = admins::Window::open(platform, from, kill_ms).await;
+    admins::sleep_until(until + 1000).await;
+    let admins_cpu = window.close(platform);
+    admins::sleep_until(end_ms).await;
+    platform.start_jobs(&due_ids, false).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let pool = platform.db().await;
     let ids: Vec<String> = due_ids.iter().map(i64::to_string).collect();
     let rows = fetch_all(
         &pool,
         &format!(
-            "select job_id, fire_time, trigger_time, handle_time from runs
+            "select job_id, fire_time, trigger_time, handle_time, trigger_type from runs
              where fire_time >= $1 and fire_time <= $2 and attempt = 0 and job_id in ({})",
             ids.join(",")
         ),
@@ -504,10 +586,16 @@ async fn scheduled(platform: &Platform, name: &str, defined: usize, due: usize, 
     let seconds = (until - from) / 1000 + 1;
     let expected = seconds * due_ids.len() as i64;
     let mut keys = std::collections::HashSet::new();
-    let mut duplicates = 0;
+    let (mut duplicates, mut misfires) = (0, 0);
     let mut to_result = Vec::new();
     for row in &rows {
         let key: (i64, i64) = (row.get("job_id"), row.get("fire_time"));
+        // A fire past its misfire threshold (`MISFIRE`) runs at a later instant: it stands for
+        // no scheduled second, which stays missed.
+        if row.get::<String, _>("trigger_type") == "MISFIRE" {
+            misfires += 1;
+            continue;
+        }
         if !keys.insert(key) {
             duplicates += 1;
         }
@@ -524,10 +612,14 @@ async fn scheduled(platform: &Platform, name: &str, defined: usize, due: usize, 
     println!("{name}.fires_per_sec: {:.0}", keys.len() as f64 / seconds as f64);
     println!("{name}.missed_fires: {}", expected - keys.len() as i64);
     println!("{name}.duplicate_runs: {duplicates}");
+    println!("{name}.misfire_runs: {misfires}");
     print_percentiles(&format!("{name}.fire_lateness"), late);
     // When the admin recorded the executor's acceptance: negative for a run sent ahead.
     print_percentiles(&format!("{name}.fire_accepted"), accepted);
     print_percentiles(&format!("{name}.fire_to_result"), Some(to_result));
+    admins::report_cpu(name, &admins_cpu, keys.len());
+    let killed_at = window.killed_at_ms;
+    admins::report_failover(platform, &pool, name, &ids, (from, until), killed_at).await;
     pool.close().await;
 }
 

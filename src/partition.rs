@@ -7,9 +7,10 @@
 //!
 //! This module decides, purely, what an admin does with the partitions at each beat ([`plan`]):
 //! from the live admins and each partition's lease, how many partitions are its fair share
-//! (each of N live admins about 1/N, the same answer on every admin), which free or expired
-//! partitions it takes to reach its share, which it gives back when it holds more, and when to
-//! look again because a lease it waits for runs out.
+//! (each of N live admins about 1/N, the same answer on every admin), which partitions it
+//! takes (free ones up to its share; expired ones and its dead predecessor's whatever the
+//! share), which it gives back when it holds more, and when to look again because a lease it
+//! waits for runs out.
 //!
 //! It does no IO and reads no clock: storage keeps the leases (`storage::partitions`), the
 //! admin's loop (`admin::partitions`) beats, and the scheduler's fire checks its lease in the

@@ -3,7 +3,8 @@
 //! Every [`BEAT`] (and when a lease it waits for runs out), the admin records itself as live,
 //! renews its leases for [`LEASE_MS`], and does what `partition::plan` says: it gives back
 //! what is above its fair share (first dropping it from what it fires, then in the database)
-//! and takes free or expired partitions up to it. What it holds is published in
+//! and takes free partitions up to it, and expired ones and its predecessor's whatever its
+//! share (`partition::plan` says why). What it holds is published in
 //! [`Partitions`], which the scheduler, the workflow scheduler and the sweep read; the
 //! scheduler is woken when it changes.
 //!

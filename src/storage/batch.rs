@@ -301,6 +301,7 @@ async fn run_grouped(
             },
         }
     }
+    run_writes::lock_in_order(exec, writes.iter().filter_map(changed_run)).await?;
     // The report's changes of the inserts and the updates are one statement, after both.
     let mut deltas = Deltas::default();
     let mut created = run_writes::insert_many_with(exec, &inserts, &mut deltas).await?.into_iter();
@@ -392,6 +393,17 @@ async fn record_creation_audit(
         audit::insert_many(&mut Exec::Sqlx(conn), &[(&entry, now_ms)]).await?;
     }
     Ok(())
+}
+
+/// The existing run `write` changes, if it changes one.
+fn changed_run(write: &Write) -> Option<i64> {
+    match write {
+        Write::Claim { id, .. }
+        | Write::Renew { id, .. }
+        | Write::Target { id, .. }
+        | Write::Apply { id, .. } => Some(*id),
+        Write::CreateRuns { .. } | Write::CreateClaimed { .. } | Write::Audit { .. } => None,
+    }
 }
 
 /// The ids of the runs a creation made (not those that existed already).

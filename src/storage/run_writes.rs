@@ -105,6 +105,45 @@ pub(super) async fn apply(
     Ok(Some((run, ids)))
 }
 
+/// The most ids [`lock_in_order`] locks in one statement.
+const MAX_LOCKED_IDS: usize = 1000;
+
+/// Locks the rows of runs `ids` on PostgreSQL and MySQL, in id order, before a group commit
+/// changes them in the order its writes came.
+///
+/// Admins that share a database apply results and record sends of the same runs: an executor
+/// posts a run's result to any admin while the admin that sent it records the acceptance. Were
+/// each batch to lock its rows in its own order, two batches could each hold a row the other
+/// waits for, and the database would abort one of them as a deadlock. In one order, the later
+/// one only waits. SQLite has a single writer and no row locks: nothing to do.
+pub(super) async fn lock_in_order(
+    exec: &mut Exec<'_>,
+    ids: impl Iterator<Item = i64>,
+) -> Result<()> {
+    let Exec::Sqlx(conn) = exec else { return Ok(()) };
+    if conn.backend_name() == <sqlx::Sqlite as sqlx::Database>::NAME {
+        return Ok(());
+    }
+    let mut ids: Vec<i64> = ids.collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.len() < 2 {
+        return Ok(());
+    }
+    for chunk in ids.chunks(MAX_LOCKED_IDS) {
+        let p = exec.placeholder();
+        let list = (1..=chunk.len()).map(p).collect::<Vec<_>>().join(", ");
+        let mut statement = Statement::new(format!(
+            "select id from runs where id in ({list}) order by id for update"
+        ));
+        for id in chunk {
+            statement.bind(*id);
+        }
+        exec.fetch_all(&statement).await?;
+    }
+    Ok(())
+}
+
 /// The parameters of one row of [`update_many`]'s `values` list.
 const UPDATE_PARAMS: usize = 17;
 /// The most rows in one update statement.

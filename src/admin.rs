@@ -79,6 +79,7 @@ impl AppState {
         let client_options = protocol::ClientOptions {
             ca_file: config.network.ca_file.clone(),
             policy: Some(config.network.executor_policy.clone()),
+            pull: Some(Arc::default()),
         };
         let client = protocol::Client::with_options(
             &config.access_token,

@@ -307,9 +307,14 @@ pub struct ExecutorArgs {
     /// The executor group's application name.
     #[arg(long, env = "WASMJOB_APP_NAME")]
     pub app_name: String,
-    /// The URL the admin calls this executor at (default: http://<listen address>).
+    /// The URL the admin calls this executor at (default: http://<listen address>); with
+    /// --pull, `pull://<name>` (default: the host name and an id kept in the data directory).
     #[arg(long, env = "WASMJOB_ADDRESS")]
     pub address: Option<String>,
+    /// Pull runs from the admins over connections this executor opens, instead of being called
+    /// at an address: no port needs to be reachable from the admins (behind NAT, in a pod).
+    #[arg(long, env = "WASMJOB_PULL")]
+    pub pull: bool,
     /// Where the module cache, the result outbox and run logs live.
     #[arg(long, env = "WASMJOB_DATA_DIR", default_value = "wasmjob-executor")]
     pub data_dir: PathBuf,

@@ -172,7 +172,7 @@ async fn dispatch(command: ClientCommand) -> Result<(), ClientError> {
         ClientCommand::Executors(connect, ExecutorsCommand::List) => {
             let api = Api::new(&connect)?;
             let list = api.call("GET", "/executors", None).await?;
-            api.table(&list, &["app_name", "address", "last_heartbeat"])
+            api.table(&list, &["app_name", "address", "mode", "last_heartbeat"])
         }
         ClientCommand::Admins(connect, AdminsCommand::List) => {
             let api = Api::new(&connect)?;

@@ -174,8 +174,11 @@ fn max_unfinished(limit: u64) -> Option<u64> {
 pub struct ExecutorConfig {
     /// Where the executor API listens.
     pub listen: SocketAddr,
-    /// The URL the admin calls this executor at; `None` derives it from the bound address.
+    /// The URL the admin calls this executor at; `None` derives it from the bound address (or,
+    /// pulling, from the host name and the data directory's id).
     pub address: Option<String>,
+    /// Whether it pulls its runs from the admins (`--pull`) rather than being called.
+    pub pull: bool,
     /// Admin base URLs, tried in order.
     pub admin_urls: Vec<String>,
     /// The group's application name.
@@ -331,14 +334,20 @@ impl ExecutorConfig {
         for url in &admin_urls {
             check_admin_url(url)?;
         }
-        if let Some(address) = &args.address {
-            crate::netpolicy::address_host(address)
-                .map_err(|reason| anyhow::anyhow!("--address {reason}"))?;
+        match (&args.address, args.pull) {
+            (Some(address), true) => crate::netpolicy::check_pull_address(address)
+                .map_err(|reason| anyhow::anyhow!("--address with --pull: {reason}"))?,
+            (Some(address), false) => {
+                crate::netpolicy::address_host(address)
+                    .map_err(|reason| anyhow::anyhow!("--address {reason}"))?;
+            }
+            (None, _) => {}
         }
         check_app_name(&args.app_name)?;
         Ok(ExecutorConfig {
             listen: args.listen,
             address: args.address,
+            pull: args.pull,
             admin_urls,
             app_name: args.app_name,
             data_dir: args.data_dir,
@@ -433,6 +442,7 @@ impl StandaloneConfig {
         let executor = ExecutorConfig {
             listen: args.executor_listen,
             address: None,
+            pull: false,
             admin_urls: Vec::new(),
             app_name: "default".to_owned(),
             data_dir: args.data_dir.join("executor"),

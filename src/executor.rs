@@ -1,6 +1,9 @@
 //! The executor daemon: serves the executor API, runs triggers in job workers, keeps run logs,
 //! journals every accepted run, reports results through a durable outbox, and beats to the admin.
 //!
+//! With `--pull` it registers `pull://{name}` and takes its calls over long polls it opens to
+//! its admins (`pull.rs`); its own port then serves only probes, metrics and local reads.
+//!
 //! [`start`] binds the listener and starts every task, returning a handle that knows the bound
 //! address (port 0 works) and stops everything gracefully, in this order ([`Executor::stop`]):
 //! deregister (`/api/registryRemove`) and stop the heartbeats; refuse new triggers on `/run`,
@@ -27,6 +30,7 @@ mod journal;
 mod logs;
 mod modules;
 mod outbox;
+mod pull;
 mod worker;
 
 use std::net::SocketAddr;
@@ -103,7 +107,12 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         Some((cert, key)) => Some(crate::tls::server_config(cert, key)?),
         None => None,
     };
-    let address = advertised_address(&config, local_addr);
+    let address = if config.pull {
+        pull::address(config.address.as_deref(), &config.data_dir)
+            .context("choosing this executor's pull address")?
+    } else {
+        advertised_address(&config, local_addr)
+    };
     tracing::info!(
         "executor `{}` listening on {local_addr}, registered as {address}",
         config.app_name
@@ -118,7 +127,7 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         ..RuntimeConfig::default()
     })?);
     let client_options =
-        protocol::ClientOptions { ca_file: config.network.ca_file.clone(), policy: None };
+        protocol::ClientOptions { ca_file: config.network.ca_file.clone(), ..Default::default() };
     let client = protocol::Client::with_options(
         &config.access_token,
         Duration::from_secs(10),
@@ -160,11 +169,32 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
         registered_max_age_ms: 3 * i64::try_from(config.heartbeat_interval.as_millis())
             .unwrap_or(30_000),
     };
-    let app = http::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
+    let api = http::router(state);
+    let app = api.clone().layer(tower_http::trace::TraceLayer::new_for_http());
     let span = tracing::info_span!("executor_http");
     let server =
         crate::tls::spawn_server(listener, tls, app, shutdown.clone(), span, "executor API");
     let mut tasks = vec![server];
+    if config.pull {
+        // The polls last until the API stops: a stopping executor still answers kills and
+        // log reads, as it does over HTTP.
+        let puller = pull::Puller {
+            api,
+            address: address.clone(),
+            app_name: config.app_name.clone(),
+            access_token: Arc::from(config.access_token.as_str()),
+            polls: pull::Puller::poll_client(&config.access_token, config.network.ca_file.as_deref())?,
+            calls: client.clone(),
+        };
+        for url in &config.admin_urls {
+            tasks.push(tokio::spawn(
+                puller
+                    .clone()
+                    .run(url.clone(), shutdown.clone())
+                    .instrument(tracing::info_span!("pull", admin = %url)),
+            ));
+        }
+    }
     let admin_link = AdminLink {
         urls: config.admin_urls.clone(),
         app_name: config.app_name.clone(),

@@ -18,11 +18,44 @@
 //! addresses. Only a CIDR entry that lies inside such a range (say `169.254.10.0/24`) opens it.
 //! IPv4-mapped IPv6 addresses are judged as the IPv4 address they carry.
 //!
+//! A pull executor's address (`pull://{name}`, [`check_pull_address`]) names no host: the admin
+//! never connects to it, the executor comes for its calls. The policy does not apply to it.
+//!
 //! This module is pure: it parses and decides, and never resolves or connects (the protocol
 //! client does that, asking [`AddressPolicy::allows_ip`] about each resolved address).
 
 use std::fmt;
 use std::net::IpAddr;
+
+/// How a pull executor's address begins.
+pub const PULL_SCHEME: &str = "pull://";
+
+/// The longest name after [`PULL_SCHEME`].
+pub const MAX_PULL_NAME: usize = 128;
+
+/// Whether `address` is a pull executor's (whatever follows the scheme).
+pub fn is_pull_address(address: &str) -> bool {
+    address.starts_with(PULL_SCHEME)
+}
+
+/// Refuses a pull executor's address whose name is empty, longer than [`MAX_PULL_NAME`], or has
+/// a character other than ASCII letters, digits, `.`, `_` and `-`.
+pub fn check_pull_address(address: &str) -> Result<(), String> {
+    let Some(name) = address.strip_prefix(PULL_SCHEME) else {
+        return Err(format!("`{}` is not a pull address", shown(address)));
+    };
+    if name.is_empty() || name.len() > MAX_PULL_NAME {
+        return Err(format!("`{}`: a pull address names 1 to {MAX_PULL_NAME} characters", shown(address)));
+    }
+    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        return Err(format!(
+            "`{}`: a pull address's name is letters, digits, `.`, `_` and `-` (found `{}`)",
+            shown(address),
+            bad.escape_default()
+        ));
+    }
+    Ok(())
+}
 
 /// The default allow-list: loopback, the private ranges, and the name `localhost`.
 pub const DEFAULT_ALLOW: &str =
@@ -268,6 +301,28 @@ fn shown(address: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pull_addresses_name_a_plain_name() {
+        let long = format!("pull://{}", "a".repeat(MAX_PULL_NAME + 1));
+        let cases: &[(&str, Result<(), &str>)] = &[
+            ("pull://host-1.a_b", Ok(())),
+            ("pull://", Err("1 to 128 characters")),
+            (&long, Err("1 to 128 characters")),
+            ("pull://a/b", Err("found `/`")),
+            ("pull://a b", Err("found ` `")),
+            ("pull://a\nb", Err("found `\\n`")),
+            ("http://127.0.0.1:1", Err("is not a pull address")),
+        ];
+        for (address, expected) in cases {
+            match (check_pull_address(address), expected) {
+                (Ok(()), Ok(())) => {}
+                (Err(reason), Err(part)) => assert!(reason.contains(part), "{address}: {reason}"),
+                (got, _) => panic!("{address}: {got:?}, expected {expected:?}"),
+            }
+        }
+        assert!(is_pull_address("pull://x") && !is_pull_address("https://x"));
+    }
 
     fn check(policy: &AddressPolicy, address: &str) -> String {
         match policy.check_address(address) {

@@ -19,6 +19,7 @@
 
 mod body;
 mod client;
+pub mod pull;
 mod workflow;
 
 use serde::{Deserialize, Serialize};

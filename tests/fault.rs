@@ -118,8 +118,20 @@ async fn admin_killed_applying_callbacks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executor_killed_mid_run() {
+    executor_killed_mid_run_scenario(false).await;
+}
+
+/// [`executor_killed_mid_run`] with an executor that pulls its runs: its polls die with it, and
+/// its restarted incarnation polls again under the same `pull://` address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pulling_executor_killed_mid_run() {
+    executor_killed_mid_run_scenario(true).await;
+}
+
+async fn executor_killed_mid_run_scenario(pull: bool) {
     // Sleepers are mid-run most of the time, so a kill at any moment catches runs in flight.
     let scenario = Scenario {
+        pull,
         workload: Workload { sample: "sleeper", param: "700", ..Workload::default() },
         crashes: &[(
             Role::Executor(0),
@@ -235,7 +247,18 @@ async fn three_admins_one_killed_one_paused_on_postgres() {
 /// execute at once (`overlapping_runs`), and every other figure stays 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capped_job_never_runs_twice_at_once_through_kills() {
+    capped_job_scenario(false).await;
+}
+
+/// [`a_capped_job_never_runs_twice_at_once_through_kills`] with executors that pull their runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capped_job_never_runs_twice_at_once_through_kills_of_pulling_executors() {
+    capped_job_scenario(true).await;
+}
+
+async fn capped_job_scenario(pull: bool) {
     let scenario = Scenario {
+        pull,
         executors: 2,
         workload: Workload {
             plain: 3,
@@ -289,6 +312,8 @@ struct Scenario<'a> {
     /// nothing after the calm (before the chaos, every scenario waits until its admins' current
     /// incarnations hold every partition).
     shares: Option<usize>,
+    /// Whether the executors pull their runs (`wasmjob executor --pull`).
+    pull: bool,
 }
 
 /// The scenario's cron jobs (all every second unless `cron` says otherwise), each with its
@@ -409,6 +434,7 @@ impl Scenario<'_> {
             chaos_for: Duration::from_secs(18),
             calm_for: Duration::from_secs(5),
             shares: None,
+            pull: false,
         }
     }
 
@@ -423,7 +449,8 @@ impl Scenario<'_> {
             }
         }
         let _serial = SERIAL.lock().await;
-        let mut cluster = Cluster::start(database_url, self.admins, self.executors).await;
+        let mut cluster =
+            Cluster::start_pulling(database_url, self.admins, self.executors, self.pull).await;
         let api = cluster.api_of(self.api_admin);
         let hung = match self.hung_executor {
             true => Some(HungExecutor::start(&cluster).await),

@@ -19,6 +19,10 @@
 //! its head must come within the client's timeout, each read within an idle timeout, and each
 //! line within a cap.
 //!
+//! A call to a pull executor (`pull://…`) is not HTTP: it waits in the admin's
+//! [`super::pull::PullHub`] until the executor polls for it, and its answer is read as an HTTP
+//! reply's would be.
+//!
 //! TLS is rustls with the webpki roots, plus the certificates of an optional CA file.
 //!
 //! It is the one HTTP client the admin calls executors with: `tests/tidy.rs` refuses another
@@ -31,6 +35,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::pull::{PullError, PullHub, is_pull_address};
 use super::{ACCESS_TOKEN_HEADER, APP_NAME_HEADER, ReturnT};
 use crate::netpolicy::AddressPolicy;
 
@@ -77,6 +82,25 @@ pub enum ProtocolError {
         /// Why.
         reason: String,
     },
+    /// A pull executor that does not poll this admin now: nothing was delivered.
+    #[error("{url}: the pull executor is not connected to this admin")]
+    NotConnected {
+        /// What was called.
+        url: String,
+    },
+}
+
+impl ProtocolError {
+    /// Whether the call surely delivered nothing because its peer could not be reached (a
+    /// refused connection, a pull executor not connected), as opposed to a call that may have
+    /// arrived.
+    pub fn unreachable(&self) -> bool {
+        match self {
+            ProtocolError::Transport { source, .. } => source.is_connect(),
+            ProtocolError::NotConnected { .. } => true,
+            _ => false,
+        }
+    }
 }
 
 /// An error and its causes on one line (reqwest's own message omits them: "error sending
@@ -102,6 +126,8 @@ pub struct ClientOptions {
     pub ca_file: Option<std::path::PathBuf>,
     /// For an admin's client: the executor addresses it may call.
     pub policy: Option<AddressPolicy>,
+    /// For an admin's client: where calls to pull executors wait for them.
+    pub pull: Option<Arc<PullHub>>,
 }
 
 /// An HTTP client for the protocol, carrying the access token.
@@ -110,6 +136,8 @@ pub struct Client {
     http: reqwest::Client,
     access_token: String,
     policy: Option<Arc<AddressPolicy>>,
+    /// Calls to `pull://` addresses go here.
+    pull: Option<Arc<PullHub>>,
     /// The limit on a whole call, or on a stream's head.
     timeout: Duration,
 }
@@ -150,7 +178,13 @@ impl Client {
             builder = builder.no_proxy().dns_resolver(Arc::new(CheckedResolver(policy.clone())));
         }
         let http = builder.build()?;
-        Ok(Client { http, access_token: access_token.to_owned(), policy, timeout })
+        let pull = options.pull.clone();
+        Ok(Client { http, access_token: access_token.to_owned(), policy, pull, timeout })
+    }
+
+    /// The hub calls to pull executors wait in, if this client calls them.
+    pub fn pull_hub(&self) -> Option<&Arc<PullHub>> {
+        self.pull.as_ref()
     }
 
     /// Refuses `base` when this client has a policy that does not allow it.
@@ -182,6 +216,9 @@ impl Client {
         body: &B,
         app_name: Option<&str>,
     ) -> Result<Option<T>, ProtocolError> {
+        if is_pull_address(base) {
+            return self.call_pulled(base, path, body, app_name).await;
+        }
         self.check(base)?;
         let url = join_url(base, path);
         let mut request = self
@@ -222,18 +259,39 @@ impl Client {
                 return Err(ProtocolError::BadReply { url, status, body });
             }
         };
-        let envelope: ReturnT<T> = match serde_json::from_slice(&bytes) {
-            Ok(envelope) => envelope,
-            Err(_) => {
-                let body = excerpt(&String::from_utf8_lossy(&bytes));
-                return Err(ProtocolError::BadReply { url, status, body });
+        payload(url, status, &bytes)
+    }
+
+    /// [`Client::call_as`] to a pull executor: the call waits in this client's [`PullHub`] until
+    /// the executor polls for it and answers.
+    async fn call_pulled<B: Serialize + ?Sized, T: serde::de::DeserializeOwned + Clone>(
+        &self,
+        base: &str,
+        path: &str,
+        body: &B,
+        app_name: Option<&str>,
+    ) -> Result<Option<T>, ProtocolError> {
+        let url = join_url(base, path);
+        let Some(hub) = &self.pull else {
+            let reason = format!("{}: this process does not call pull executors", excerpt(&url));
+            return Err(ProtocolError::NotAllowed { reason });
+        };
+        let body = serde_json::to_string(body).map_err(|error| ProtocolError::NotAllowed {
+            reason: format!("{url}: the body cannot be written: {error}"),
+        })?;
+        let answer = match hub.call(base, path, body, app_name, self.timeout).await {
+            Ok(answer) => answer,
+            Err(PullError::NotConnected) => return Err(ProtocolError::NotConnected { url }),
+            Err(PullError::NoAnswer) => {
+                let body = format!("no answer within {} s", self.timeout.as_secs());
+                return Err(ProtocolError::BadReply { url, status: 0, body });
             }
         };
-        if envelope.code != 200 {
-            let msg = excerpt(envelope.msg.as_deref().unwrap_or_default());
-            return Err(ProtocolError::Refused { url, code: envelope.code, msg });
+        if answer.status != 200 {
+            let body = excerpt(&answer.body);
+            return Err(ProtocolError::BadReply { url, status: answer.status, body });
         }
-        Ok(envelope.into_payload())
+        payload(url, answer.status, answer.body.as_bytes())
     }
 
     /// `GET {base}/{path}` of raw bytes (module downloads), at most `max_bytes`.
@@ -273,6 +331,11 @@ impl Client {
         max_line: usize,
         idle: Duration,
     ) -> Result<Lines, ProtocolError> {
+        if is_pull_address(base) {
+            let url = join_url(base, path);
+            let body = "a pull executor pushes no stream: its pages are read".to_owned();
+            return Err(ProtocolError::BadReply { url, status: 0, body });
+        }
         self.check(base)?;
         let url = join_url(base, path);
         let request = self.http.get(&url).header(ACCESS_TOKEN_HEADER, &self.access_token).send();
@@ -299,6 +362,26 @@ impl Client {
         }
         Ok(Lines { url, reply, buffer: Vec::new(), max_line, idle })
     }
+}
+
+/// The payload of a reply's envelope, or why there is none.
+fn payload<T: serde::de::DeserializeOwned + Clone>(
+    url: String,
+    status: u16,
+    bytes: &[u8],
+) -> Result<Option<T>, ProtocolError> {
+    let envelope: ReturnT<T> = match serde_json::from_slice(bytes) {
+        Ok(envelope) => envelope,
+        Err(_) => {
+            let body = excerpt(&String::from_utf8_lossy(bytes));
+            return Err(ProtocolError::BadReply { url, status, body });
+        }
+    };
+    if envelope.code != 200 {
+        let msg = excerpt(envelope.msg.as_deref().unwrap_or_default());
+        return Err(ProtocolError::Refused { url, code: envelope.code, msg });
+    }
+    Ok(envelope.into_payload())
 }
 
 impl Lines {

@@ -255,6 +255,7 @@ pub fn executor_config(admin_url: &str, data_dir: PathBuf) -> ExecutorConfig {
     ExecutorConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         address: None,
+        pull: false,
         admin_urls: vec![admin_url.to_owned()],
         app_name: "default".to_owned(),
         handlers_dir: Some(data_dir.join("handlers")),

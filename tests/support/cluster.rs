@@ -237,6 +237,8 @@ pub struct Cluster {
     pub database_url: String,
     /// Whether the database is a server's (PostgreSQL or MySQL), dropped at the end.
     server: bool,
+    /// Whether executors added from now on pull their runs (`--pull`, `pull://executor-N`).
+    pub pull: bool,
     dir: tempfile::TempDir,
 }
 
@@ -245,13 +247,23 @@ impl Cluster {
     /// SQLite file when `None`,
     /// the group `default`, and `executors` executors (started, online) pointed at every admin.
     pub async fn start(server_url: Option<String>, admins: usize, executors: usize) -> Cluster {
+        Cluster::start_pulling(server_url, admins, executors, false).await
+    }
+
+    /// [`Cluster::start`], with executors that pull their runs when `pull` is true.
+    pub async fn start_pulling(
+        server_url: Option<String>,
+        admins: usize,
+        executors: usize,
+        pull: bool,
+    ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         pin_binary(&dir.path().join(PINNED_BINARY));
         let server = server_url.is_some();
         let database_url = server_url
             .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("wasmjob.db").display()));
         let mut cluster =
-            Cluster { admins: Vec::new(), executors: Vec::new(), database_url, server, dir };
+            Cluster { admins: Vec::new(), executors: Vec::new(), database_url, server, pull, dir };
         for _ in 0..admins {
             cluster.add_admin().await;
         }
@@ -311,7 +323,10 @@ impl Cluster {
             "--listen".to_owned(),
             format!("127.0.0.1:{port}"),
             "--address".to_owned(),
-            format!("http://127.0.0.1:{port}"),
+            match self.pull {
+                true => format!("pull://{name}"),
+                false => format!("http://127.0.0.1:{port}"),
+            },
             "--admin-url".to_owned(),
             admin_urls.join(","),
             "--app-name".to_owned(),
@@ -325,6 +340,10 @@ impl Cluster {
             "--heartbeat-secs".to_owned(),
             "1".to_owned(),
         ];
+        let mut args = args;
+        if self.pull {
+            args.push("--pull".to_owned());
+        }
         let mut executor = Proc::new(name, port, args, self.dir.path());
         executor.start("").await;
         self.executors.push(executor);

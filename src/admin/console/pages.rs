@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use super::{PageError, Signed, job_form, render, text};
 use crate::access::Role;
 use crate::admin::dispatch::Peer;
+use crate::netpolicy::is_pull_address;
 use crate::admin::http::extract::Path;
 use crate::admin::http::logs::{Bound, LIST_COUNT_CAP, parse_time_bound};
 use crate::admin::{AppState, now_ms};
@@ -385,6 +386,7 @@ pub async fn executors(State(state): State<AppState>, signed: Signed) -> Page {
             "app_name": row.app_name, "address": row.address, "last_beat": time(row.updated_at_ms),
             "online": now - row.updated_at_ms <= window_ms,
             "protocol": Peer::shown_kind(&row.peer_kind), "version": row.version,
+            "mode": if is_pull_address(&row.address) { "pull" } else { "push" },
         }))
         .collect();
     render("executors.html", context! { frame => frame(&signed, "executors"), groups, executors })

@@ -212,7 +212,7 @@ impl Senders {
                 futures_join_all(singles).await;
             }
             Err(error) => {
-                let unreachable = matches!(&error, ProtocolError::Transport { source, .. } if source.is_connect());
+                let unreachable = error.unreachable();
                 let message = error.to_string();
                 for (_, reply) in batch {
                     let _ = reply.send(Err(if unreachable {
@@ -244,9 +244,7 @@ impl Senders {
                 | ProtocolError::BadReply { .. }
                 | ProtocolError::NotAllowed { .. }),
             ) => Err(PostError::Refused(error.to_string())),
-            Err(ProtocolError::Transport { source, url }) if source.is_connect() => {
-                Err(PostError::Unreachable(format!("{url}: {source}")))
-            }
+            Err(error) if error.unreachable() => Err(PostError::Unreachable(error.to_string())),
             Err(error) => Err(PostError::NoAnswer(error.to_string())),
         }
     }

@@ -2,6 +2,9 @@
 //! plus wasmjob's module download (`GET /api/modules/{sha256}`), served under both `/api` and
 //! `/xxl-job-admin/api` so that XXL-JOB executors configured with either base path work.
 //!
+//! A pull executor keeps `POST /api/pull` open for the calls waiting for it and posts their
+//! replies to `POST /api/pull/answers` (`protocol::pull`).
+//!
 //! Calls must carry the access token; without it nothing happens and the answer is a `code 500`
 //! envelope (the protocol's way), or a 401 for the module download.
 
@@ -16,13 +19,16 @@ use axum::routing::{get, post};
 use super::error::ApiError;
 use super::extract::Path;
 use crate::access::constant_time_eq;
+use crate::netpolicy;
 use crate::admin::dispatch::{Applied, Peer};
 use crate::admin::{AppState, now_ms};
 use crate::protocol::{
     ACCESS_TOKEN_HEADER, APP_NAME_HEADER, CALLBACK_BUSY, MAX_EXECUTOR_BODY_BYTES, ProtocolJson,
     REGISTRY_GROUP_EXECUTOR, RegistryParam, ReturnT, parse_callbacks,
 };
+use crate::protocol::pull::{Parcel, PullAnswers, PullPoll};
 use crate::storage;
+use std::time::Duration;
 
 pub fn router(state: &AppState) -> Router<AppState> {
     let api = Router::new()
@@ -30,6 +36,8 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/registryRemove", post(registry_remove))
         .route("/callback", post(callback))
         .route("/modules/{sha256}", get(get_module))
+        .route("/pull", post(pull))
+        .route("/pull/answers", post(pull_answers))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_access_token))
         // Read only once the token passed: an executor's largest beat and callback batch, and
         // an XXL-JOB executor's batch after an outage, fit (axum's default is 2 MB).
@@ -69,6 +77,9 @@ fn check_registry(state: &AppState, param: &RegistryParam) -> Result<(), String>
         && (version.len() > 64 || version.chars().any(char::is_control))
     {
         return Err("version: at most 64 characters, none of them a control character".to_owned());
+    }
+    if netpolicy::is_pull_address(value) {
+        return netpolicy::check_pull_address(value.trim_end_matches('/')).map_err(|reason| format!("registryValue {reason}"));
     }
     let policy = &state.config.network.executor_policy;
     policy.check_address(value).map(|_| ()).map_err(|reason| format!("registryValue {reason}"))
@@ -170,6 +181,41 @@ async fn callback(State(state): State<AppState>, body: Bytes) -> axum::Json<Retu
             callbacks.refused.join("; ")
         ))),
     }
+}
+
+/// A pull executor's long poll: the calls waiting for it, as soon as there is one, or none after
+/// its wait (or when the admin stops).
+async fn pull(
+    State(state): State<AppState>,
+    ProtocolJson(poll): ProtocolJson<PullPoll>,
+) -> Response {
+    let refused = |reason: String| axum::Json(ReturnT::<String>::fail(reason)).into_response();
+    if let Err(reason) = netpolicy::check_pull_address(&poll.address) {
+        return refused(format!("address {reason}"));
+    }
+    let Some(hub) = state.dispatcher.client().pull_hub().cloned() else {
+        return refused("this admin does not serve pull executors".to_owned());
+    };
+    let wait = Duration::from_millis(poll.wait_ms);
+    let parcels = tokio::select! {
+        parcels = hub.poll(&poll.address, wait) => parcels,
+        () = state.shutdown.cancelled() => Vec::new(),
+    };
+    axum::Json(ReturnT::<Vec<Parcel>>::ok(parcels)).into_response()
+}
+
+/// A pull executor's answers to the calls it took.
+async fn pull_answers(
+    State(state): State<AppState>,
+    ProtocolJson(answers): ProtocolJson<PullAnswers>,
+) -> axum::Json<ReturnT<String>> {
+    if let Err(reason) = netpolicy::check_pull_address(&answers.address) {
+        return axum::Json(ReturnT::fail(format!("address {reason}")));
+    }
+    if let Some(hub) = state.dispatcher.client().pull_hub() {
+        hub.answer(&answers.address, answers.answers);
+    }
+    axum::Json(ReturnT::success())
 }
 
 async fn get_module(

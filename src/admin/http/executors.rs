@@ -1,5 +1,6 @@
 //! `/api/v1/executors`: the registry, with each executor's last heartbeat, protocol kind and
-//! version (what its last registration showed), so that a rolling upgrade can be followed.
+//! version (what its last registration showed), so that a rolling upgrade can be followed, and
+//! its mode: called at its address (push) or polling its admins (pull).
 
 use axum::Router;
 use axum::extract::State;
@@ -11,6 +12,7 @@ use super::error::{Internal, Unauthorized};
 use super::rfc3339;
 use crate::admin::AppState;
 use crate::admin::dispatch::Peer;
+use crate::netpolicy::is_pull_address;
 use crate::protocol::REGISTRY_GROUP_EXECUTOR;
 
 pub fn router() -> Router<AppState> {
@@ -28,6 +30,12 @@ struct ExecutorResponse {
     /// The version the executor reported at its last registration; null when it reported none
     /// (XXL-JOB executors do not report one).
     version: Option<String>,
+    /// `push` (the admin calls it at its address) or `pull` (it polls its admins for its runs:
+    /// `wasmjob executor --pull`, an address `pull://…`).
+    mode: &'static str,
+    /// For a pull executor, whether it polls the admin that answers now (a pull executor should
+    /// poll every admin); null for a push executor.
+    polling_this_admin: Option<bool>,
 }
 
 /// Lists registered executors with their last heartbeat, protocol kind and version.
@@ -38,9 +46,13 @@ async fn list_executors(
     State(state): State<AppState>,
 ) -> Result<axum::Json<Vec<ExecutorResponse>>, ApiError> {
     let rows = state.db.list_registrations(REGISTRY_GROUP_EXECUTOR).await?;
+    let hub = state.dispatcher.client().pull_hub();
     Ok(axum::Json(
         rows.into_iter()
             .map(|row| ExecutorResponse {
+                mode: if is_pull_address(&row.address) { "pull" } else { "push" },
+                polling_this_admin: is_pull_address(&row.address)
+                    .then(|| hub.is_some_and(|hub| hub.is_connected(&row.address))),
                 app_name: row.app_name,
                 address: row.address,
                 last_heartbeat: rfc3339(row.updated_at_ms),

@@ -50,6 +50,9 @@
 //! `legacy-hello`), built against the job world as first released, is the one a build older
 //! than the `sharding` import accepts.
 //!
+//! With `--pull`, our executor pulls its runs (`wasmjob executor --pull`, address
+//! `pull://bench`) over long polls to every admin instead of being called at its port.
+//!
 //! With `--admins N` (1), N admin processes share the database, and so the schedule
 //! (`e2e/admins.rs`); only with `--postgres` or `--mysql`, and not for workload (x), whose
 //! executor registers with one admin.
@@ -131,6 +134,7 @@ struct Args {
     repeats: usize,
     admins: usize,
     kill_admin_at: Option<u64>,
+    pull: bool,
 }
 
 fn args() -> Args {
@@ -154,6 +158,7 @@ fn args() -> Args {
         repeats: 5,
         admins: 1,
         kill_admin_at: None,
+        pull: false,
     };
     let mut words = std::env::args().skip(1);
     while let Some(word) = words.next() {
@@ -178,6 +183,7 @@ fn args() -> Args {
             "--repeats" => args.repeats = value().parse().unwrap(),
             "--admins" => args.admins = value().parse().unwrap(),
             "--kill-admin-at" => args.kill_admin_at = Some(value().parse().unwrap()),
+            "--pull" => args.pull = true,
             // cargo bench passes `--bench`.
             _ => {}
         }
@@ -331,6 +337,7 @@ impl Platform {
                 .arg("--data-dir")
                 .arg(dir.path().join("executor"))
                 .args(["--access-token", ACCESS_TOKEN, "--max-concurrent-runs", "512"])
+                .args(if args.pull { &["--pull", "--address", "pull://bench"][..] } else { &[] })
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())

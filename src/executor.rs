@@ -183,7 +183,10 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
             address: address.clone(),
             app_name: config.app_name.clone(),
             access_token: Arc::from(config.access_token.as_str()),
-            polls: pull::Puller::poll_client(&config.access_token, config.network.ca_file.as_deref())?,
+            polls: pull::Puller::poll_client(
+                &config.access_token,
+                config.network.ca_file.as_deref(),
+            )?,
             calls: client.clone(),
         };
         for url in &config.admin_urls {

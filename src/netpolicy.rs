@@ -45,9 +45,14 @@ pub fn check_pull_address(address: &str) -> Result<(), String> {
         return Err(format!("`{}` is not a pull address", shown(address)));
     };
     if name.is_empty() || name.len() > MAX_PULL_NAME {
-        return Err(format!("`{}`: a pull address names 1 to {MAX_PULL_NAME} characters", shown(address)));
+        return Err(format!(
+            "`{}`: a pull address names 1 to {MAX_PULL_NAME} characters",
+            shown(address)
+        ));
     }
-    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+    if let Some(bad) =
+        name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
         return Err(format!(
             "`{}`: a pull address's name is letters, digits, `.`, `_` and `-` (found `{}`)",
             shown(address),

@@ -56,11 +56,11 @@ mod openapi;
 mod operations;
 /// Admins that share a database share the schedule: balanced partitions, a handover at a stop.
 mod partitions;
+/// A power cut on SQLite simulated with a copy of the database: no run is swallowed after it.
+mod power_loss;
 /// Executors that pull their runs: routes, broadcasts, logs and kills over their polls,
 /// reconnection to a restarted admin, a pull executor that does not poll.
 mod pull;
-/// A power cut on SQLite simulated with a copy of the database: no run is swallowed after it.
-mod power_loss;
 /// The daily report and the dashboard summary, counted from real runs.
 mod report;
 /// Retry intervals and backoff through a real standalone process, across a killed admin.

@@ -334,8 +334,11 @@ async fn a_name_is_called_only_at_addresses_the_policy_allows() {
     let port = executor.url.rsplit(':').next().unwrap().to_owned();
     let by_name = format!("http://localhost:{port}");
     let client_with = |entries: &[&str]| {
-        let options =
-            ClientOptions { ca_file: None, policy: Some(AddressPolicy::parse(entries).unwrap()), pull: None };
+        let options = ClientOptions {
+            ca_file: None,
+            policy: Some(AddressPolicy::parse(entries).unwrap()),
+            pull: None,
+        };
         protocol::Client::with_options(ACCESS_TOKEN, Duration::from_secs(10), &options).unwrap()
     };
     // The name is listed, but it resolves to loopback, which this policy does not allow.

@@ -83,7 +83,10 @@ pub(super) struct Puller {
 
 impl Puller {
     /// A client for polls: its timeout covers the admin's wait.
-    pub(super) fn poll_client(access_token: &str, ca_file: Option<&Path>) -> anyhow::Result<protocol::Client> {
+    pub(super) fn poll_client(
+        access_token: &str,
+        ca_file: Option<&Path>,
+    ) -> anyhow::Result<protocol::Client> {
         let options = protocol::ClientOptions {
             ca_file: ca_file.map(Path::to_path_buf),
             ..Default::default()
@@ -170,7 +173,11 @@ impl Puller {
     }
 
     /// Posts the answers as they come, each batch what is ready at once.
-    async fn post_answers(self, admin_url: String, mut answers: mpsc::UnboundedReceiver<PullAnswer>) {
+    async fn post_answers(
+        self,
+        admin_url: String,
+        mut answers: mpsc::UnboundedReceiver<PullAnswer>,
+    ) {
         while let Some(first) = answers.recv().await {
             let mut batch = vec![first];
             while let Ok(answer) = answers.try_recv() {
@@ -180,7 +187,12 @@ impl Puller {
             for attempt in 1..=ANSWER_TRIES {
                 let sent = self
                     .calls
-                    .call_as::<_, String>(&admin_url, "api/pull/answers", &body, Some(&self.app_name))
+                    .call_as::<_, String>(
+                        &admin_url,
+                        "api/pull/answers",
+                        &body,
+                        Some(&self.app_name),
+                    )
                     .await;
                 match sent {
                     Ok(_) => break,

@@ -14,11 +14,11 @@ use serde_json::{Value, json};
 use super::{PageError, Signed, job_form, render, text};
 use crate::access::Role;
 use crate::admin::dispatch::Peer;
-use crate::netpolicy::is_pull_address;
 use crate::admin::http::extract::Path;
 use crate::admin::http::logs::{Bound, LIST_COUNT_CAP, parse_time_bound};
 use crate::admin::{AppState, now_ms};
 use crate::model::{Job, RunRecord, RunState};
+use crate::netpolicy::is_pull_address;
 use crate::protocol::REGISTRY_GROUP_EXECUTOR;
 use crate::storage::{DayCounts, RunFilter};
 

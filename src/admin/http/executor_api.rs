@@ -19,14 +19,14 @@ use axum::routing::{get, post};
 use super::error::ApiError;
 use super::extract::Path;
 use crate::access::constant_time_eq;
-use crate::netpolicy;
 use crate::admin::dispatch::{Applied, Peer};
 use crate::admin::{AppState, now_ms};
+use crate::netpolicy;
+use crate::protocol::pull::{Parcel, PullAnswers, PullPoll};
 use crate::protocol::{
     ACCESS_TOKEN_HEADER, APP_NAME_HEADER, CALLBACK_BUSY, MAX_EXECUTOR_BODY_BYTES, ProtocolJson,
     REGISTRY_GROUP_EXECUTOR, RegistryParam, ReturnT, parse_callbacks,
 };
-use crate::protocol::pull::{Parcel, PullAnswers, PullPoll};
 use crate::storage;
 use std::time::Duration;
 
@@ -79,7 +79,8 @@ fn check_registry(state: &AppState, param: &RegistryParam) -> Result<(), String>
         return Err("version: at most 64 characters, none of them a control character".to_owned());
     }
     if netpolicy::is_pull_address(value) {
-        return netpolicy::check_pull_address(value.trim_end_matches('/')).map_err(|reason| format!("registryValue {reason}"));
+        return netpolicy::check_pull_address(value.trim_end_matches('/'))
+            .map_err(|reason| format!("registryValue {reason}"));
     }
     let policy = &state.config.network.executor_policy;
     policy.check_address(value).map(|_| ()).map_err(|reason| format!("registryValue {reason}"))

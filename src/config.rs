@@ -174,8 +174,7 @@ fn max_unfinished(limit: u64) -> Option<u64> {
 pub struct ExecutorConfig {
     /// Where the executor API listens.
     pub listen: SocketAddr,
-    /// The URL the admin calls this executor at; `None` derives it from the bound address (or,
-    /// pulling, from the host name and the data directory's id).
+    /// The URL the admin calls this executor at (pulling, `pull://name`); `None` derives it.
     pub address: Option<String>,
     /// Whether it pulls its runs from the admins (`--pull`) rather than being called.
     pub pull: bool,
@@ -334,14 +333,12 @@ impl ExecutorConfig {
         for url in &admin_urls {
             check_admin_url(url)?;
         }
-        match (&args.address, args.pull) {
-            (Some(address), true) => crate::netpolicy::check_pull_address(address)
-                .map_err(|reason| anyhow::anyhow!("--address with --pull: {reason}"))?,
-            (Some(address), false) => {
-                crate::netpolicy::address_host(address)
-                    .map_err(|reason| anyhow::anyhow!("--address {reason}"))?;
-            }
-            (None, _) => {}
+        if let Some(address) = &args.address {
+            let checked = match args.pull {
+                true => crate::netpolicy::check_pull_address(address),
+                false => crate::netpolicy::address_host(address).map(drop),
+            };
+            checked.map_err(|reason| anyhow::anyhow!("--address {reason}"))?;
         }
         check_app_name(&args.app_name)?;
         Ok(ExecutorConfig {

@@ -121,3 +121,37 @@ fn standalone_tokens_are_generated_once_and_private() {
         assert_eq!(mode & 0o777, 0o600);
     }
 }
+
+#[test]
+fn an_executor_address_is_a_url_or_with_pull_a_pull_address() {
+    let executor = |extra: &[&str]| {
+        let mut argv = vec!["wasmjob", "executor", "--admin-url", "http://127.0.0.1:8080"];
+        argv.extend(["--app-name", "default", "--access-token", "k7Qx2Lw9Zp4Rt8Vm"]);
+        argv.extend(extra);
+        let crate::cli::Command::Executor(args) =
+            <crate::cli::Cli as clap::Parser>::try_parse_from(argv).unwrap().command
+        else {
+            unreachable!("parsed as an executor")
+        };
+        match ExecutorConfig::from_args(args) {
+            Ok(config) => format!("ok {:?} {}", config.address, config.pull),
+            Err(error) => error.to_string(),
+        }
+    };
+    let table: [(&[&str], &str); 5] = [
+        (&["--address", "http://10.0.0.5:9999"], r#"ok Some("http://10.0.0.5:9999") false"#),
+        (&["--pull"], "ok None true"),
+        (&["--pull", "--address", "pull://worker-1"], r#"ok Some("pull://worker-1") true"#),
+        (
+            &["--pull", "--address", "http://10.0.0.5:9999"],
+            "--address `http://10.0.0.5:9999` is not a pull address",
+        ),
+        (
+            &["--address", "pull://worker-1"],
+            "--address `pull://worker-1`: only http and https are accepted",
+        ),
+    ];
+    for (extra, expected) in table {
+        assert_eq!(executor(extra), expected, "{extra:?}");
+    }
+}

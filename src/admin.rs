@@ -80,6 +80,7 @@ impl AppState {
             ca_file: config.network.ca_file.clone(),
             policy: Some(config.network.executor_policy.clone()),
             pull: Some(Arc::default()),
+            resolve: None,
         };
         let client = protocol::Client::with_options(
             &config.access_token,

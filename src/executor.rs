@@ -183,20 +183,10 @@ pub async fn start(config: ExecutorConfig) -> anyhow::Result<Executor> {
             address: address.clone(),
             app_name: config.app_name.clone(),
             access_token: Arc::from(config.access_token.as_str()),
-            polls: pull::Puller::poll_client(
-                &config.access_token,
-                config.network.ca_file.as_deref(),
-            )?,
-            calls: client.clone(),
+            ca_file: config.network.ca_file.clone(),
         };
-        for url in &config.admin_urls {
-            tasks.push(tokio::spawn(
-                puller
-                    .clone()
-                    .run(url.clone(), shutdown.clone())
-                    .instrument(tracing::info_span!("pull", admin = %url)),
-            ));
-        }
+        let urls = config.admin_urls.clone();
+        tasks.push(tokio::spawn(puller.run(urls, shutdown.clone())));
     }
     let admin_link = AdminLink {
         urls: config.admin_urls.clone(),

@@ -252,6 +252,23 @@ fn the_topology_is_the_documented_one() {
         assert!(!text.contains("access_token =") && !text.contains("admin_token ="), "{file}");
     }
 
+    // Executors pull their runs from every admin pod: their admin URL names a headless Service
+    // that selects the admins' pods.
+    let executor_toml = config.get("executor.toml").unwrap();
+    assert!(executor_toml.contains("pull = true"), "{executor_toml}");
+    let admin_pod = &admin.spec.as_ref().unwrap().template;
+    let headless = objects.iter().find_map(|(_, object)| match object {
+        Object::Service(service) => {
+            let spec = service.spec.as_ref()?;
+            let selects_admins = selects(spec.selector.as_ref()?, admin_pod);
+            (selects_admins && spec.cluster_ip.as_deref() == Some("None"))
+                .then(|| service.metadata.name.clone().unwrap())
+        }
+        _ => None,
+    });
+    let headless = headless.expect("a headless Service of the admin pods");
+    assert!(executor_toml.contains(&format!("http://{headless}:8080")), "{executor_toml}");
+
     // A StatefulSet's serviceName is a Service of the manifests.
     for (file, object) in &objects {
         if let Object::StatefulSet(set) = object {

@@ -337,7 +337,7 @@ async fn a_name_is_called_only_at_addresses_the_policy_allows() {
         let options = ClientOptions {
             ca_file: None,
             policy: Some(AddressPolicy::parse(entries).unwrap()),
-            pull: None,
+            ..Default::default()
         };
         protocol::Client::with_options(ACCESS_TOKEN, Duration::from_secs(10), &options).unwrap()
     };

@@ -16,7 +16,9 @@ use wasmjob::protocol::ACCESS_TOKEN_HEADER;
 
 /// A pull executor beside the test app's push executor, under the same group.
 async fn start_pulling(app: &TestApp, dir: &std::path::Path, name: &str) -> Executor {
-    let mut config = executor_config(&app.api.base, dir.join(name));
+    // By name: each address the name resolves to gets a poll (the admin answers at one).
+    let by_name = app.api.base.replace("127.0.0.1", "localhost");
+    let mut config = executor_config(&by_name, dir.join(name));
     config.pull = true;
     config.address = Some(format!("pull://{name}"));
     // A beat a second, so that the admin sees it online and offline quickly.

@@ -204,6 +204,7 @@ async fn beat(
         tracing::info!("gave back {released} partitions to share them with the other admins");
         metrics.partition_handovers("released", plan.release.len());
     }
+    let mut taken_from = Vec::new();
     if !plan.take.is_empty() {
         let (take, dead) = (&plan.take, &beat.predecessors);
         let taken = state.db.take_partitions(owner, take, dead, now, now + LEASE_MS).await?;
@@ -211,11 +212,26 @@ async fn beat(
             tracing::info!("took {} partitions (share {})", taken.len(), plan.share);
             metrics.partition_handovers("taken", taken.len());
         }
+        // The admins whose partitions were taken from them are not firing: their claimed runs
+        // need not wait for their dispatch leases.
+        let mut gone: Vec<String> = beat
+            .leases
+            .iter()
+            .filter(|lease| taken.contains_key(&lease.partition))
+            .filter_map(|lease| lease.owner.clone())
+            .filter(|previous| previous != owner)
+            .collect();
+        gone.sort_unstable();
+        gone.dedup();
+        taken_from = gone;
         fences.extend(taken);
     }
     let held = fences.len();
     if partitions.publish(fences, now + LEASE_MS) {
         state.scheduler_wake.notify_one();
+    }
+    if !taken_from.is_empty() {
+        tokio::spawn(state.dispatcher.clone().take_over_sends(taken_from));
     }
     metrics.partitions_held.set(i64::try_from(held).unwrap_or(0));
     Ok(plan.look_again_at)

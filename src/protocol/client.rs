@@ -128,6 +128,9 @@ pub struct ClientOptions {
     pub policy: Option<AddressPolicy>,
     /// For an admin's client: where calls to pull executors wait for them.
     pub pull: Option<Arc<PullHub>>,
+    /// A host name and the address to connect to for it instead of resolving it (a pull
+    /// executor's poll of one admin among those a name resolves to). TLS still checks the name.
+    pub resolve: Option<(String, SocketAddr)>,
 }
 
 /// An HTTP client for the protocol, carrying the access token.
@@ -172,6 +175,9 @@ impl Client {
             for certificate in read_ca_file(path)? {
                 builder = builder.add_root_certificate(certificate);
             }
+        }
+        if let Some((host, at)) = &options.resolve {
+            builder = builder.resolve(host, *at);
         }
         let policy = options.policy.clone().map(Arc::new);
         if let Some(policy) = &policy {

@@ -154,6 +154,27 @@ impl Db {
         taken.iter().map(|row| Ok((partition_of(row)?, row.try_get("fence")?))).collect()
     }
 
+    /// Ends now the dispatch leases of `owners` (admins whose partitions were taken over
+    /// because their leases ran out, or earlier incarnations) on runs they claimed and did not
+    /// send, so that the sweep claims them at once instead of when those leases run out. The
+    /// fence is left alone: the next claim bumps it. How many runs.
+    pub async fn expire_dispatch_leases(&self, owners: &[String], now_ms: i64) -> Result<u64> {
+        if owners.is_empty() {
+            return Ok(0);
+        }
+        let list: Vec<String> = (0..owners.len()).map(|n| format!("${}", n + 2)).collect();
+        let sql = format!(
+            "update runs set lease_until = 0
+             where state = 'dispatching' and lease_until >= $1 and lease_owner in ({})",
+            list.join(", ")
+        );
+        let mut expire = query(&sql).bind(now_ms);
+        for owner in owners {
+            expire = expire.bind(owner.as_str());
+        }
+        Ok(expire.execute(self.writer()).await?.rows_affected())
+    }
+
     /// Gives back `owner`'s leases on `partitions`, so that another admin takes them at its
     /// next beat. How many it gave back.
     pub async fn release_partitions(&self, owner: &str, partitions: &[u16]) -> Result<u64> {

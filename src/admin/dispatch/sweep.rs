@@ -90,6 +90,32 @@ impl Dispatcher {
     }
 
     /// Sends pending runs whose timer was lost, and runs whose dispatcher's lease ran out.
+    /// Sends now the runs that the admins `gone` claimed and did not send, once this admin took
+    /// partitions from them because their leases ran out (they are dead or paused, and fire
+    /// nothing): without this, those runs would wait for their dispatch leases (15 s) and the
+    /// next pass. The runs of the partitions this admin holds are claimed here;
+    /// the other takers do the same for theirs. Safe as any claim of an abandoned run: the claim
+    /// bumps the fence, a paused admin that resumes records nothing under its old one, and a run
+    /// whose target it recorded goes only there (`lifecycle::before_send`), where the executor
+    /// takes a `logId` once.
+    pub(crate) async fn take_over_sends(self, gone: Vec<String>) {
+        let now = now_ms();
+        let expired = match self.inner.db.expire_dispatch_leases(&gone, now).await {
+            Ok(expired) => expired,
+            Err(error) => {
+                tracing::error!(%error, "taking over the sends of {gone:?} failed");
+                return;
+            }
+        };
+        if expired > 0 {
+            tracing::info!("{expired} runs claimed by {gone:?} and not sent: sending them");
+            let held = self.inner.partitions.held();
+            if let Err(error) = self.send_abandoned(now, &held).await {
+                tracing::error!(error = format!("{error:#}"), "sending abandoned runs failed");
+            }
+        }
+    }
+
     async fn send_abandoned(&self, now: i64, held: &Held) -> anyhow::Result<()> {
         for (id, job_id) in self.inner.db.dispatchable_runs(now, now, BATCH, held).await? {
             self.send_at(id, job_id, now);

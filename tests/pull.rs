@@ -37,6 +37,12 @@ async fn job_with(api: &Api, sample: &str, fields: Value) -> i64 {
     id
 }
 
+/// Posts `registration` to the executor-facing `/api/registry`, as an executor would.
+async fn register(api: &Api, registration: &Value) -> Value {
+    let reply = api.http.post(api.url("/api/registry")).header(ACCESS_TOKEN_HEADER, ACCESS_TOKEN);
+    reply.json(registration).send().await.unwrap().json().await.unwrap()
+}
+
 async fn trigger(api: &Api, job_id: i64, param: &str) -> Vec<i64> {
     let (status, triggered) =
         api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({"param": param})).await;
@@ -162,18 +168,7 @@ async fn a_pull_executor_reconnects_and_one_gone_is_not_sent_to() {
     puller.stop().await;
     let ghost = json!({"registryGroup": "EXECUTOR", "registryKey": "default",
         "registryValue": "pull://ghost"});
-    let reply: Value = app
-        .api
-        .http
-        .post(app.api.url("/api/registry"))
-        .header(ACCESS_TOKEN_HEADER, ACCESS_TOKEN)
-        .json(&ghost)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let reply = register(&app.api, &ghost).await;
     assert_eq!(reply["code"], json!(200), "{reply}");
     app.api.wait_for_executors(1).await;
     let log_id = trigger(&app.api, job, "ghost").await[0];
@@ -186,18 +181,7 @@ async fn a_pull_executor_reconnects_and_one_gone_is_not_sent_to() {
     // A pull address that is not a plain name is refused at registration.
     let mut bad = ghost.clone();
     bad["registryValue"] = json!("pull://a/b");
-    let reply: Value = app
-        .api
-        .http
-        .post(app.api.url("/api/registry"))
-        .header(ACCESS_TOKEN_HEADER, ACCESS_TOKEN)
-        .json(&bad)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let reply = register(&app.api, &bad).await;
     assert_eq!(reply["code"], json!(500), "{reply}");
     assert!(reply["msg"].as_str().unwrap().contains("found `/`"), "{reply}");
     admin.stop().await;

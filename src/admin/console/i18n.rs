@@ -252,6 +252,7 @@ mod tests {
             ("trigger.", TriggerType::ALL.iter().map(|v| v.as_str()).collect()),
             ("address_type.", AddressType::ALL.iter().map(|v| v.as_str()).collect()),
             ("role.", vec!["admin", "operator", "viewer"]),
+            ("executors.mode.", vec!["push", "pull"]),
             ("job_section.", form.iter().map(|section| section.key).collect()),
             ("field.", fields.clone()),
             ("help.", fields),

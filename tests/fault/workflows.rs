@@ -51,6 +51,18 @@ async fn executor_killed_in_a_sharded_node() {
     run(None, 1, 0, crashes, "workflow shards through executor kills").await;
 }
 
+/// [`executor_killed_in_a_sharded_node`] with executors that pull their runs: the shards reach
+/// them over their polls, and the killed one polls again under the same `pull://` address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pulling_executor_killed_in_a_sharded_node() {
+    let crashes: &[(Role, &[Crash])] = &[(
+        Role::Executor(1),
+        &[Crash::sigkill(3_000), Crash::sigkill(4_000), Crash::sigkill(3_500)],
+    )];
+    let name = "workflow shards through kills of pulling executors";
+    run_pulling(None, 1, 0, crashes, name, true).await;
+}
+
 /// Two admins on PostgreSQL share the workflow runs: the results of one node's shards reach
 /// either, and one of them is killed again and again, also where joins are decided.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,8 +91,20 @@ async fn run(
     crashes: &[(Role, &[Crash])],
     name: &str,
 ) {
+    run_pulling(url, admins, api_admin, crashes, name, false).await;
+}
+
+/// [`run`], with executors that pull their runs when `pull` is true.
+async fn run_pulling(
+    url: Option<String>,
+    admins: usize,
+    api_admin: usize,
+    crashes: &[(Role, &[Crash])],
+    name: &str,
+    pull: bool,
+) {
     let _serial = SERIAL.lock().await;
-    let mut cluster = Cluster::start(url, admins, 2).await;
+    let mut cluster = Cluster::start_pulling(url, admins, 2, pull).await;
     let api = cluster.api_of(api_admin);
     api.wait_for_executors(2).await;
     let workflow = create_workflow(&api).await;

@@ -214,16 +214,15 @@ async fn beat(
         }
         // The admins whose partitions were taken from them are not firing: their claimed runs
         // need not wait for their dispatch leases.
-        let mut gone: Vec<String> = beat
+        taken_from = beat
             .leases
             .iter()
             .filter(|lease| taken.contains_key(&lease.partition))
             .filter_map(|lease| lease.owner.clone())
             .filter(|previous| previous != owner)
             .collect();
-        gone.sort_unstable();
-        gone.dedup();
-        taken_from = gone;
+        taken_from.sort_unstable();
+        taken_from.dedup();
         fences.extend(taken);
     }
     let held = fences.len();

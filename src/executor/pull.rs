@@ -6,8 +6,9 @@
 //! Every admin gets its own poll, because each admin hands out only the calls its own dispatcher
 //! makes: a pull executor must be given every admin's URL, or a name that resolves to every
 //! admin (a headless Service's), since each address an admin URL's host name resolves to gets a
-//! poll of its own, and the answers go back to the address the calls came from. A call is answered exactly as it would
-//! be over HTTP: the same router, the same token check, the same journal before `/run` answers.
+//! poll of its own, and the answers go back to the address the calls came from. A call is
+//! answered exactly as it would be over HTTP: the same router, the same token check, the same
+//! journal before `/run` answers.
 //! A lost connection loses no run: the calls an admin could not hand over were not delivered,
 //! and those handed over and not answered are judged by the admin as an unanswered push is.
 
@@ -40,6 +41,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// the calls as unanswered).
 const ANSWER_TRIES: usize = 3;
 
+/// How often the admins' host names are resolved again, to poll admins that came and stop
+/// polling those that went.
+const RESOLVE_EVERY: Duration = Duration::from_secs(10);
+
+/// The longest an answer's post may take.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// This executor's pull address: `address` if given, or `pull://{host}-{id}` with an id kept in
 /// `data_dir`, so that a restarted executor is the same executor to its admins (they reconcile
 /// its runs by address).
@@ -69,13 +77,6 @@ pub(super) fn address(given: Option<&str>, data_dir: &Path) -> anyhow::Result<St
     crate::netpolicy::check_pull_address(&address).map_err(anyhow::Error::msg)?;
     Ok(address)
 }
-
-/// How often the admins' host names are resolved again, to poll admins that came and stop
-/// polling those that went.
-const RESOLVE_EVERY: Duration = Duration::from_secs(10);
-
-/// The longest an answer's post may take.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One admin to poll: an admin URL, and the address its host name resolved to (`None` when the
 /// URL names an IP, or when the name does not resolve now).
@@ -299,7 +300,8 @@ impl Puller {
                     Err(_) => format!("no answer within {} s", ANSWER_TIMEOUT.as_secs()),
                 };
                 if attempt == ANSWER_TRIES {
-                    tracing::warn!(%error, "{} answers to {admin_url} given up", body.answers.len());
+                    let count = body.answers.len();
+                    tracing::warn!(%error, "{count} answers to {admin_url} given up");
                 } else {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }

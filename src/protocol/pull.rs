@@ -10,9 +10,9 @@
 //! (`/api/pull/answers`). Results and heartbeats go to the admin as a push executor's do.
 //!
 //! To the admin's callers, a call to a pull executor is a call like any other
-//! ([`super::Client::call_as`]): the reply is the executor's envelope, and what cannot be known is
-//! reported as for HTTP. A call whose parcel no poll took is [`super::ProtocolError::NotConnected`]:
-//! nothing was delivered, as with a refused connection. A parcel taken but not answered in time
+//! ([`super::Client::call_as`]): the reply is the executor's envelope, and what cannot be known
+//! is reported as for HTTP. A call whose parcel no poll took is
+//! [`super::ProtocolError::NotConnected`]: nothing was delivered, as with a refused connection. A parcel taken but not answered in time
 //! is a timeout: it may have been delivered, and the caller treats it as unconfirmed.
 
 use std::collections::{HashMap, VecDeque};

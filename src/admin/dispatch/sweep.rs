@@ -89,12 +89,11 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Sends pending runs whose timer was lost, and runs whose dispatcher's lease ran out.
     /// Sends now the runs that the admins `gone` claimed and did not send, once this admin took
     /// partitions from them because their leases ran out (they are dead or paused, and fire
     /// nothing): without this, those runs would wait for their dispatch leases (15 s) and the
-    /// next pass. The runs of the partitions this admin holds are claimed here;
-    /// the other takers do the same for theirs. Safe as any claim of an abandoned run: the claim
+    /// next pass. The runs of the partitions this admin holds are claimed here; the other
+    /// takers do the same for theirs. Safe as any claim of an abandoned run: the claim
     /// bumps the fence, a paused admin that resumes records nothing under its old one, and a run
     /// whose target it recorded goes only there (`lifecycle::before_send`), where the executor
     /// takes a `logId` once.
@@ -116,6 +115,7 @@ impl Dispatcher {
         }
     }
 
+    /// Sends pending runs whose timer was lost, and runs whose dispatcher's lease ran out.
     async fn send_abandoned(&self, now: i64, held: &Held) -> anyhow::Result<()> {
         for (id, job_id) in self.inner.db.dispatchable_runs(now, now, BATCH, held).await? {
             self.send_at(id, job_id, now);

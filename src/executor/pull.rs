@@ -27,15 +27,14 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 use tracing::Instrument;
 
-use crate::protocol::pull::{MAX_POLL_WAIT, PULL_PATHS, PULL_SCHEME, Parcel, PullAnswer};
+use crate::protocol::pull::{
+    MAX_POLL_PAUSE, MAX_POLL_WAIT, PULL_PATHS, PULL_SCHEME, Parcel, PullAnswer,
+};
 use crate::protocol::pull::{PullAnswers, PullPoll};
 use crate::protocol::{self, ACCESS_TOKEN_HEADER, APP_NAME_HEADER, MAX_REPLY_BYTES};
 
 /// How long a poll may take beyond the admin's wait before it is given up.
 const POLL_SLACK: Duration = Duration::from_secs(10);
-
-/// The longest pause between failed polls.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// How many times a batch of answers is posted before it is given up (its callers then judge
 /// the calls as unanswered).
@@ -240,7 +239,7 @@ impl Puller {
                         () = tokio::time::sleep(backoff) => {}
                         () = stop.cancelled() => break,
                     }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    backoff = (backoff * 2).min(MAX_POLL_PAUSE);
                 }
             }
         }

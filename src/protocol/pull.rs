@@ -11,9 +11,17 @@
 //!
 //! To the admin's callers, a call to a pull executor is a call like any other
 //! ([`super::Client::call_as`]): the reply is the executor's envelope, and what cannot be known
-//! is reported as for HTTP. A call whose parcel no poll took is
-//! [`super::ProtocolError::NotConnected`]: nothing was delivered, as with a refused connection. A parcel taken but not answered in time
-//! is a timeout: it may have been delivered, and the caller treats it as unconfirmed.
+//! is reported as for HTTP. A call whose parcel no poll took within [`CONNECT_WAIT`] is
+//! [`super::ProtocolError::NotConnected`]: nothing was delivered, as with a refused connection.
+//! A parcel taken but not answered in time is a timeout: it may have been delivered, and the
+//! caller treats it as unconfirmed.
+//!
+//! The wait for a poll is what a connect timeout is to HTTP. An executor between two polls, or
+//! polling again after this admin restarted, takes the call when it comes back; only one that
+//! stays away longer than it ever pauses did not get it. (A restarted admin resends the runs
+//! its earlier incarnation sent: were the executor, which may run one of them, judged
+//! unreachable at once, that run would end `lost` while it runs, and its place under a
+//! concurrency cap would go to the next run.)
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -31,6 +39,13 @@ pub const MAX_POLL_WAIT: Duration = Duration::from_secs(20);
 /// How long after its last poll ended an executor still counts as connected: it polls again at
 /// once, so a longer silence means its connection is gone.
 pub const CONNECTED_FOR: Duration = Duration::from_secs(5);
+
+/// The longest a pull executor pauses between failed polls (its backoff's top).
+pub const MAX_POLL_PAUSE: Duration = Duration::from_secs(5);
+
+/// How long a call waits for a poll to take it: longer than an executor's longest pause
+/// between polls, with time for the poll to arrive.
+pub const CONNECT_WAIT: Duration = Duration::from_secs(7);
 
 /// The most parcels one poll carries.
 pub const MAX_PARCELS: usize = 256;
@@ -111,8 +126,8 @@ struct Mailbox {
     waiting: HashMap<u64, oneshot::Sender<PullAnswer>>,
     /// Polls open now.
     polling: usize,
-    /// When the last poll ended.
-    last_poll: Instant,
+    /// When the last poll ended; `None` before the first.
+    last_poll: Option<Instant>,
 }
 
 impl Mailbox {
@@ -122,12 +137,12 @@ impl Mailbox {
             arrived: std::sync::Arc::default(),
             waiting: HashMap::new(),
             polling: 0,
-            last_poll: Instant::now(),
+            last_poll: None,
         }
     }
 
     fn connected(&self) -> bool {
-        self.polling > 0 || self.last_poll.elapsed() < CONNECTED_FOR
+        self.polling > 0 || self.last_poll.is_some_and(|at| at.elapsed() < CONNECTED_FOR)
     }
 }
 
@@ -143,13 +158,15 @@ impl Drop for Polling<'_> {
             && let Some(mailbox) = mailboxes.get_mut(self.address)
         {
             mailbox.polling = mailbox.polling.saturating_sub(1);
-            mailbox.last_poll = Instant::now();
+            mailbox.last_poll = Some(Instant::now());
         }
     }
 }
 
 impl PullHub {
-    /// Queues a call for the pull executor at `address` and waits up to `timeout` for its answer.
+    /// Queues a call for the pull executor at `address` and waits up to `timeout` for its
+    /// answer: [`PullError::NotConnected`] if no poll took it within [`CONNECT_WAIT`] (or
+    /// `timeout`, if shorter).
     pub async fn call(
         &self,
         address: &str,
@@ -159,22 +176,40 @@ impl PullHub {
         timeout: Duration,
     ) -> Result<PullAnswer, PullError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let (reply, answer) = oneshot::channel();
+        let (reply, mut answer) = oneshot::channel();
         {
             let mut mailboxes = self.mailboxes.lock().map_err(|_| PullError::NotConnected)?;
-            let Some(mailbox) = mailboxes.get_mut(address).filter(|mailbox| mailbox.connected())
-            else {
-                return Err(PullError::NotConnected);
-            };
+            // The executor may not have polled this admin yet: the call waits for it.
+            let mailbox = mailboxes.entry(address.to_owned()).or_insert_with(Mailbox::new);
             let app_name = app_name.map(str::to_owned);
             mailbox.queue.push_back(Parcel { id, path: path.to_owned(), body, app_name });
             mailbox.waiting.insert(id, reply);
             mailbox.arrived.notify_one();
         }
-        match tokio::time::timeout(timeout, answer).await {
+        let connect_wait = CONNECT_WAIT.min(timeout);
+        match tokio::time::timeout(connect_wait, &mut answer).await {
+            Ok(Ok(answer)) => return Ok(answer),
+            Ok(Err(_)) => return Err(self.give_up(address, id)),
+            Err(_) if self.take_back(address, id) => return Err(PullError::NotConnected),
+            Err(_) => {}
+        }
+        match tokio::time::timeout(timeout.saturating_sub(connect_wait), answer).await {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(_)) | Err(_) => Err(self.give_up(address, id)),
         }
+    }
+
+    /// Takes call `id` back if no poll took its parcel yet: it was not delivered.
+    fn take_back(&self, address: &str, id: u64) -> bool {
+        let Ok(mut mailboxes) = self.mailboxes.lock() else { return false };
+        let Some(mailbox) = mailboxes.get_mut(address) else { return false };
+        let queued = mailbox.queue.len();
+        mailbox.queue.retain(|parcel| parcel.id != id);
+        if mailbox.queue.len() == queued {
+            return false;
+        }
+        mailbox.waiting.remove(&id);
+        true
     }
 
     /// Forgets call `id`: not delivered if its parcel is still queued.
@@ -248,7 +283,7 @@ mod tests {
         let hub = std::sync::Arc::new(PullHub::default());
         let address = "pull://a";
         // Nobody has polled: nothing is delivered.
-        let refused = hub.call(address, "run", "{}".into(), None, Duration::from_secs(1)).await;
+        let refused = hub.call(address, "run", "{}".into(), None, Duration::from_millis(50)).await;
         assert_eq!(refused.unwrap_err(), PullError::NotConnected);
         // A poll with nothing waiting ends empty at its wait.
         assert!(hub.poll(address, Duration::from_millis(10)).await.is_empty());
@@ -289,6 +324,30 @@ mod tests {
         assert_eq!(taker.await.unwrap(), 1);
         // A late answer finds no caller and is dropped.
         hub.answer(address, vec![PullAnswer { id: 2, status: 200, body: String::new() }]);
+    }
+
+    #[tokio::test]
+    async fn a_call_made_before_the_executor_polls_again_is_taken_when_it_does() {
+        // As after this admin's restart: the executor has not polled it yet.
+        let hub = std::sync::Arc::new(PullHub::default());
+        let address = "pull://d";
+        assert!(!hub.is_connected(address));
+        let executor = {
+            let hub = hub.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let parcels = hub.poll(address, Duration::from_secs(5)).await;
+                let answer = PullAnswer { id: parcels[0].id, status: 200, body: "took".into() };
+                hub.answer(address, vec![answer]);
+            })
+        };
+        let answer = hub.call(address, "run", "{}".into(), None, Duration::from_secs(5)).await;
+        assert_eq!(answer.unwrap().body, "took");
+        executor.await.unwrap();
+        // A call not taken within the wait is taken back: a later poll does not get it.
+        let untaken = hub.call(address, "run", "{}".into(), None, Duration::from_millis(50)).await;
+        assert_eq!(untaken.unwrap_err(), PullError::NotConnected);
+        assert!(hub.poll(address, Duration::from_millis(10)).await.is_empty());
     }
 
     #[tokio::test]

@@ -1,8 +1,9 @@
 //! The wasmtime host: one engine, compiled components, and one sandboxed run at a time per store.
 //!
 //! A [`Runtime`] owns the engine (fuel and epoch interruption on), a linker with only the
-//! allowed imports (see `host`), an epoch ticker thread and a cache of pre-instantiated
-//! components by sha256, in memory and, when given a directory, on disk as precompiled artifacts.
+//! allowed imports (see `host`), an epoch ticker thread (ticking only while runs are in
+//! progress) and a cache of pre-instantiated components by sha256, in memory and, when given
+//! a directory, on disk as precompiled artifacts.
 //! [`Runtime::run`] gives every run a fresh store with a fuel budget, a wall-clock deadline,
 //! a memory cap and table/instance caps, and turns whatever happens into a [`RunOutcome`]:
 //! a guest failure is an outcome, never a host error.
@@ -16,10 +17,10 @@ mod cache;
 mod host;
 mod outcome;
 mod output;
+mod ticker;
 mod validate;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -113,7 +114,8 @@ pub struct Runtime {
     engine: Engine,
     linker: wasmtime::component::Linker<RunState>,
     cache: cache::Cache,
-    ticker_stop: Arc<AtomicBool>,
+    /// Advances the epoch while runs are in progress.
+    ticker: Arc<ticker::Ticker>,
     /// One permit per slot of the instance pool (none without a pool): a run holds one from
     /// before its store exists until the store is gone.
     slots: Option<Arc<Semaphore>>,
@@ -125,12 +127,12 @@ impl Runtime {
         let engine = engine(&config)?;
         let linker = host::linker(&engine)?;
         let cache = cache::Cache::new(&engine, config.cache_dir.clone())?;
-        let ticker_stop = Arc::new(AtomicBool::new(false));
-        spawn_ticker(engine.clone(), ticker_stop.clone())?;
+        let ticking = engine.clone();
+        let ticker = ticker::Ticker::spawn(EPOCH_TICK, move || ticking.increment_epoch())?;
         let slots = config.pool.as_ref().map(|pool| {
             Arc::new(Semaphore::new(usize::try_from(pool.max_concurrent_runs.max(1)).unwrap_or(1)))
         });
-        Ok(Runtime { engine, linker, cache, ticker_stop, slots })
+        Ok(Runtime { engine, linker, cache, ticker, slots })
     }
 
     /// Checks that `bytes` are a job component we can run, compiling them once to be sure.
@@ -204,6 +206,8 @@ impl Runtime {
             },
             None => None,
         };
+        // The epoch advances from here until the run is over.
+        let _running = self.ticker.enter();
         let mut store = Store::new(&self.engine, RunState::new(limits, imports, log));
         store.limiter(|state| &mut state.limiter);
         if let Err(error) = store.set_fuel(limits.fuel) {
@@ -251,7 +255,7 @@ impl Runtime {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        self.ticker_stop.store(true, Ordering::Relaxed);
+        self.ticker.stop();
     }
 }
 
@@ -308,18 +312,6 @@ fn engine(config: &RuntimeConfig) -> anyhow::Result<Engine> {
         wasm_config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
     }
     Ok(Engine::new(&wasm_config)?)
-}
-
-/// Advances the engine's epoch every [`EPOCH_TICK`] until `stop` is set.
-fn spawn_ticker(engine: Engine, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
-    std::thread::Builder::new().name("wasmjob-epoch".to_owned()).spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            #[expect(clippy::disallowed_methods, reason = "a dedicated OS thread, not async code")]
-            std::thread::sleep(EPOCH_TICK);
-            engine.increment_epoch();
-        }
-    })?;
-    Ok(())
 }
 
 /// Compiles `bytes` as a component (the raw step under validation and caching).

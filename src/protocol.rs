@@ -207,6 +207,12 @@ pub struct TriggerParam {
     /// `executorParams` instead ([`WORKFLOW_INPUTS_LINE`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workflow_inputs: Option<Vec<NodeOutputParam>>,
+    /// wasmjob: the URL of the admin that sent the run, as that admin was bound. An executor
+    /// that has this URL among its admins delivers the run's result there first, so that the
+    /// admin holding the send records the result with it; the executor never calls a URL it
+    /// was not given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
 }
 
 /// The longest an executor holds a trigger sent ahead of its instant: a `notBefore` further
@@ -370,6 +376,10 @@ pub struct HandleCallbackParam {
     /// XXL-JOB 2.2 reports the result here instead of `handleCode`/`handleMsg`. Read only: it
     /// is always written from `handleCode`/`handleMsg`.
     pub execute_result: Option<ReturnT<String>>,
+    /// Never on the wire: the admin URL the executor delivers the result to first (its run's
+    /// [`TriggerParam::reply_to`]). Not kept on disk either: after a restart the executor
+    /// delivers in its admins' order.
+    pub reply_to: Option<String>,
 }
 
 /// `HandleCallbackParam` as read: either spelling of the time, or both.
@@ -396,6 +406,7 @@ impl From<CallbackIn> for HandleCallbackParam {
             fuel_used: read.fuel_used,
             started_at: read.started_at,
             execute_result: read.execute_result,
+            reply_to: None,
         }
     }
 }

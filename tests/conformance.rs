@@ -309,6 +309,9 @@ async fn java_executor_against_our_admin(g: &'static str) {
     let sent = peer.wait_for(trigger_path.as_str().unwrap()).await;
     assert_parses(g, "TriggerParam", &sent.body);
     assert_eq!(sent.body["logId"], log_id, "{g}");
+    // The admin names itself, for executors that know its URL to send the result back to it
+    // (an XXL-JOB executor ignores the field).
+    assert_eq!(sent.body["replyTo"], json!(admin.url()), "{g}");
     assert_eq!(sent.app_name.as_deref(), Some(APP_NAME), "{g}: the application is named");
     assert_eq!(peer.count("/runs"), 0, "{g}: no batch route is tried on an XXL-JOB executor");
     api.wait_until("the run is running", || async {

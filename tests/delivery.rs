@@ -57,6 +57,7 @@ async fn the_largest_requests_an_executor_sends_are_accepted() {
             fuel_used: Some(i64::MAX),
             started_at: Some(1_700_000_000_000),
             execute_result: None,
+            reply_to: None,
         })
         .collect();
     let batch = serde_json::to_vec(&results).unwrap();

@@ -46,7 +46,7 @@ mod workflows;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -99,6 +99,9 @@ struct Inner {
     /// How long a callback's results are applied before it is answered, in µs
     /// ([`ANSWER_WITHIN`] unless set).
     answer_within_us: AtomicU64,
+    /// This admin's URL, sent with each run (`replyTo`) so that an executor that knows it
+    /// delivers the result here, where the send waits to be recorded with it.
+    reply_to: OnceLock<String>,
 }
 
 impl Dispatcher {
@@ -127,8 +130,14 @@ impl Dispatcher {
             timers: CancellationToken::new(),
             unrecorded: Mutex::default(),
             answer_within_us: AtomicU64::new(ANSWER_WITHIN.as_micros() as u64),
+            reply_to: OnceLock::new(),
         };
         Dispatcher { inner: Arc::new(inner) }
+    }
+
+    /// Names `url` as this admin's in the runs it sends (once; later calls change nothing).
+    pub fn set_reply_to(&self, url: String) {
+        let _ = self.inner.reply_to.set(url);
     }
 
     /// This admin's lease owner id.

@@ -54,6 +54,9 @@ const MAX_ENTRY_BACKOFF: Duration = Duration::from_secs(300);
 /// [`MAX_DRAIN_BACKOFF`].
 const DRAIN_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_DRAIN_BACKOFF: Duration = Duration::from_secs(2);
+/// How long the results of runs an unreachable admin sent go to the others first, so that a
+/// paused admin does not hold every delivery round for a timeout.
+const PASS_OVER: Duration = Duration::from_secs(30);
 
 /// Why a result could not be stored on disk (it is then kept in memory).
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +79,9 @@ struct Inner {
     /// How far the lines are durable.
     synced: GroupSync,
     notify: Notify,
+    /// Admins (by index in the URL list) that could not be reached when their results went to
+    /// them first, until when their results go in the list's order instead.
+    passed_over: Mutex<HashMap<usize, Instant>>,
 }
 
 struct State {
@@ -213,6 +219,7 @@ impl Outbox {
             state: Mutex::new(state),
             synced: GroupSync::default(),
             notify: Notify::new(),
+            passed_over: Mutex::default(),
         };
         Ok(Outbox { inner: Arc::new(inner) })
     }

@@ -305,6 +305,7 @@ impl Dispatcher {
             Ok(param) => param,
             Err(error) => return Sent::Refused(format!("{error:#}")),
         };
+        param.reply_to = self.inner.reply_to.get().cloned();
         // The sender speaks to the executor as its stored registration says (`peers.rs`).
         let peer = self.peer(&address).await;
         if let Some(node) = run.node {
@@ -435,6 +436,7 @@ fn trigger_param(job: &Job, run: &RunRecord) -> anyhow::Result<TriggerParam> {
         // Sent ahead of its instant (`send_created_at`): it must not start before it.
         not_before: (run.trigger_time_ms > now_ms()).then_some(run.trigger_time_ms),
         workflow_inputs: None,
+        reply_to: None,
     })
 }
 

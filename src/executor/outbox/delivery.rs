@@ -1,4 +1,6 @@
-//! Delivering the outbox to an admin: due results in batches, each entry of a refused batch
+//! Delivering the outbox to the admins: due results in batches, each result first to the admin
+//! that sent its run when the executor was given its URL (`replyTo`: that admin records the
+//! send and the result in one write), each entry of a refused batch
 //! alone behind its own backoff, a batch the admin answered busy (`callback busy:`, it recorded
 //! only part in its time) sent again whole after a backoff, the whole outbox backed off while no
 //! admin answers, and a stopping executor's drain until nothing is left or its deadline passed.
@@ -92,8 +94,9 @@ impl Outbox {
         }
     }
 
-    /// Sends one batch of the entries due now; an admin's refusal sends them one by one.
-    /// `Err` when no admin could be reached.
+    /// Sends one batch of the entries due now, each result first to the admin that sent its
+    /// run when this executor was given that admin's URL (a part for each admin, at once); an
+    /// admin's refusal sends its part one by one. `Err` when no admin could be reached.
     pub(super) async fn deliver_once(
         &self,
         client: &protocol::Client,
@@ -103,16 +106,37 @@ impl Outbox {
         if batch.is_empty() {
             return Ok(Round::Idle(self.next_due()));
         }
+        let full = batch.len() == BATCH;
+        let mut parts: BTreeMap<usize, Vec<HandleCallbackParam>> = BTreeMap::new();
+        for result in batch {
+            parts.entry(self.first_admin(admin, &result)).or_default().push(result);
+        }
+        let rounds = futures_util::future::join_all(
+            parts.into_iter().map(|(first, part)| self.deliver_part(client, admin, first, part)),
+        )
+        .await;
+        let mut more = full;
+        for round in rounds {
+            more |= round?;
+        }
+        Ok(if more { Round::More } else { Round::Idle(self.next_due()) })
+    }
+
+    /// Sends `batch` to the admins, `first` first; an admin's refusal sends it one by one.
+    /// Whether to go on at once (something was refused); `Err` when no admin could be reached.
+    async fn deliver_part(
+        &self,
+        client: &protocol::Client,
+        admin: &AdminLink,
+        first: usize,
+        batch: Vec<HandleCallbackParam>,
+    ) -> anyhow::Result<bool> {
         let results: Vec<&HandleCallbackParam> = batch.iter().collect();
-        match send(client, admin, &results).await {
+        match self.send(client, admin, first, &results).await {
             Sent::Acknowledged => {
                 self.acknowledged(&batch).await;
                 tracing::debug!(count = batch.len(), "delivered {} results", batch.len());
-                return Ok(if batch.len() == BATCH {
-                    Round::More
-                } else {
-                    Round::Idle(self.next_due())
-                });
+                return Ok(false);
             }
             Sent::Unreachable(error) => return Err(error),
             Sent::Refused(error) if batch.len() == 1 => self.refused_alone(&batch[0], &error),
@@ -123,7 +147,7 @@ impl Outbox {
                     batch.len()
                 );
                 for result in &batch {
-                    match send(client, admin, &[result]).await {
+                    match self.send(client, admin, first, &[result]).await {
                         Sent::Acknowledged => {
                             self.acknowledged(std::slice::from_ref(result)).await;
                         }
@@ -133,7 +157,7 @@ impl Outbox {
                 }
             }
         }
-        Ok(Round::More)
+        Ok(true)
     }
 
     /// Up to `limit` pending results not waiting for their own backoff, oldest first.
@@ -200,41 +224,81 @@ impl Outbox {
     }
 }
 
-/// Sends `results` to the first admin that acknowledges them, in the form its generation reads:
-/// a bare array, or for XXL-JOB 3.5 `{"callbackList": [...]}`.
-async fn send(
-    client: &protocol::Client,
-    admin: &AdminLink,
-    results: &[&HandleCallbackParam],
-) -> Sent {
-    let mut refused = None;
-    let mut unreachable = None;
-    let app_name = Some(admin.app_name.as_str());
-    for url in &admin.urls {
-        let sent = match admin.generation {
-            Generation::Classic => {
-                client.call_as::<_, String>(url, "api/callback", results, app_name).await
-            }
-            Generation::V3_5 => {
-                let body = CallbackList { callback_list: results };
-                client.call_as::<_, String>(url, "api/callback", &body, app_name).await
-            }
+impl Outbox {
+    /// The index in `admin.urls` of the admin `result` goes to first: the one that sent its
+    /// run (`replyTo`) if this executor was given its URL and reached it lately, else the first.
+    pub(super) fn first_admin(&self, admin: &AdminLink, result: &HandleCallbackParam) -> usize {
+        let Some(reply_to) = result.reply_to.as_deref().map(|url| url.trim_end_matches('/')) else {
+            return 0;
         };
-        match sent {
-            Ok(_) => return Sent::Acknowledged,
-            Err(error @ ProtocolError::Transport { .. }) => unreachable = Some(error),
-            // The admin recorded part of the batch in its time: the whole batch goes again
-            // after a backoff, not each result alone (which would cost it more).
-            Err(error @ ProtocolError::Refused { .. }) if is_busy(&error) => {
-                unreachable = Some(error)
+        let Some(index) = admin.urls.iter().position(|url| url.trim_end_matches('/') == reply_to)
+        else {
+            return 0;
+        };
+        let Ok(mut passed_over) = self.inner.passed_over.lock() else { return index };
+        match passed_over.get(&index) {
+            Some(until) if *until > Instant::now() => 0,
+            Some(_) => {
+                passed_over.remove(&index);
+                index
             }
-            Err(error) => refused = Some(error),
+            None => index,
         }
     }
-    match (refused, unreachable) {
-        (Some(error), _) => Sent::Refused(error),
-        (None, Some(error)) => Sent::Unreachable(error.into()),
-        (None, None) => Sent::Unreachable(anyhow::anyhow!("no admin URL configured")),
+
+    /// Sends `results` to the first admin that acknowledges them, trying `admin.urls[first]`
+    /// and then the others in order, in the form its generation reads: a bare array, or for
+    /// XXL-JOB 3.5 `{"callbackList": [...]}`. An admin tried first and not reached is passed
+    /// over as a first choice for [`PASS_OVER`].
+    async fn send(
+        &self,
+        client: &protocol::Client,
+        admin: &AdminLink,
+        first: usize,
+        results: &[&HandleCallbackParam],
+    ) -> Sent {
+        let mut refused = None;
+        let mut unreachable = None;
+        let app_name = Some(admin.app_name.as_str());
+        let others = (0..admin.urls.len()).filter(|index| *index != first);
+        for index in std::iter::once(first).chain(others) {
+            let Some(url) = admin.urls.get(index) else { continue };
+            let sent = match admin.generation {
+                Generation::Classic => {
+                    client.call_as::<_, String>(url, "api/callback", results, app_name).await
+                }
+                Generation::V3_5 => {
+                    let body = CallbackList { callback_list: results };
+                    client.call_as::<_, String>(url, "api/callback", &body, app_name).await
+                }
+            };
+            match sent {
+                Ok(_) => return Sent::Acknowledged,
+                Err(error @ ProtocolError::Transport { .. }) => {
+                    if index == first && first != 0 {
+                        self.pass_over(index);
+                    }
+                    unreachable = Some(error);
+                }
+                // The admin recorded part of the batch in its time: the whole batch goes again
+                // after a backoff, not each result alone (which would cost it more).
+                Err(error @ ProtocolError::Refused { .. }) if is_busy(&error) => {
+                    unreachable = Some(error)
+                }
+                Err(error) => refused = Some(error),
+            }
+        }
+        match (refused, unreachable) {
+            (Some(error), _) => Sent::Refused(error),
+            (None, Some(error)) => Sent::Unreachable(error.into()),
+            (None, None) => Sent::Unreachable(anyhow::anyhow!("no admin URL configured")),
+        }
+    }
+
+    fn pass_over(&self, index: usize) {
+        if let Ok(mut passed_over) = self.inner.passed_over.lock() {
+            passed_over.insert(index, Instant::now() + PASS_OVER);
+        }
     }
 }
 

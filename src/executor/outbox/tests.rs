@@ -167,6 +167,53 @@ async fn a_busy_admin_gets_the_batch_again_whole() {
     assert!(outbox.pending_ids().is_empty());
 }
 
+/// A result goes first to the admin that sent its run when the executor was given that admin's
+/// URL, else to the first admin; an unreachable one passes it on to the others in order.
+#[tokio::test]
+async fn each_result_goes_first_to_the_admin_that_sent_its_run() {
+    let admins = [FakeAdmin::default(), FakeAdmin::default(), FakeAdmin::default()];
+    let mut urls = Vec::new();
+    for admin in &admins {
+        urls.push(admin.serve().await);
+    }
+    let gone = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let link = AdminLink { urls: [urls.clone(), vec![gone.clone()]].concat(), ..link("") };
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = Outbox::open(dir.path().join("outbox")).unwrap();
+    let replying = |log_id, reply_to: Option<&str>| HandleCallbackParam {
+        reply_to: reply_to.map(str::to_owned),
+        ..result(log_id)
+    };
+    let with_slash = format!("{}/", urls[1]);
+    let sent = [
+        replying(1, Some(&urls[2])),
+        replying(2, Some(&with_slash)),
+        replying(3, None),
+        replying(4, Some("http://an-admin-this-executor-was-not-given:8080")),
+        replying(5, Some(&gone)),
+        replying(6, Some(&urls[2])),
+    ];
+    for result in &sent {
+        outbox.push(result).unwrap();
+    }
+    let round = outbox.deliver_once(&client(), &link).await.unwrap();
+    assert!(matches!(round, Round::Idle(None)));
+    // Two calls at once: the one to the first admin, and the one it took over.
+    let mut first_admins_calls = admins[0].calls();
+    first_admins_calls.sort();
+    assert_eq!(first_admins_calls, [vec![3, 4], vec![5]]);
+    assert_eq!(admins[1].calls(), [vec![2]]);
+    assert_eq!(admins[2].calls(), [vec![1, 6]]);
+    assert!(outbox.pending_ids().is_empty());
+    // The admin not reached is passed over as a first choice for a while: a paused admin does
+    // not hold each round for a timeout.
+    assert_eq!(outbox.first_admin(&link, &replying(7, Some(&gone))), 0);
+    assert_eq!(outbox.first_admin(&link, &replying(8, Some(&urls[2]))), 2);
+}
+
 #[tokio::test]
 async fn an_unreachable_admin_keeps_everything() {
     let dir = tempfile::tempdir().unwrap();

@@ -209,6 +209,7 @@ pub(super) fn result(
         fuel_used,
         started_at,
         execute_result: None,
+        reply_to: param.reply_to.clone(),
     }
 }
 

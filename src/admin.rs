@@ -174,12 +174,16 @@ pub async fn start(config: AdminConfig) -> anyhow::Result<Admin> {
         }
     };
     let config = fit_modules_to_database(&db, config).await?;
+    // The admin names itself in the runs it sends, so that executors that were given that URL
+    // deliver the results here: the URL it advertises, else its own address if it is bound to
+    // one (bound to every interface, no URL names it).
+    let reply_to = config.advertise_url.clone().or_else(|| {
+        (!local_addr.ip().is_unspecified()).then(|| format!("{scheme}://{local_addr}"))
+    });
     // The state's token is the admin's, so open log streams end when the admin stops.
     let state = AppState { shutdown: shutdown.clone(), ..AppState::new(db, config)? };
-    // Bound to one address, the admin names it in the runs it sends: executors that were given
-    // that URL deliver the results here (not on all interfaces: no URL names the admin then).
-    if !local_addr.ip().is_unspecified() {
-        state.dispatcher.set_reply_to(format!("{scheme}://{local_addr}"));
+    if let Some(url) = reply_to {
+        state.dispatcher.set_reply_to(url);
     }
     let router = router(state.clone()).layer(tower_http::trace::TraceLayer::new_for_http());
     let _ = api.set(router);

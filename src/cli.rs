@@ -285,6 +285,11 @@ pub struct AdminArgs {
     /// refused with 503; 0: no bound.
     #[arg(long, env = "WASMJOB_MAX_UNFINISHED_RUNS", default_value_t = 10_000)]
     pub max_unfinished_runs: u64,
+    /// This admin's URL as its executors are given it (`--admin-url`); default: the listen
+    /// address, unless that is every interface. Runs name it, and an executor given it sends
+    /// their results back here, where their sends are recorded with them.
+    #[arg(long, env = "WASMJOB_ADVERTISE_URL", value_name = "URL")]
+    pub advertise_url: Option<String>,
     #[command(flatten)]
     pub tls: TlsArgs,
     #[command(flatten)]

@@ -7,6 +7,7 @@
 //! `standalone`'s generated tokens are created and read here too. The rest of the code receives
 //! these structs and never reads the environment.
 
+mod checks;
 mod command_line;
 pub mod file;
 
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use self::checks::{advertise_url, check_admin_url, check_app_name, heartbeat, max_unfinished};
 pub use self::command_line::{CommandLine, REDACTED, command_line};
 use crate::access::Role;
 use crate::cli::{
@@ -74,6 +76,9 @@ pub struct AdminConfig {
     pub max_versions_per_job: u32,
     /// New fires and triggers wait while this many runs are unfinished; `None`: no bound.
     pub max_unfinished_runs: Option<u64>,
+    /// The URL executors are given for this admin (`--advertise-url`); `None`: the listen
+    /// address, unless that is every interface.
+    pub advertise_url: Option<String>,
 }
 
 /// Alarm channels configured by flags (webhooks live in the database).
@@ -162,11 +167,6 @@ fn max_versions(args: &BuilderArgs) -> anyhow::Result<u32> {
         anyhow::bail!("--max-versions-per-job must be between 1 and 10000");
     }
     Ok(args.max_versions_per_job)
-}
-
-/// Reads `--max-unfinished-runs` (0: no bound).
-fn max_unfinished(limit: u64) -> Option<u64> {
-    (limit > 0).then_some(limit)
 }
 
 /// How an executor runs.
@@ -313,6 +313,7 @@ impl AdminConfig {
             max_versions_per_job: max_versions(&args.builders)?,
             builders: BuilderConfig::from_args(args.builders, None)?,
             max_unfinished_runs: max_unfinished(args.max_unfinished_runs),
+            advertise_url: args.advertise_url.map(advertise_url).transpose()?,
         })
     }
 }
@@ -435,6 +436,7 @@ impl StandaloneConfig {
                 Some(args.data_dir.join("builders")),
             )?,
             max_unfinished_runs: max_unfinished(args.max_unfinished_runs),
+            advertise_url: None,
         };
         let executor = ExecutorConfig {
             listen: args.executor_listen,
@@ -559,40 +561,6 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 
 fn executor_policy(entries: &[String]) -> anyhow::Result<AddressPolicy> {
     AddressPolicy::parse(entries).map_err(|reason| anyhow::anyhow!("--executor-allow: {reason}"))
-}
-
-/// An admin base URL: http or https, a host, perhaps a path (an admin behind a context path),
-/// and nothing that would send the token somewhere unexpected (userinfo, query, fragment).
-fn check_admin_url(text: &str) -> anyhow::Result<()> {
-    let url =
-        url::Url::parse(text).map_err(|error| anyhow::anyhow!("`{text}` is not a URL: {error}"))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-        anyhow::bail!("`{text}` is not an http:// or https:// URL");
-    }
-    if !url.username().is_empty() || url.password().is_some() {
-        anyhow::bail!("`{text}`: an admin URL carries no user or password");
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        anyhow::bail!("`{text}`: an admin URL has no query or fragment");
-    }
-    Ok(())
-}
-
-fn heartbeat(secs: u64) -> anyhow::Result<Duration> {
-    if !(1..=300).contains(&secs) {
-        anyhow::bail!("--heartbeat-secs must be between 1 and 300");
-    }
-    Ok(Duration::from_secs(secs))
-}
-
-fn check_app_name(app_name: &str) -> anyhow::Result<()> {
-    let ok = !app_name.is_empty()
-        && app_name.len() <= 64
-        && app_name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if !ok {
-        anyhow::bail!("--app-name `{app_name}`: use 1 to 64 letters, digits, '-', '_' or '.'");
-    }
-    Ok(())
 }
 
 #[cfg(test)]

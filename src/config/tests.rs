@@ -83,6 +83,20 @@ fn the_executor_allow_list_is_checked_at_start() {
 }
 
 #[test]
+fn an_advertised_url_is_an_http_url_naming_a_host() {
+    assert_eq!(advertise_url("http://admin-a:8080/".to_owned()).unwrap(), "http://admin-a:8080");
+    assert_eq!(advertise_url("https://10.0.0.5".to_owned()).unwrap(), "https://10.0.0.5");
+    let refused = |url: &str| advertise_url(url.to_owned()).unwrap_err().to_string();
+    assert!(
+        refused("admin-a:8080").starts_with("--advertise-url: use http"),
+        "{}",
+        refused("admin-a:8080")
+    );
+    assert!(refused("ftp://admin-a").starts_with("--advertise-url: use http"));
+    assert!(refused("not a url").starts_with("--advertise-url: not a URL"));
+}
+
+#[test]
 fn admin_urls_are_checked() {
     let table = [
         ("http://127.0.0.1:8080", "ok"),

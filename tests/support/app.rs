@@ -229,6 +229,7 @@ async fn read(reply: reqwest::Response) -> (StatusCode, Value) {
 
 pub fn admin_config(database_url: String) -> AdminConfig {
     AdminConfig {
+        advertise_url: None,
         listen: "127.0.0.1:0".parse().unwrap(),
         database_url,
         admin_token: ADMIN_TOKEN.to_owned(),

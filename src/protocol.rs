@@ -207,10 +207,10 @@ pub struct TriggerParam {
     /// `executorParams` instead ([`WORKFLOW_INPUTS_LINE`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workflow_inputs: Option<Vec<NodeOutputParam>>,
-    /// wasmjob: the URL of the admin that sent the run, as that admin was bound. An executor
-    /// that has this URL among its admins delivers the run's result there first, so that the
-    /// admin holding the send records the result with it; the executor never calls a URL it
-    /// was not given.
+    /// wasmjob: the URL of the admin that sent the run (its `--advertise-url`, or the address
+    /// it is bound to). An executor that has this URL among its admins delivers the run's
+    /// result there first, so that the admin holding the send records the result with it; the
+    /// executor never calls a URL it was not given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<String>,
 }

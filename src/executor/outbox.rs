@@ -80,7 +80,8 @@ struct Inner {
     synced: GroupSync,
     notify: Notify,
     /// Admins (by index in the URL list) that could not be reached when their results went to
-    /// them first, until when their results go in the list's order instead.
+    /// them first, and until when their results go in the list's order instead (an entry is
+    /// overwritten at the next failure; there is one at most per URL).
     passed_over: Mutex<HashMap<usize, Instant>>,
 }
 

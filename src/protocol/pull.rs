@@ -212,14 +212,18 @@ impl PullHub {
         true
     }
 
-    /// Forgets call `id`: not delivered if its parcel is still queued.
+    /// Forgets call `id`: not delivered if its parcel was still queued ([`PullHub::take_back`]),
+    /// else taken and unanswered.
     fn give_up(&self, address: &str, id: u64) -> PullError {
-        let Ok(mut mailboxes) = self.mailboxes.lock() else { return PullError::NoAnswer };
-        let Some(mailbox) = mailboxes.get_mut(address) else { return PullError::NoAnswer };
-        mailbox.waiting.remove(&id);
-        let queued = mailbox.queue.len();
-        mailbox.queue.retain(|parcel| parcel.id != id);
-        if mailbox.queue.len() < queued { PullError::NotConnected } else { PullError::NoAnswer }
+        if self.take_back(address, id) {
+            return PullError::NotConnected;
+        }
+        if let Ok(mut mailboxes) = self.mailboxes.lock()
+            && let Some(mailbox) = mailboxes.get_mut(address)
+        {
+            mailbox.waiting.remove(&id);
+        }
+        PullError::NoAnswer
     }
 
     /// The calls waiting for the executor at `address`, as soon as there is one, or none after

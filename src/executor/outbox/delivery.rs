@@ -222,9 +222,7 @@ impl Outbox {
             );
         }
     }
-}
 
-impl Outbox {
     /// The index in `admin.urls` of the admin `result` goes to first: the one that sent its
     /// run (`replyTo`) if this executor was given its URL and reached it lately, else the first.
     pub(super) fn first_admin(&self, admin: &AdminLink, result: &HandleCallbackParam) -> usize {
@@ -235,15 +233,10 @@ impl Outbox {
         else {
             return 0;
         };
-        let Ok(mut passed_over) = self.inner.passed_over.lock() else { return index };
-        match passed_over.get(&index) {
-            Some(until) if *until > Instant::now() => 0,
-            Some(_) => {
-                passed_over.remove(&index);
-                index
-            }
-            None => index,
-        }
+        let passed_over = self.inner.passed_over.lock().is_ok_and(|passed_over| {
+            passed_over.get(&index).is_some_and(|until| *until > Instant::now())
+        });
+        if passed_over { 0 } else { index }
     }
 
     /// Sends `results` to the first admin that acknowledges them, trying `admin.urls[first]`

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::oneshot;
+
 use crate::admin::now_ms;
 use crate::model::{AddressType, Group, Job};
 use crate::protocol::REGISTRY_GROUP_EXECUTOR;
@@ -32,11 +34,17 @@ const CACHE_TTL_MS: i64 = 1_000;
 const REFRESH_AFTER_MS: i64 = CACHE_TTL_MS * 3 / 4;
 /// How long the background read waits for more jobs to read with the first.
 const REFRESH_GATHER: Duration = Duration::from_millis(50);
+/// How many times the read of missing jobs lets the tasks ready to run ask for theirs too.
+const MISS_GATHER_ROUNDS: usize = 4;
 /// The most cached jobs or groups before a cache starts over.
 const MAX_CACHED: usize = 200_000;
 
 /// A cached copy and when it was read (ms).
 type Cached<T> = (i64, T);
+
+/// A job as read for a caller whose copy was missing or expired; an error as its message,
+/// which every caller of the read gets.
+type MissAnswer = Result<Option<Arc<Job>>, String>;
 
 /// Jobs, groups, online executors and version digests as read recently. Cheap to clone.
 #[derive(Clone)]
@@ -58,6 +66,10 @@ struct Inner {
     refresh: Mutex<HashSet<i64>>,
     /// Whether a task is about to read `refresh`.
     refreshing: AtomicBool,
+    /// Callers waiting for jobs they found no fresh copy of, by job, to be read together.
+    misses: Mutex<HashMap<i64, Vec<oneshot::Sender<MissAnswer>>>>,
+    /// Whether a task is about to read `misses`.
+    reading_misses: AtomicBool,
     /// Groups, with when they were read.
     groups: Mutex<HashMap<i64, Cached<Option<Group>>>>,
     /// Calendars by name, parsed, with when they were read.
@@ -75,6 +87,8 @@ impl Cache {
             jobs: Mutex::default(),
             refresh: Mutex::default(),
             refreshing: AtomicBool::new(false),
+            misses: Mutex::default(),
+            reading_misses: AtomicBool::new(false),
             groups: Mutex::default(),
             calendars: Mutex::default(),
         };
@@ -123,9 +137,59 @@ impl Cache {
             }
             return Ok(job);
         }
-        let job = self.inner.db.get_job(id).await?.map(Arc::new);
-        remember(&self.inner.jobs, id, now, job.clone());
-        Ok(job)
+        self.read_missing(id).await
+    }
+
+    /// Reads job `id`, which has no fresh copy, with the other jobs missed at the same moment:
+    /// one query for them all. A callback's results are applied together, and each needs its
+    /// job; the jobs firing every second are used once a second, as long as their copies last,
+    /// so a copy often expires just before its next use, and each would be a query of its own.
+    async fn read_missing(&self, id: i64) -> anyhow::Result<Option<Arc<Job>>> {
+        let (answer, answered) = oneshot::channel();
+        lock(&self.inner.misses).entry(id).or_default().push(answer);
+        if !self.inner.reading_misses.swap(true, Ordering::AcqRel) {
+            let this = self.clone();
+            tokio::spawn(async move { this.read_misses().await });
+        }
+        match answered.await {
+            Ok(Ok(job)) => Ok(job),
+            Ok(Err(error)) => Err(anyhow::anyhow!(error)),
+            Err(_) => anyhow::bail!("the read of job {id} was abandoned"),
+        }
+    }
+
+    /// Reads the jobs callers are waiting for, once the tasks ready to run have asked for
+    /// theirs (no timer is waited for), remembers them and answers each caller.
+    async fn read_misses(&self) {
+        for _ in 0..MISS_GATHER_ROUNDS {
+            tokio::task::yield_now().await;
+        }
+        let waiting = {
+            let mut misses = lock(&self.inner.misses);
+            self.inner.reading_misses.store(false, Ordering::Release);
+            std::mem::take(&mut *misses)
+        };
+        let ids: Vec<i64> = waiting.keys().copied().collect();
+        let started = now_ms();
+        match self.inner.db.get_jobs(&ids).await {
+            Ok(read) => {
+                let mut read: HashMap<i64, Arc<Job>> =
+                    read.into_iter().map(|job| (job.id, Arc::new(job))).collect();
+                for (id, callers) in waiting {
+                    let job = read.remove(&id);
+                    remember(&self.inner.jobs, id, started, job.clone());
+                    for caller in callers {
+                        let _ = caller.send(Ok(job.clone()));
+                    }
+                }
+            }
+            Err(error) => {
+                let error = format!("reading jobs: {error}");
+                for caller in waiting.into_values().flatten() {
+                    let _ = caller.send(Err(error.clone()));
+                }
+            }
+        }
     }
 
     /// Has job `id` read again, with the other jobs asked for meanwhile, by a task that waits
@@ -271,6 +335,11 @@ fn cached_at<T: Clone>(
     (now_ms - read_at < CACHE_TTL_MS && *read_at <= now_ms).then(|| (*read_at, value.clone()))
 }
 
+/// `mutex`, locked even if a panic poisoned it: what it guards is only ever swapped whole.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn remember<T>(cache: &Mutex<HashMap<i64, Cached<T>>>, id: i64, now_ms: i64, value: T) {
     if let Ok(mut cache) = cache.lock() {
         if cache.len() >= MAX_CACHED {
@@ -294,16 +363,11 @@ mod tests {
         jobs.get(&id).map(|(_, job)| job.as_ref().map(|job| job.spec.name.clone()))
     }
 
-    #[tokio::test]
-    async fn jobs_in_use_are_read_again_together_before_their_copies_expire() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite:{}", dir.path().join("cache.db").display());
-        let db = Db::connect(&url).await.unwrap();
-        let cache = Cache::new(db.clone(), 90_000);
-        let group = db.ensure_group("default", "Default", 0).await.unwrap();
-        let spec = JobSpec {
-            group_id: group.id,
-            name: "first".to_owned(),
+    /// A job of `group_id` that never fires.
+    fn job_spec(group_id: i64) -> JobSpec {
+        JobSpec {
+            group_id,
+            name: String::new(),
             schedule_type: ScheduleType::None,
             schedule_conf: String::new(),
             time_zone: None,
@@ -331,7 +395,17 @@ mod tests {
             calendar: None,
             description: String::new(),
             owner: String::new(),
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn jobs_in_use_are_read_again_together_before_their_copies_expire() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("cache.db").display());
+        let db = Db::connect(&url).await.unwrap();
+        let cache = Cache::new(db.clone(), 90_000);
+        let group = db.ensure_group("default", "Default", 0).await.unwrap();
+        let spec = JobSpec { name: "first".to_owned(), ..job_spec(group.id) };
         let (one, two) =
             (db.create_job(&spec, 1).await.unwrap(), db.create_job(&spec, 1).await.unwrap());
         for job in [&one, &two] {
@@ -359,5 +433,32 @@ mod tests {
         cache.forget_job(one.id);
         cache.refresh_jobs(&[one.id]).await.unwrap();
         assert_eq!(cached_name(&cache, one.id), None);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn jobs_missed_at_once_are_read_together_and_each_caller_gets_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("cache.db").display());
+        let db = Db::connect(&url).await.unwrap();
+        let cache = Cache::new(db.clone(), 90_000);
+        let group = db.ensure_group("default", "Default", 0).await.unwrap();
+        let mut ids = Vec::new();
+        for name in ["a", "b", "c"] {
+            let spec = JobSpec { name: name.to_owned(), ..job_spec(group.id) };
+            ids.push(db.create_job(&spec, 1).await.unwrap().id);
+        }
+        assert!(db.delete_job(ids[2]).await.unwrap());
+        let asked = [ids[0], ids[1], ids[2], ids[0], ids[1], 999_999];
+        let read = futures_util::future::join_all(asked.iter().map(|id| cache.job(*id))).await;
+        let names: Vec<Option<String>> =
+            read.into_iter().map(|job| job.unwrap().map(|job| job.spec.name.clone())).collect();
+        let name = |name: &str| Some(name.to_owned());
+        assert_eq!(names, [name("a"), name("b"), None, name("a"), name("b"), None]);
+        // Every answer is remembered, the missing jobs as missing, from the one read.
+        let jobs = cache.inner.jobs.lock().unwrap();
+        let read_at: HashSet<i64> = asked.iter().map(|id| jobs[id].0).collect();
+        assert_eq!(read_at.len(), 1, "the jobs were not read together: {read_at:?}");
+        assert!(jobs[&ids[2]].1.is_none() && jobs[&999_999].1.is_none());
+        assert!(lock(&cache.inner.misses).is_empty());
     }
 }

@@ -12,7 +12,8 @@
 //! database knows it from the first call: after a restart, and for an executor that beats to
 //! another admin. This admin keeps what it read in memory: what an executor's registration here
 //! says at once, and what the database says for `PEER_TTL_MS`, so that sends cost at most one
-//! query per address in that time. An
+//! query per address in that time: the sends that find it expired together read it once, the
+//! others going on with what was known. An
 //! address with no registration (a `MANUAL` group's) or one registered before the kind was
 //! stored is unknown: it is spoken to as a classic executor (`/run`), and a kill on it says
 //! that it may stop the job's whole queue.
@@ -142,6 +143,8 @@ pub(super) struct Peers(Mutex<HashMap<String, Known>>);
 struct Known {
     at_ms: i64,
     peer: Option<Peer>,
+    /// When a caller began to read the address's registration again, if it is reading it.
+    reading_since_ms: Option<i64>,
 }
 
 impl Peers {
@@ -167,7 +170,30 @@ impl Peers {
         if peers.len() >= MAX_REMEMBERED && !peers.contains_key(address) {
             peers.clear();
         }
-        peers.insert(address.to_owned(), Known { at_ms, peer });
+        peers.insert(address.to_owned(), Known { at_ms, peer, reading_since_ms: None });
+    }
+
+    /// What is known of `address` however old, if a caller began to read it again less than
+    /// `PEER_TTL_MS` before `now_ms`: the callers that find it expired together read it once,
+    /// and the others are told what was known. Otherwise `None`, and the caller is marked as the
+    /// one reading it (a read abandoned midway is taken over after that long).
+    fn being_read(&self, address: &str, now_ms: i64) -> Option<Option<Peer>> {
+        let mut peers = self.0.lock().ok()?;
+        let known = peers.get_mut(address)?;
+        if known.reading_since_ms.is_some_and(|since| now_ms - since < PEER_TTL_MS) {
+            return Some(known.peer.clone());
+        }
+        known.reading_since_ms = Some(now_ms);
+        None
+    }
+
+    /// The read of `address` that [`Peers::being_read`] marked failed.
+    fn read_failed(&self, address: &str) {
+        if let Ok(mut peers) = self.0.lock()
+            && let Some(known) = peers.get_mut(address)
+        {
+            known.reading_since_ms = None;
+        }
     }
 }
 
@@ -191,6 +217,9 @@ impl Dispatcher {
         if let Some(known) = self.inner.peers.fresh(address, read_at) {
             return known;
         }
+        if let Some(known) = self.inner.peers.being_read(address, read_at) {
+            return known;
+        }
         match self.inner.db.registered_peer(REGISTRY_GROUP_EXECUTOR, address).await {
             Ok(registered) => {
                 let peer = registered.and_then(|registered| {
@@ -201,6 +230,7 @@ impl Dispatcher {
             }
             Err(error) => {
                 tracing::warn!(%error, "reading what answers at {address} failed");
+                self.inner.peers.read_failed(address);
                 self.inner.peers.get(address)
             }
         }
@@ -210,6 +240,32 @@ impl Dispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_callers_that_find_an_address_expired_together_read_it_once() {
+        let peers = Peers::default();
+        let peer = Peer::from_registration("app", true, false, false);
+        let renamed = Peer { app_name: "renamed".to_owned(), ..peer.clone() };
+        peers.set("a", Some(peer.clone()), 0);
+        let expired = PEER_TTL_MS;
+        assert_eq!(peers.fresh("a", expired), None);
+        // The first caller reads; those after it, while it does, go on with what was known.
+        assert_eq!(peers.being_read("a", expired), None);
+        assert_eq!(peers.being_read("a", expired + 1), Some(Some(peer.clone())));
+        peers.set("a", Some(renamed.clone()), expired);
+        assert_eq!(peers.fresh("a", expired + 1), Some(Some(renamed.clone())));
+        // A failed read lets the next caller read.
+        let later = 2 * expired;
+        assert_eq!(peers.being_read("a", later), None);
+        peers.read_failed("a");
+        assert_eq!(peers.being_read("a", later), None);
+        // A read abandoned midway is taken over once it is as old as a copy may get.
+        assert_eq!(peers.being_read("a", later + PEER_TTL_MS - 1), Some(Some(renamed)));
+        assert_eq!(peers.being_read("a", later + PEER_TTL_MS), None);
+        // An address never seen is read by each caller.
+        assert_eq!(peers.being_read("b", later), None);
+        assert_eq!(peers.being_read("b", later), None);
+    }
 
     #[test]
     fn a_registration_tells_what_answers_at_an_address() {

@@ -33,7 +33,10 @@
 //!   the bench (`e2e/xxl.rs`), not to ours: `fires_per_sec`, `missed_fires`, `duplicate_fires`,
 //!   `fire_lateness_p50_ms`/`_p99_ms` (scheduled second to the executor's receipt of `/run`),
 //!   `admin_cpu_secs_per_1000_fires`, and how `/api/callback` answered the executor's batched
-//!   callbacks: `callback_answer_p50_ms`/`_p99_ms`/`_max_ms`, `callbacks_failed`;
+//!   callbacks: `callback_answer_p50_ms`/`_p99_ms`/`_max_ms`, `callbacks_failed`. With
+//!   `--xxl-admin URL --xxl-admin-pid PID` it measures an admin the bench did not start, for a
+//!   side-by-side figure, and `--instant-from-receipt` takes the scheduled second from the
+//!   receipt of `/run` (both in `e2e/xxl.rs`);
 //!
 //! - (w) a workflow of `--levels` (10) levels of `--width` (10) `hello` nodes, each level
 //!   after every node of the one before, run `--repeats` (5) times (`e2e/workflow.rs`):
@@ -67,7 +70,9 @@
 //! up.
 //! (a) and (b) print, from the run table, `failover_longest_fire_gap_ms` (over every job, the
 //! longest time between two consecutive fires' commits, the runs' `created_at` consecutive by
-//! fire time: about 1,000 in steady state), `failover_max_lateness_ms` (the latest commit after
+//! fire time: about 1,000 in steady state), `failover_longest_start_gap_ms` (the same between
+//! the fires' starts at the executor, `started_at`: the gap in firing, which a commit made
+//! ahead of its instant does not lengthen), `failover_max_lateness_ms` (the latest commit after
 //! its instant, `created_at` - `fire_time`), `failover_fires_committed_late` (how many fires
 //! were committed after their instant), `failover_max_accepted_lateness_ms` and
 //! `failover_fires_accepted_over_5s_late` (the same for the executor's acceptance as the admin
@@ -135,6 +140,10 @@ struct Args {
     admins: usize,
     kill_admin_at: Option<u64>,
     pull: bool,
+    xxl_admin: Option<String>,
+    xxl_admin_pid: Option<u32>,
+    xxl_access_token: String,
+    instant_from_receipt: bool,
 }
 
 fn args() -> Args {
@@ -159,6 +168,10 @@ fn args() -> Args {
         admins: 1,
         kill_admin_at: None,
         pull: false,
+        xxl_admin: None,
+        xxl_admin_pid: None,
+        xxl_access_token: ACCESS_TOKEN.to_owned(),
+        instant_from_receipt: false,
     };
     let mut words = std::env::args().skip(1);
     while let Some(word) = words.next() {
@@ -184,11 +197,19 @@ fn args() -> Args {
             "--admins" => args.admins = value().parse().unwrap(),
             "--kill-admin-at" => args.kill_admin_at = Some(value().parse().unwrap()),
             "--pull" => args.pull = true,
+            "--xxl-admin" => args.xxl_admin = Some(value()),
+            "--xxl-admin-pid" => args.xxl_admin_pid = Some(value().parse().unwrap()),
+            "--xxl-access-token" => args.xxl_access_token = value(),
+            "--instant-from-receipt" => args.instant_from_receipt = true,
             // cargo bench passes `--bench`.
             _ => {}
         }
     }
     admins::check(&args);
+    assert!(
+        args.xxl_admin.is_none() || args.workloads == "x",
+        "--xxl-admin measures another admin with workload (x) alone: use --workload x"
+    );
     args
 }
 
@@ -196,6 +217,9 @@ fn main() {
     let args = args();
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     tokio.block_on(async {
+        if args.xxl_admin.is_some() {
+            return xxl::against_other_admin(&args).await;
+        }
         for workload in args.workloads.chars() {
             let platform = Platform::start(&args, workload).await;
             match workload {
@@ -350,7 +374,10 @@ impl Platform {
             db_url
         };
         let xxl = match xxl_executor {
-            true => Some(xxl::XxlExecutor::start(&api, "default", ACCESS_TOKEN).await),
+            true => {
+                let receipt = args.instant_from_receipt;
+                Some(xxl::XxlExecutor::start(&api, "default", ACCESS_TOKEN, receipt).await)
+            }
             false => None,
         };
         let platform = Platform {

@@ -218,7 +218,9 @@ pub fn report_cpu(name: &str, cpu: &[f64], fires: usize) {
 }
 
 /// The failover figures over the fires of `ids` scheduled in `from..=until`: the longest gap
-/// between two consecutive fires' commits of one job (`created_at`, consecutive by fire time);
+/// between two consecutive fires' commits of one job (`created_at`, consecutive by fire time),
+/// and between their starts at the executor (`started_at`; the acceptance, `dispatched_at`, for
+/// a run that recorded no start; the time of the read for one not yet sent): the gap in firing;
 /// among the fires scheduled after `killed_at_ms` (after `from` without a kill), the latest
 /// commit after its instant and how many were committed after it, and the latest acceptance by
 /// the executor after its instant (`dispatched_at`: a fire the dead admin committed but did not
@@ -236,7 +238,8 @@ pub async fn report_failover(
     let rows = fetch_all(
         pool,
         &format!(
-            "select job_id, fire_time, created_at, dispatched_at, handle_code, state from runs
+            "select job_id, fire_time, created_at, dispatched_at, started_at, handle_code, state
+             from runs
              where fire_time >= $1 and fire_time <= $2 and attempt = 0
              and trigger_type in ('CRON', 'MISFIRE') and job_id in ({})",
             ids.join(",")
@@ -248,17 +251,28 @@ pub async fn report_failover(
     let read_ms = now_ms();
     let after = killed_at_ms.unwrap_or(from);
     let mut fires: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+    // Each fire's start at the executor (or its acceptance, or now for one not yet sent), by job.
+    let mut starts: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
     let (mut max_late, mut committed_late, mut without_result) = (i64::MIN, 0, 0);
     let (mut max_sent_late, mut sent_over_5s_late, mut unsent) = (i64::MIN, 0, 0);
     for row in &rows {
         let (job_id, fire_time, created_at): (i64, i64, i64) =
             (row.get("job_id"), row.get("fire_time"), row.get("created_at"));
         fires.entry(job_id).or_default().push((fire_time, created_at));
+        let (dispatched_at, started_at): (i64, i64) =
+            (row.get("dispatched_at"), row.get("started_at"));
+        let state: String = row.get("state");
+        let started = match (started_at, dispatched_at) {
+            (0, 0) if state == "pending" || state == "dispatching" => Some(read_ms),
+            (0, 0) => None,
+            (0, at) | (at, _) => Some(at),
+        };
+        if let Some(at) = started {
+            starts.entry(job_id).or_default().push((fire_time, at));
+        }
         if fire_time > after {
             max_late = max_late.max(created_at - fire_time);
             committed_late += i64::from(created_at > fire_time);
-            let dispatched_at: i64 = row.get("dispatched_at");
-            let state: String = row.get("state");
             let accepted_at = match dispatched_at {
                 0 if state == "pending" || state == "dispatching" => {
                     unsent += 1;
@@ -274,18 +288,24 @@ pub async fn report_failover(
         }
         without_result += i64::from(row.get::<i64, _>("handle_code") == 0);
     }
-    let mut longest_gap = 0;
-    for job_fires in fires.values_mut() {
-        job_fires.sort_unstable();
-        for pair in job_fires.windows(2) {
-            longest_gap = longest_gap.max(pair[1].1 - pair[0].1);
+    let longest_gap = |by_job: &mut HashMap<i64, Vec<(i64, i64)>>| {
+        let mut longest = 0;
+        for job_fires in by_job.values_mut() {
+            job_fires.sort_unstable();
+            for pair in job_fires.windows(2) {
+                longest = longest.max(pair[1].1 - pair[0].1);
+            }
         }
-    }
+        longest
+    };
+    let (longest_commit_gap, longest_start_gap) =
+        (longest_gap(&mut fires), longest_gap(&mut starts));
     if let Some(at) = killed_at_ms {
         println!("{name}.failover_killed_admin: {}", platform.admin_count());
         println!("{name}.failover_killed_after_window_start_ms: {}", at - from);
     }
-    println!("{name}.failover_longest_fire_gap_ms: {longest_gap}");
+    println!("{name}.failover_longest_fire_gap_ms: {longest_commit_gap}");
+    println!("{name}.failover_longest_start_gap_ms: {longest_start_gap}");
     let or_na = |ms: i64| if ms == i64::MIN { "n/a".to_owned() } else { ms.to_string() };
     println!("{name}.failover_max_lateness_ms: {}", or_na(max_late));
     println!("{name}.failover_fires_committed_late: {committed_late}");

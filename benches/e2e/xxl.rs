@@ -8,6 +8,14 @@
 //! posts it in one `/api/callback`, waiting for the answer (3 s at most, the Java client's
 //! timeout) before the next. A callback not acknowledged is sent again 30 s later, as the Java
 //! executor retries its failed-callback file.
+//!
+//! With `--xxl-admin URL --xxl-admin-pid PID`, the same executor measures an XXL-JOB admin the
+//! bench did not start (another build, or another scheduler that speaks the protocol), so that
+//! two admins can be measured side by side on one machine (`against_other_admin`).
+//! `--instant-from-receipt` takes the scheduled second from the receipt of `/run`, not from
+//! `logDateTime`, for an admin that sends something else there: lateness is then the part of
+//! the second of receipt past it, and a fire more than 1 s late counts for the next second (a
+//! duplicate there and a miss in its own).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -55,16 +63,23 @@ pub struct XxlExecutor {
 struct Shared {
     recorded: Arc<Mutex<Recorded>>,
     done: mpsc::UnboundedSender<Done>,
+    /// `--instant-from-receipt`.
+    instant_from_receipt: bool,
 }
 
 impl XxlExecutor {
     /// Serves on a free port and registers as `app_name` with the admin at `admin_url`.
-    pub async fn start(admin_url: &str, app_name: &str, access_token: &str) -> XxlExecutor {
+    pub async fn start(
+        admin_url: &str,
+        app_name: &str,
+        access_token: &str,
+        instant_from_receipt: bool,
+    ) -> XxlExecutor {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let recorded = Arc::new(Mutex::new(Recorded::default()));
         let (done, queue) = mpsc::unbounded_channel();
-        let shared = Shared { recorded: recorded.clone(), done };
+        let shared = Shared { recorded: recorded.clone(), done, instant_from_receipt };
         let app = Router::new().fallback(answer).with_state(shared);
         let serve = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
@@ -132,6 +147,12 @@ impl XxlExecutor {
         println!("x.results_acknowledged: {}", recorded.results_acknowledged);
     }
 
+    /// How many distinct jobs have reached the executor so far.
+    fn jobs_seen(&self) -> usize {
+        let recorded = self.recorded.lock().unwrap();
+        recorded.arrivals.iter().map(|arrival| arrival.job_id).collect::<HashSet<_>>().len()
+    }
+
     pub fn stop(self) {
         for task in self.tasks {
             task.abort();
@@ -149,8 +170,11 @@ async fn answer(State(shared): State<Shared>, request: Request) -> axum::Json<Va
         "/run" => {
             let param: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let field = |name: &str| param[name].as_i64().unwrap_or(0);
-            let arrival =
-                Arrival { job_id: field("jobId"), scheduled_ms: field("logDateTime"), received_ms };
+            let scheduled_ms = match shared.instant_from_receipt {
+                true => received_ms / 1000 * 1000,
+                false => field("logDateTime"),
+            };
+            let arrival = Arrival { job_id: field("jobId"), scheduled_ms, received_ms };
             shared.recorded.lock().unwrap().arrivals.push(arrival);
             let done = Done { log_id: field("logId"), log_date_tim: field("logDateTime") };
             let _ = shared.done.send(done);
@@ -215,4 +239,50 @@ async fn callback_thread(
             failed.push((Instant::now() + Duration::from_secs(30), std::mem::take(&mut batch)));
         }
     }
+}
+
+/// Workload (x) against the XXL-JOB admin at `--xxl-admin`, process `--xxl-admin-pid`, which the
+/// bench did not start. The bench serves its executor and registers it as the application
+/// `default`; creating the `--jobs` jobs (every second, handler `demoJobHandler`, routed to that
+/// application) is the operator's, once `x.executor_registered` is printed. The judged window
+/// starts 3 s after every job has reached the executor once (10 min at most) and lasts
+/// `--secs` - 6 s; the admin's CPU time and peak memory come from `/proc`.
+pub async fn against_other_admin(args: &super::Args) {
+    let admin = args.xxl_admin.as_deref().unwrap();
+    let pid = args
+        .xxl_admin_pid
+        .expect("--xxl-admin needs --xxl-admin-pid, the admin's process id, to read its CPU time");
+    assert!(args.secs > 7, "--secs must leave a judged window: 8 or more");
+    let token = &args.xxl_access_token;
+    let executor = XxlExecutor::start(admin, "default", token, args.instant_from_receipt).await;
+    println!(
+        "x.executor_registered: application `default` at {admin}; waiting for {} jobs",
+        args.jobs
+    );
+    std::io::Write::flush(&mut std::io::stdout()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while executor.jobs_seen() < args.jobs {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {} jobs reached the executor in 10 minutes",
+            executor.jobs_seen(),
+            args.jobs
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let from = (super::now_ms() / 1000 + 3) * 1000;
+    let until = from + (args.secs as i64 - 7) * 1000;
+    let sleep_until =
+        |ms: i64| tokio::time::sleep(Duration::from_millis((ms - super::now_ms()).max(0) as u64));
+    sleep_until(from).await;
+    let cpu_before = super::cpu_secs(pid);
+    println!("x.window_secs: {} (admin pid {pid})", (until + 1000 - from) / 1000);
+    std::io::Write::flush(&mut std::io::stdout()).unwrap();
+    sleep_until(until + 1000).await;
+    let cpu = super::cpu_secs(pid) - cpu_before;
+    // Late fires and their callbacks land.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    executor.report(args.jobs, from, until, cpu);
+    println!("x.admin_rss_mb: {:.1}", super::peak_rss_mb(pid));
+    executor.stop();
 }

@@ -5,10 +5,12 @@
 //! kept meanwhile, tens of thousands of results. So a callback is applied a chunk at a time
 //! ([`CHUNK`] results: one read, then their writes sharing the database's group commits), and
 //! no chunk starts once [`ANSWER_WITHIN`] has passed. The first chunk is waited for up to
-//! [`FIRST_CHUNK_WITHIN`], so that a loaded database still records something of every callback
-//! and a small callback is not sent back for want of a few milliseconds. The answer then says
-//! which: every result recorded, or some of them and "send again" ([`protocol::CALLBACK_BUSY`]).
-//! A result applies once, so the ones recorded before are ignored when the batch comes again.
+//! [`FIRST_CHUNK_WITHIN`], so that a small callback is not sent back for want of a few
+//! milliseconds, and no longer: the answer never takes much more than a second, at any load. A
+//! chunk still in flight at the answer goes on to its end, so a loaded database still records
+//! something of every callback. The answer then says which: every result recorded, or some of
+//! them and "send again" ([`protocol::CALLBACK_BUSY`]). A result applies once, so the ones
+//! recorded before are ignored when the batch comes again.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -27,9 +29,9 @@ const CHUNK: usize = 512;
 /// after it, and a chunk still in flight then is left to finish on its own (a chunk whose
 /// writes take longer than this still makes progress, one chunk per callback).
 pub const ANSWER_WITHIN: Duration = Duration::from_millis(800);
-/// How long the first chunk is waited for, past [`ANSWER_WITHIN`] when it must: well inside
-/// XXL-JOB's 3 s client timeout.
-pub const FIRST_CHUNK_WITHIN: Duration = Duration::from_millis(2_500);
+/// How long the first chunk is waited for, past [`ANSWER_WITHIN`] when it must: the answer
+/// comes within a second of the parse, well inside XXL-JOB's 3 s client timeout.
+pub const FIRST_CHUNK_WITHIN: Duration = Duration::from_millis(950);
 
 /// What came of a callback's results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

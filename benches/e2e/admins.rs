@@ -262,25 +262,19 @@ pub async fn report_failover(
         let (dispatched_at, started_at): (i64, i64) =
             (row.get("dispatched_at"), row.get("started_at"));
         let state: String = row.get("state");
-        let started = match (started_at, dispatched_at) {
-            (0, 0) if state == "pending" || state == "dispatching" => Some(read_ms),
-            (0, 0) => None,
-            (0, at) | (at, _) => Some(at),
+        let not_yet_sent = dispatched_at == 0 && (state == "pending" || state == "dispatching");
+        let accepted_at = match dispatched_at {
+            0 if not_yet_sent => Some(read_ms),
+            0 => None,
+            at => Some(at),
         };
-        if let Some(at) = started {
+        if let Some(at) = if started_at > 0 { Some(started_at) } else { accepted_at } {
             starts.entry(job_id).or_default().push((fire_time, at));
         }
         if fire_time > after {
             max_late = max_late.max(created_at - fire_time);
             committed_late += i64::from(created_at > fire_time);
-            let accepted_at = match dispatched_at {
-                0 if state == "pending" || state == "dispatching" => {
-                    unsent += 1;
-                    Some(read_ms)
-                }
-                0 => None,
-                at => Some(at),
-            };
+            unsent += i64::from(not_yet_sent);
             if let Some(at) = accepted_at {
                 max_sent_late = max_sent_late.max(at - fire_time);
                 sent_over_5s_late += i64::from(at - fire_time > 5_000);

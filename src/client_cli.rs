@@ -184,6 +184,9 @@ async fn dispatch(command: ClientCommand) -> Result<(), ClientError> {
 
 /// The admin's URL when no flag, variable or config file gives one.
 const DEFAULT_ADMIN_URL: &str = "http://127.0.0.1:8080";
+/// How long an upload is waited for: past the admin's default build timeout of 300 s, so a build
+/// that the admin would still finish is not given up on here.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(330);
 
 const JOB_COLUMNS: &[&str] =
     &["id", "group_id", "name", "schedule_type", "schedule_conf", "running", "next_fire_time"];
@@ -365,7 +368,7 @@ async fn version(api: &Api, command: VersionCommand) -> Result<(), ClientError> 
             })?;
             let path = format!("/jobs/{job}/versions?remark={}", encode(&remark));
             let request = api.request("POST", &path).header("content-type", "application/wasm");
-            api.record(&api.send(request.body(bytes)).await?)
+            api.record(&api.upload(request.body(bytes)).await?)
         }
         VersionCommand::Activate { job, version } => {
             let path = format!("/jobs/{job}/versions/{version}/activate");
@@ -481,7 +484,21 @@ impl Api {
     }
 
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, ClientError> {
-        let request = request.timeout(Duration::from_secs(60));
+        self.send_within(request, Duration::from_secs(60)).await
+    }
+
+    /// Sends a new version. The admin may build a source for up to its `--build-timeout-secs`
+    /// (300 s unless set) before it answers, so the upload is waited for longer than that.
+    async fn upload(&self, request: reqwest::RequestBuilder) -> Result<Value, ClientError> {
+        self.send_within(request, UPLOAD_TIMEOUT).await
+    }
+
+    async fn send_within(
+        &self,
+        request: reqwest::RequestBuilder,
+        timeout: Duration,
+    ) -> Result<Value, ClientError> {
+        let request = request.timeout(timeout);
         let response = request.send().await.map_err(|error| unavailable(&self.base, &error))?;
         let response = self.check(response).await?;
         let text = response.text().await.map_err(|error| unavailable(&self.base, &error))?;
@@ -560,8 +577,16 @@ impl Api {
     }
 }
 
+/// An admin that did not answer, with the causes reqwest keeps under its own message ("operation
+/// timed out", "connection refused"), which name what went wrong.
 fn unavailable(base: &str, error: &reqwest::Error) -> ClientError {
-    ClientError::new(ExitKind::Unavailable, format!("{base}: {error}"))
+    let mut message = format!("{base}: {error}");
+    let mut cause = std::error::Error::source(error);
+    while let Some(inner) = cause {
+        message.push_str(&format!(": {inner}"));
+        cause = inner.source();
+    }
+    ClientError::new(ExitKind::Unavailable, message)
 }
 
 #[cfg(test)]

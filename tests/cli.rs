@@ -141,7 +141,8 @@ fn the_cli_drives_a_standalone_admin() {
     cli.fails(&["job", "create", "--group-id", "1", "--name", "x", "--schedule-type", "CRON"], 5);
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let gone = Client { url: format!("http://{closed}"), token: cli.token.clone() };
-    gone.fails(&["job", "list"], 1);
+    let refused = gone.fails(&["job", "list"], 1);
+    assert!(refused.to_lowercase().contains("connection refused"), "{refused}");
     assert_eq!(cli.run(&["job", "frobnicate"]).status.code(), Some(2));
 
     // A schedule of its own, far away: the job can be started and stopped.

@@ -277,7 +277,7 @@ async fn carry_out(
             };
             let path = format!("/jobs/{}/versions?remark=wasmjob%20apply", ids.job(key)?);
             let request = api.request("POST", &path).header("content-type", content_type);
-            api.send(request.body(body)).await?;
+            api.upload(request.body(body)).await?;
         }
         Step::Start { key } => {
             api.call("POST", &format!("/jobs/{}/start", ids.job(key)?), Some(json!({}))).await?;

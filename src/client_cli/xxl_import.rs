@@ -319,7 +319,7 @@ async fn build_sources(api: &Api, converted: &Converted) -> Result<(), ClientErr
         for (at, source) in build.sources.iter().enumerate() {
             let path = format!("/jobs/{id}/versions?remark=imported%20from%20XXL-JOB");
             let request = api.request("POST", &path).header("content-type", content_type);
-            match api.send(request.body(source.clone())).await {
+            match api.upload(request.body(source.clone())).await {
                 Ok(_) => {}
                 Err(error) if error.kind == ExitKind::Invalid => {
                     refused = Some((at + 1, error.message));

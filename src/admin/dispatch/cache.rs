@@ -72,6 +72,11 @@ struct Inner {
     reading_misses: AtomicBool,
     /// Groups, with when they were read.
     groups: Mutex<HashMap<i64, Cached<Option<Group>>>>,
+    /// Groups being read again in the background.
+    refreshing_groups: Mutex<HashSet<i64>>,
+    /// Held by the one caller that reads a group no copy is cached of: the others wait for its
+    /// copy instead of each reading it.
+    group_miss: tokio::sync::Mutex<()>,
     /// Calendars by name, parsed, with when they were read.
     calendars: Mutex<HashMap<String, Cached<Option<Arc<Calendar>>>>>,
 }
@@ -90,6 +95,8 @@ impl Cache {
             misses: Mutex::default(),
             reading_misses: AtomicBool::new(false),
             groups: Mutex::default(),
+            refreshing_groups: Mutex::default(),
+            group_miss: tokio::sync::Mutex::new(()),
             calendars: Mutex::default(),
         };
         Cache { inner: Arc::new(inner) }
@@ -236,7 +243,20 @@ impl Cache {
     }
 
     /// Group `id` as read at most [`CACHE_TTL_MS`] ago (`None`: it does not exist).
+    ///
+    /// Every run of a group needs it, so a copy in use is read again in the background once it
+    /// is [`REFRESH_AFTER_MS`] old, and a group without a copy is read by one caller while the
+    /// others wait for it: its expiry found hundreds of sends and results at once, and each
+    /// read it (75 reads a second at 2,000 runs a second).
     pub async fn group(&self, id: i64) -> anyhow::Result<Option<Group>> {
+        let now = now_ms();
+        if let Some((read_at, group)) = cached_at(&self.inner.groups, id, now) {
+            if now - read_at >= REFRESH_AFTER_MS {
+                self.refresh_group(id);
+            }
+            return Ok(group);
+        }
+        let _reading = self.inner.group_miss.lock().await;
         let now = now_ms();
         if let Some((_, group)) = cached_at(&self.inner.groups, id, now) {
             return Ok(group);
@@ -244,6 +264,33 @@ impl Cache {
         let group = self.inner.db.get_group(id).await?;
         remember(&self.inner.groups, id, now, group.clone());
         Ok(group)
+    }
+
+    /// Has group `id` read again by a task of its own, unless one already is. A copy forgotten
+    /// meanwhile (this admin changed the group) or read since the task began stays as it is.
+    fn refresh_group(&self, id: i64) {
+        if !lock(&self.inner.refreshing_groups).insert(id) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let started = now_ms();
+            match this.inner.db.get_group(id).await {
+                Ok(read) => {
+                    let mut groups = lock(&this.inner.groups);
+                    if let Some(entry) = groups.get_mut(&id).filter(|(at, _)| *at < started) {
+                        *entry = (started, read);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        error = format!("{error:#}"),
+                        "reading a cached group again failed"
+                    );
+                }
+            }
+            lock(&this.inner.refreshing_groups).remove(&id);
+        });
     }
 
     /// Forgets the cached copy of group `id`: call it after changing the group.
@@ -465,5 +512,47 @@ mod tests {
         assert_eq!(read_at.len(), 1, "the jobs were not read together: {read_at:?}");
         assert!(jobs[&ids[2]].1.is_none() && jobs[&999_999].1.is_none());
         assert!(lock(&cache.inner.misses).is_empty());
+    }
+    #[tokio::test]
+    async fn a_group_in_use_is_read_again_before_its_copy_expires() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, cache, group_id) = cache_on_sqlite(&dir).await;
+        let title = |cache: &Cache| {
+            let groups = cache.inner.groups.lock().unwrap();
+            groups.get(&group_id).map(|(_, group)| group.as_ref().map(|g| g.title.clone()))
+        };
+        // Callers that find no copy at once all get the group, and one copy is remembered.
+        let asked = futures_util::future::join_all((0..8).map(|_| cache.group(group_id))).await;
+        assert!(asked.iter().all(|group| group.as_ref().unwrap().as_ref().unwrap().id == group_id));
+        assert_eq!(title(&cache), Some(Some("Default".to_owned())));
+        assert!(cache.group(999_999).await.unwrap().is_none());
+        // Another admin renames it; a copy half as old as it may get is still served, and read
+        // again in the background.
+        db.update_group(group_id, "Renamed", AddressType::Auto, &[], 0, 2).await.unwrap().unwrap();
+        let half_old = now_ms() - REFRESH_AFTER_MS;
+        for (read_at, _) in cache.inner.groups.lock().unwrap().values_mut() {
+            *read_at = half_old;
+        }
+        assert_eq!(cache.group(group_id).await.unwrap().unwrap().title, "Default");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while title(&cache) != Some(Some("Renamed".to_owned())) {
+            assert!(std::time::Instant::now() < deadline, "the group was not read again");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        while !lock(&cache.inner.refreshing_groups).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the group's refresh did not end");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // A copy this admin forgot (it changed the group) is not brought back by a refresh.
+        for (read_at, _) in cache.inner.groups.lock().unwrap().values_mut() {
+            *read_at = half_old;
+        }
+        cache.group(group_id).await.unwrap();
+        cache.forget_group(group_id);
+        while !lock(&cache.inner.refreshing_groups).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the group's refresh did not end");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(title(&cache), None);
     }
 }

@@ -513,6 +513,7 @@ mod tests {
         assert!(jobs[&ids[2]].1.is_none() && jobs[&999_999].1.is_none());
         assert!(lock(&cache.inner.misses).is_empty());
     }
+
     #[tokio::test]
     async fn a_group_in_use_is_read_again_before_its_copy_expires() {
         let dir = tempfile::tempdir().unwrap();

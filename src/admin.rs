@@ -38,6 +38,7 @@ use crate::storage::{Db, Unavailable};
 
 pub use self::accounts::{PasswordChecks, create_user_from_cli};
 pub use self::dispatch::{ANSWER_WITHIN, Applied, Cache, Dispatcher, RESULT_GRACE_MS};
+pub use self::partitions::LEASE_MS;
 
 /// What the admin's handlers and loops share. Cheap to clone.
 #[derive(Clone)]

@@ -65,7 +65,9 @@ pub struct AdminMetrics {
     /// The partitions of the schedule this admin holds.
     pub partitions_held: Gauge,
     /// Partitions that changed hands at this admin, by how: `taken`, `released` (given back
-    /// to share them, or at a graceful stop) or `lost` (taken over once its lease ran out).
+    /// to share them, or at a graceful stop) or `lost` (taken over by another admin); and,
+    /// among those `taken`, `taken_at_session_end` (from an admin whose database session
+    /// ended, before their lease ran out).
     pub partition_handovers: Family<Labels, Counter>,
 }
 
@@ -163,7 +165,8 @@ impl AdminMetrics {
         self.admission_refusals.get_or_create(&vec![("source", source.to_owned())]).inc();
     }
 
-    /// Counts `count` partitions that changed hands here, `how` (`taken`, `released`, `lost`).
+    /// Counts `count` partitions that changed hands here, `how` (`taken`, `released`, `lost`,
+    /// `taken_at_session_end`).
     pub fn partition_handovers(&self, how: &str, count: usize) {
         let counter = self.partition_handovers.get_or_create(&vec![("how", how.to_owned())]);
         counter.inc_by(count as u64);

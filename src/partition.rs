@@ -116,17 +116,18 @@ pub struct Plan {
 }
 
 /// Decides `me`'s beat: `live` are the admins seen within the lease (`me` among them or not),
-/// `predecessors` the earlier incarnations of `me` (the same host and listen address: they are
-/// dead, since `me` holds their port), and `leases` every partition's lease after `me` renewed
-/// its own.
+/// `predecessors` the admins known dead (the earlier incarnations of `me`, the same host and
+/// listen address, dead since `me` holds their port; and the admins whose database session
+/// ended), and `leases` every partition's lease after `me` renewed its own.
 ///
 /// Shares: the live admins sorted by id, each gets `PARTITIONS / n`, and the first
 /// `PARTITIONS % n` one more; every admin computes the same shares from the same list, so an
-/// admin above its share gives back what another below it takes. Two kinds of partition are
-/// taken whatever the share, as their jobs would otherwise wait: those of a predecessor (taken
-/// at once, not when its lease runs out) and those whose lease ran out (a dead admin's, while
-/// other dead or paused admins still count as live); an admin above its share after that gives
-/// the excess back at its next beat.
+/// admin above its share gives back what another below it takes. A dead admin's partitions are
+/// taken at once, not when its lease runs out: each live admin takes, in their order, what its
+/// share lacks, so the dead admin's partitions are shared out by the live admins' next beats
+/// without a second handover. Partitions whose lease ran out (a dead admin's, while other dead
+/// or paused admins still count as live) are taken whatever the share, as their jobs would
+/// otherwise wait; an admin above its share after that gives the excess back at its next beat.
 pub fn plan(
     me: &str,
     now_ms: i64,
@@ -146,15 +147,43 @@ pub fn plan(
     let index = members.iter().position(|member| *member == me).unwrap_or(0);
     let total = usize::from(PARTITIONS);
     let share = total / count + usize::from(index < total % count);
-    let mine = leases.iter().filter(|lease| lease.owner.as_deref() == Some(me)).count();
+    let held_by =
+        |member: &str| leases.iter().filter(|lease| lease.owner.as_deref() == Some(member)).count();
+    let mine = held_by(me);
+    let of_the_dead = |lease: &Lease| {
+        lease
+            .owner
+            .as_deref()
+            .is_some_and(|owner| owner != me && predecessors.iter().any(|dead| dead == owner))
+    };
     let orphaned = |lease: &&Lease| {
-        lease.owner.as_deref().is_some_and(|owner| {
-            owner != me
-                && (lease.until_ms < now_ms || predecessors.iter().any(|dead| dead == owner))
-        })
+        of_the_dead(lease)
+            || lease.owner.as_deref().is_some_and(|owner| owner != me && lease.until_ms < now_ms)
     };
     let mut plan = Plan { share, ..Plan::default() };
-    plan.take = leases.iter().filter(orphaned).map(|lease| lease.partition).collect();
+    // Expired leases: whatever the share.
+    plan.take = leases
+        .iter()
+        .filter(|lease| orphaned(lease) && !of_the_dead(lease))
+        .map(|lease| lease.partition)
+        .collect();
+    // The dead admins' partitions: shared out among the live admins in their order, each taking
+    // up to its share, so that each of them takes its part at its own next beat and none is
+    // handed on a second time; what is left over (shares already met) goes to the first.
+    let dead: Vec<u16> =
+        leases.iter().filter(|lease| of_the_dead(lease)).map(|lease| lease.partition).collect();
+    let mut next = 0;
+    for (position, member) in members.iter().enumerate() {
+        let member_share = total / count + usize::from(position < total % count);
+        let part = member_share.saturating_sub(held_by(member)).min(dead.len() - next);
+        if *member == me {
+            plan.take.extend(&dead[next..next + part]);
+        }
+        next += part;
+    }
+    if index == 0 {
+        plan.take.extend(&dead[next..]);
+    }
     let wanted = share.saturating_sub(mine + plan.take.len());
     let mut free: Vec<u16> =
         leases.iter().filter(|lease| lease.owner.is_none()).map(|lease| lease.partition).collect();

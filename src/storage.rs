@@ -54,7 +54,7 @@ pub use self::calendars::CalendarDelete;
 pub use self::caps::CappedClaim;
 pub use self::jobs::{Fire, Fired, JobUpdate};
 pub use self::modules::NewVersion;
-pub use self::partitions::{AdminRecord, Beat};
+pub use self::partitions::{AdminRecord, AdminSession, Beat};
 pub use self::registry::{Peer, RegisteredPeer};
 pub use self::reports::{DAY_MS, DayCounts};
 pub use self::runs::{Claim, NewRun, RunFilter, RunPage};

@@ -205,9 +205,9 @@ async fn two_admins_one_killed_repeatedly(url: String, name: &'static str) {
 /// Three admins on one PostgreSQL database share the schedule, each holding about a third of
 /// the partitions (checked through `GET /api/v1/admins` before the chaos and after the calm).
 /// The first is killed and restarted again and again; the second is paused (`SIGSTOP`) past
-/// its lease twice and resumed, not restarted; the third, spoken to, is never harmed. A dead or
-/// paused admin's partitions are taken over once its lease ran out, within the misfire
-/// threshold: no fire goes missing or doubles, and a resumed admin fires nothing it lost.
+/// its lease twice and resumed, not restarted; the third, spoken to, is never harmed. A killed
+/// admin's partitions are taken over when its database session ends (or by its restarted
+/// incarnation), a paused one's once its lease ran out, within the misfire threshold: no fire goes missing or doubles, and a resumed admin fires nothing it lost.
 /// Consecutive job ids fall in partitions far apart (`partition::of`), so every admin's share
 /// holds some of the jobs (the printout says how many).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,8 +3,17 @@
 //! Every [`BEAT`] (and when a lease it waits for runs out), the admin records itself as live,
 //! renews its leases for [`LEASE_MS`], and does what `partition::plan` says: it gives back
 //! what is above its fair share (first dropping it from what it fires, then in the database)
-//! and takes free partitions up to it, and expired ones and its predecessor's whatever its
-//! share (`partition::plan` says why). What it holds is published in
+//! and takes free partitions up to it, and expired ones and a dead admin's whatever its
+//! share (`partition::plan` says why).
+//!
+//! An admin is known dead, before its lease runs out, in two ways: it is this admin's
+//! predecessor (the same host and listen address), or its database session ended. Each admin
+//! on PostgreSQL or MySQL holds a lock named after it on a connection of its own
+//! (`Db::open_admin_session`), which the database lets go when the connection ends: at once
+//! when the admin's process is killed, as its sockets close with it. A beat reads which
+//! sessions are open, and an admin that saw another's session open and now sees it ended takes
+//! that admin's partitions at once (their fences bumped, so it could fire none of them even
+//! were it alive). A paused admin keeps its session, and its partitions wait for its lease. What it holds is published in
 //! [`Partitions`], which the scheduler, the workflow scheduler and the sweep read; the
 //! scheduler is woken when it changes.
 //!
@@ -16,7 +25,7 @@
 //!
 //! It does not decide shares (`partition`), and it does not fire anything (`scheduler`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -26,10 +35,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::{AppState, now_ms};
 use crate::partition::{self, Held};
+use crate::storage::AdminSession;
 
-/// How long a lease on a partition lasts without renewal: the longest an admin's death delays
-/// its jobs' fires. It is below the default misfire threshold (5 s), so a takeover loses no
-/// fire.
+/// How long a lease on a partition lasts without renewal: the longest a paused admin, or one cut
+/// off from the database, delays its jobs' fires (a killed admin's session ends with it, and
+/// its partitions are taken at the next beat). It is below the default misfire threshold
+/// (5 s), so a takeover loses no fire.
 pub const LEASE_MS: i64 = 4_000;
 /// How often an admin beats: renews its leases and rebalances.
 const BEAT: Duration = Duration::from_secs(1);
@@ -132,8 +143,10 @@ pub(super) async fn run(
 ) {
     let started_at = now_ms();
     let member = member(listen);
+    let mut sessions = Sessions::default();
     loop {
-        let look_again_at = match beat(&state, &address, &member, started_at).await {
+        sessions.open(&state).await;
+        let look_again_at = match beat(&state, &address, &member, started_at, &mut sessions).await {
             Ok(at) => at,
             Err(error) => {
                 tracing::warn!(
@@ -161,6 +174,63 @@ pub(super) async fn run(
         ),
     }
     crate::metrics::admin().partitions_held.set(0);
+    drop(sessions);
+}
+
+/// This admin's session ([`Db::open_admin_session`](crate::storage::Db::open_admin_session)),
+/// and the other admins it saw holding theirs.
+#[derive(Default)]
+struct Sessions {
+    mine: Option<AdminSession>,
+    /// When this admin last tried to open its session and could not.
+    failed_at_ms: Option<i64>,
+    /// The other admins whose session a beat saw open: one whose session ended since is dead.
+    seen: HashSet<String>,
+    /// The admins whose session ended, while they are live or hold leases.
+    dead: HashSet<String>,
+}
+
+impl Sessions {
+    /// Opens this admin's session if it has none, trying at most once a lease.
+    async fn open(&mut self, state: &AppState) {
+        if self.mine.is_some() || self.failed_at_ms.is_some_and(|at| now_ms() - at < LEASE_MS) {
+            return;
+        }
+        match state.db.open_admin_session(state.dispatcher.owner()).await {
+            Ok(Some(session)) => self.mine = Some(session),
+            Ok(None) => self.failed_at_ms = Some(now_ms()),
+            Err(error) => {
+                self.failed_at_ms = Some(now_ms());
+                tracing::warn!(
+                    %error,
+                    "opening this admin's database session failed: other admins will see its \
+                     death only when its leases run out"
+                );
+            }
+        }
+    }
+
+    /// Reads a beat's `open` sessions among the `admins` (live or holding leases): returns
+    /// those (not `me`) whose session this admin saw open and that ended since, for as long as
+    /// they are among the `admins`. Forgets its own session if it ended (a connection lost): it
+    /// opens another before the next beat.
+    fn ended(&mut self, me: &str, open: &HashSet<String>, admins: &HashSet<&str>) -> Vec<String> {
+        if self.mine.is_some() && !open.contains(me) {
+            tracing::warn!("this admin's database session ended: opening another");
+            self.mine = None;
+            self.failed_at_ms = None;
+        }
+        self.dead.extend(self.seen.iter().filter(|admin| !open.contains(*admin)).cloned());
+        self.dead.retain(|admin| admins.contains(admin.as_str()) && !open.contains(admin));
+        self.seen = open
+            .iter()
+            .filter(|admin| *admin != me && admins.contains(admin.as_str()))
+            .cloned()
+            .collect();
+        let mut ended: Vec<String> = self.dead.iter().cloned().collect();
+        ended.sort_unstable();
+        ended
+    }
 }
 
 /// What tells this admin's incarnations apart from other admins: its host's name and the
@@ -180,18 +250,47 @@ async fn beat(
     address: &str,
     member: &str,
     started_at: i64,
+    sessions: &mut Sessions,
 ) -> anyhow::Result<Option<i64>> {
     let owner = state.dispatcher.owner();
     let partitions = state.dispatcher.partitions();
     let before = partitions.held();
     let now = now_ms();
     let beat = state.db.beat_partitions(owner, address, member, started_at, now, LEASE_MS).await?;
-    let plan = partition::plan(owner, now, &beat.live, &beat.predecessors, &beat.leases);
+    let admins: HashSet<&str> = beat
+        .live
+        .iter()
+        .map(String::as_str)
+        .chain(beat.leases.iter().filter_map(|lease| lease.owner.as_deref()))
+        .collect();
+    // An admin whose session ended is dead (or cut off from the database, and then unable to
+    // fire): its partitions are taken now, as a predecessor's are, not when its lease runs out.
+    let ended = sessions.ended(owner, &beat.sessions, &admins);
+    let ended_leases = |dead: &String| {
+        beat.leases.iter().filter(|lease| lease.owner.as_ref() == Some(dead)).count()
+    };
+    let ended_holding: Vec<&String> = ended
+        .iter()
+        .filter(|admin| !beat.predecessors.contains(admin) && ended_leases(admin) > 0)
+        .collect();
+    for dead in &ended_holding {
+        tracing::info!(
+            "admin {dead}'s database session ended: its {} partitions are shared out without \
+             waiting for their leases to run out",
+            ended_leases(dead)
+        );
+    }
+    let mut dead = beat.predecessors.clone();
+    dead.extend(ended_holding.iter().map(|admin| (*admin).clone()));
+    let plan = partition::plan(owner, now, &beat.live, &dead, &beat.leases);
     let metrics = crate::metrics::admin();
     let mut fences: BTreeMap<u16, i64> = beat.renewed.into_iter().collect();
     let lost = before.fences.keys().filter(|held| !fences.contains_key(held)).count();
     if lost > 0 {
-        tracing::warn!("{lost} partitions were taken over by another admin: their lease ran out");
+        tracing::warn!(
+            "{lost} partitions were taken over by another admin: their lease ran out, or this \
+             admin's database session ended"
+        );
         metrics.partition_handovers("lost", lost);
     }
     if !plan.release.is_empty() {
@@ -206,11 +305,19 @@ async fn beat(
     }
     let mut taken_from = Vec::new();
     if !plan.take.is_empty() {
-        let (take, dead) = (&plan.take, &beat.predecessors);
-        let taken = state.db.take_partitions(owner, take, dead, now, now + LEASE_MS).await?;
+        let taken = state.db.take_partitions(owner, &plan.take, &dead, now, now + LEASE_MS).await?;
         if !taken.is_empty() {
             tracing::info!("took {} partitions (share {})", taken.len(), plan.share);
             metrics.partition_handovers("taken", taken.len());
+            let from_ended = beat
+                .leases
+                .iter()
+                .filter(|lease| taken.contains_key(&lease.partition))
+                .filter(|lease| lease.owner.as_ref().is_some_and(|o| ended_holding.contains(&o)))
+                .count();
+            if from_ended > 0 {
+                metrics.partition_handovers("taken_at_session_end", from_ended);
+            }
         }
         // The admins whose partitions were taken from them are not firing: their claimed runs
         // need not wait for their dispatch leases.

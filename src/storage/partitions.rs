@@ -3,7 +3,10 @@
 //! An admin's beat ([`Db::beat_partitions`]) records it as live, renews the leases it holds and
 //! reads every lease; `partition::plan` then says what it takes ([`Db::take_partitions`], a
 //! compare-and-set that bumps the fence) and gives back ([`Db::release_partitions`]). A graceful
-//! stop gives everything back and forgets the admin ([`Db::leave_partitions`]).
+//! stop gives everything back and forgets the admin ([`Db::leave_partitions`]). On PostgreSQL
+//! and MySQL an admin holds a lock named after it on a connection of its own
+//! ([`Db::open_admin_session`]), and a beat reads whose locks are held ([`Beat::sessions`]):
+//! the database lets a lock go when its connection ends, as it does when the admin dies.
 //!
 //! The reads of the scheduler and the sweep name the partitions they cover with
 //! [`partition_filter`], and a fire commits only under the lease it was planned under:
@@ -34,6 +37,81 @@ pub struct Beat {
     pub predecessors: Vec<String>,
     /// Every partition's lease, by partition.
     pub leases: Vec<Lease>,
+    /// The admins, among the live ones and the leases' holders, whose session
+    /// ([`Db::open_admin_session`]) is open: one that held its session and no longer does has
+    /// died, or lost its connection to the database. Empty on SQLite.
+    pub sessions: HashSet<String>,
+}
+
+/// An admin's session ([`Db::open_admin_session`]); closing it (dropping it) lets its lock go.
+pub struct AdminSession {
+    _connection: AnyConnection,
+}
+
+/// The class of the admins' session locks on PostgreSQL (the first key of the two-key
+/// advisory locks): "wjob".
+const SESSION_CLASS: i64 = 0x776a_6f62;
+
+/// The second key of `owner`'s session lock on PostgreSQL: a hash of its id (FNV-1a) in
+/// 31 bits, as an advisory lock's key is a 32-bit integer read back unsigned. Two admins whose
+/// keys collide: the second goes without a session.
+fn session_key(owner: &str) -> i64 {
+    let hash = owner
+        .bytes()
+        .fold(0x811c_9dc5_u32, |hash, byte| (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193));
+    i64::from(hash & 0x7fff_ffff)
+}
+
+/// The name of the session lock of the admin `$1` on MySQL, whose named locks are the server's,
+/// not a database's: a hash of the database's name and the admin's id, within the 64
+/// characters a name may have.
+const MYSQL_SESSION_LOCK: &str = "sha1(concat('wasmjob/', database(), '/', $1))";
+
+/// Of `admins`, those whose session lock is held now.
+async fn sessions_held(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    admins: &[&str],
+) -> Result<HashSet<String>> {
+    let mut held = HashSet::new();
+    match dialect {
+        Dialect::Sqlite => {}
+        Dialect::Postgres => {
+            let keys: HashSet<i64> = query(
+                "select cast(objid as bigint) as key from pg_locks
+                 where locktype = 'advisory' and cast(classid as bigint) = $1 and objsubid = 2
+                 and granted
+                 and database = (select oid from pg_database where datname = current_database())",
+            )
+            .bind(SESSION_CLASS)
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|row| row.try_get("key"))
+            .collect::<std::result::Result<_, _>>()?;
+            held.extend(
+                admins
+                    .iter()
+                    .filter(|admin| keys.contains(&session_key(admin)))
+                    .map(|admin| (*admin).to_owned()),
+            );
+        }
+        Dialect::Mysql => {
+            for admin in admins {
+                let user = query(&format!(
+                    "select cast(is_used_lock({MYSQL_SESSION_LOCK}) as bigint) as user"
+                ))
+                .bind(*admin)
+                .fetch_one(&mut *conn)
+                .await?
+                .try_get::<Option<i64>, _>("user")?;
+                if user.is_some() {
+                    held.insert((*admin).to_owned());
+                }
+            }
+        }
+    }
+    Ok(held)
 }
 
 /// A live admin and the partitions it holds (`GET /api/v1/admins`).
@@ -81,22 +159,18 @@ impl Db {
         .await?;
         let mut predecessors = Vec::new();
         if !member.is_empty() {
-            let before = "from admins where member = $1 and owner <> $2 and started_at <= $3";
-            for row in query(&format!("select owner {before}"))
-                .bind(member)
-                .bind(owner)
-                .bind(started_at)
-                .fetch_all(&mut *tx)
-                .await?
+            for row in query(
+                "delete from admins where member = $1 and owner <> $2 and started_at <= $3
+                 returning owner",
+            )
+            .bind(member)
+            .bind(owner)
+            .bind(started_at)
+            .fetch_all(&mut *tx)
+            .await?
             {
                 predecessors.push(row.try_get::<String, _>("owner")?);
             }
-            query(&format!("delete {before}"))
-                .bind(member)
-                .bind(owner)
-                .bind(started_at)
-                .execute(&mut *tx)
-                .await?;
         }
         query("update partitions set lease_until = $1 where owner = $2")
             .bind(now_ms + lease_ms)
@@ -111,13 +185,51 @@ impl Db {
             .map(|row| row.try_get::<String, _>("owner"))
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let leases = read_leases(&mut tx).await?;
+        let mut admins: Vec<&str> = live.iter().map(String::as_str).collect();
+        admins.extend(leases.iter().filter_map(|lease| lease.owner.as_deref()));
+        admins.sort_unstable();
+        admins.dedup();
+        let sessions = sessions_held(&mut tx, self.dialect, &admins).await?;
         tx.commit().await?;
         let renewed = leases
             .iter()
             .filter(|lease| lease.owner.as_deref() == Some(owner))
             .map(|lease| (lease.partition, lease.fence))
             .collect();
-        Ok(Beat { renewed, live, predecessors, leases })
+        Ok(Beat { renewed, live, predecessors, leases, sessions })
+    }
+
+    /// Opens `owner`'s session: a connection of its own, out of the pool, that holds a lock
+    /// named after `owner` for as long as it is open (an advisory lock on PostgreSQL, a named
+    /// lock on MySQL). The database lets the lock go the moment the connection ends, which it
+    /// does when the admin's process dies: the other admins' beats see it
+    /// ([`Beat::sessions`]). `None` on SQLite, which one admin uses alone, and when the lock
+    /// is held already (by a session of an admin with a colliding key; the admin then goes
+    /// without, and its death is seen only when its lease runs out).
+    pub async fn open_admin_session(&self, owner: &str) -> Result<Option<AdminSession>> {
+        if self.dialect == Dialect::Sqlite {
+            return Ok(None);
+        }
+        let mut connection = self.pool.acquire().await?.detach();
+        let held = match self.dialect {
+            Dialect::Postgres => query(
+                "select pg_try_advisory_lock(cast($1 as integer), cast($2 as integer)) as held",
+            )
+            .bind(SESSION_CLASS)
+            .bind(session_key(owner))
+            .fetch_one(&mut connection)
+            .await?
+            .try_get::<bool, _>("held")?,
+            _ => {
+                query(&format!("select cast(get_lock({MYSQL_SESSION_LOCK}, 0) as bigint) as held"))
+                    .bind(owner)
+                    .fetch_one(&mut connection)
+                    .await?
+                    .try_get::<Option<i64>, _>("held")?
+                    == Some(1)
+            }
+        };
+        Ok(held.then_some(AdminSession { _connection: connection }))
     }
 
     /// Takes, for `owner` until `lease_until_ms`, each of `partitions` that is still free at

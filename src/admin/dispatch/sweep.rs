@@ -108,10 +108,12 @@ impl Dispatcher {
         };
         if expired > 0 {
             tracing::info!("{expired} runs claimed by {gone:?} and not sent: sending them");
-            let held = self.inner.partitions.held();
-            if let Err(error) = self.send_abandoned(now, &held).await {
-                tracing::error!(error = format!("{error:#}"), "sending abandoned runs failed");
-            }
+        }
+        // Even with none expired here: another admin that took some of the same admin's
+        // partitions may have ended the leases, of runs in the partitions taken here too.
+        let held = self.inner.partitions.held();
+        if let Err(error) = self.send_abandoned(now, &held).await {
+            tracing::error!(error = format!("{error:#}"), "sending abandoned runs failed");
         }
     }
 

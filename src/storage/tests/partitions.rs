@@ -137,3 +137,38 @@ async fn a_fire_commits_only_under_the_lease_it_was_planned_under() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn an_admins_session_is_seen_open_until_its_connection_ends() {
+    each_backend("admin_sessions", |db| async move {
+        let owner = "with-a-session";
+        let session = db.open_admin_session(owner).await.unwrap();
+        if db.dialect() == Dialect::Sqlite {
+            assert!(session.is_none(), "one admin uses SQLite alone: no session");
+            let beat = db.beat_partitions(owner, "", "", 0, 1_000, LEASE_MS).await.unwrap();
+            assert!(beat.sessions.is_empty());
+            return;
+        }
+        let session = session.expect("a session");
+        // Its lock is held: a second session of the same id cannot take it.
+        assert!(db.open_admin_session(owner).await.unwrap().is_none());
+        db.beat_partitions("without", "", "", 0, 1_000, LEASE_MS).await.unwrap();
+        let beat = db.beat_partitions(owner, "", "", 0, 1_000, LEASE_MS).await.unwrap();
+        assert_eq!(beat.sessions, [owner.to_owned()].into(), "only the admin with a session");
+
+        // Its connection ends: the database lets the lock go, and a beat sees it.
+        drop(session);
+        let mut open = true;
+        for _ in 0..100 {
+            let beat = db.beat_partitions("without", "", "", 0, 1_100, LEASE_MS).await.unwrap();
+            open = beat.sessions.contains(owner);
+            if !open {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(!open, "the session was seen to end");
+        assert!(db.open_admin_session(owner).await.unwrap().is_some(), "and can be opened again");
+    })
+    .await;
+}

@@ -1,14 +1,15 @@
 //! Partitions: how admins that share one database share its schedule.
 //!
 //! The space of jobs (and of workflows) is cut into [`PARTITIONS`] partitions by id
-//! ([`of`], which spreads consecutive ids over the partitions). An admin fires only the jobs of the partitions it holds, under a lease with an
-//! owner, a fence and an expiry that it renews every beat; a partition is taken over only once
-//! it is free or its lease ran out, and every take bumps its fence.
+//! ([`of`], which spreads consecutive ids over the partitions). An admin fires only the jobs of
+//! the partitions it holds, under a lease with an owner, a fence and an expiry that it renews
+//! every beat; a partition is taken over only once it is free, its lease ran out or its holder
+//! is known dead, and every take bumps its fence.
 //!
 //! This module decides, purely, what an admin does with the partitions at each beat ([`plan`]):
 //! from the live admins and each partition's lease, how many partitions are its fair share
 //! (each of N live admins about 1/N, the same answer on every admin), which partitions it
-//! takes (free ones up to its share; expired ones and its dead predecessor's whatever the
+//! takes (free ones up to its share, and its part of a dead admin's; expired ones whatever the
 //! share), which it gives back when it holds more, and when to look again because a lease it
 //! waits for runs out.
 //!
@@ -156,15 +157,15 @@ pub fn plan(
             .as_deref()
             .is_some_and(|owner| owner != me && predecessors.iter().any(|dead| dead == owner))
     };
-    let orphaned = |lease: &&Lease| {
-        of_the_dead(lease)
-            || lease.owner.as_deref().is_some_and(|owner| owner != me && lease.until_ms < now_ms)
+    let expired = |lease: &Lease| {
+        lease.owner.as_deref().is_some_and(|owner| owner != me && lease.until_ms < now_ms)
     };
+    let orphaned = |lease: &&Lease| of_the_dead(lease) || expired(lease);
     let mut plan = Plan { share, ..Plan::default() };
-    // Expired leases: whatever the share.
+    // Expired leases of admins not known dead: whatever the share.
     plan.take = leases
         .iter()
-        .filter(|lease| orphaned(lease) && !of_the_dead(lease))
+        .filter(|lease| expired(lease) && !of_the_dead(lease))
         .map(|lease| lease.partition)
         .collect();
     // The dead admins' partitions: shared out among the live admins in their order, each taking

@@ -1,6 +1,7 @@
 //! Admins that share a database share the schedule: each holds about a third of the
 //! partitions, every fire happens once whichever admin holds its job, and an admin that stops
-//! hands its partitions over without a fire missed. (Kills and pauses are the fault harness's:
+//! hands its partitions over without a fire missed; one that is killed loses its partitions
+//! when its database session ends. (Fires through kills and pauses are the fault harness's:
 //! `fault::three_admins_one_killed_one_paused_on_postgres`.)
 
 use std::collections::{BTreeMap, BTreeSet};

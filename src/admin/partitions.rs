@@ -3,8 +3,10 @@
 //! Every [`BEAT`] (and when a lease it waits for runs out), the admin records itself as live,
 //! renews its leases for [`LEASE_MS`], and does what `partition::plan` says: it gives back
 //! what is above its fair share (first dropping it from what it fires, then in the database)
-//! and takes free partitions up to it, and expired ones and a dead admin's whatever its
-//! share (`partition::plan` says why).
+//! and takes free partitions up to it, its part of a dead admin's, and expired ones whatever
+//! its share (`partition::plan` says why). What it holds is published in [`Partitions`], which
+//! the scheduler, the workflow scheduler and the sweep read; the scheduler is woken when it
+//! changes.
 //!
 //! An admin is known dead, before its lease runs out, in two ways: it is this admin's
 //! predecessor (the same host and listen address), or its database session ended. Each admin
@@ -12,10 +14,9 @@
 //! (`Db::open_admin_session`), which the database lets go when the connection ends: at once
 //! when the admin's process is killed, as its sockets close with it. A beat reads which
 //! sessions are open, and an admin that saw another's session open and now sees it ended takes
-//! that admin's partitions at once (their fences bumped, so it could fire none of them even
-//! were it alive). A paused admin keeps its session, and its partitions wait for its lease. What it holds is published in
-//! [`Partitions`], which the scheduler, the workflow scheduler and the sweep read; the
-//! scheduler is woken when it changes.
+//! its part of that admin's partitions at once (their fences bumped, so it could fire none of
+//! them even were it alive). A paused admin keeps its session, and its partitions wait for its
+//! lease.
 //!
 //! A held set is trusted only for [`LEASE_MS`] after the renewal that returned it: an admin
 //! whose beats fail (its database unreachable, the process paused) stops firing when its lease
@@ -174,6 +175,7 @@ pub(super) async fn run(
         ),
     }
     crate::metrics::admin().partitions_held.set(0);
+    // Only now, its partitions given back: the others see the session end.
     drop(sessions);
 }
 

@@ -52,7 +52,7 @@ pub use self::audit::{AuditEntry, AuditPage, AuditRecord};
 pub use self::backfills::{NewBackfill, Release};
 pub use self::calendars::CalendarDelete;
 pub use self::caps::CappedClaim;
-pub use self::jobs::{Fire, Fired, JobUpdate};
+pub use self::jobs::{DueJob, Fire, Fired, JobUpdate};
 pub use self::modules::NewVersion;
 pub use self::partitions::{AdminRecord, AdminSession, Beat};
 pub use self::registry::{Peer, RegisteredPeer};

@@ -11,6 +11,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use wasmjob::admin::{self, Admin};
 use wasmjob::executor;
+use wasmjob::storage::RunFilter;
 use wasmjob::storage::testing::fetch_all;
 
 use crate::support::app::{admin_config, executor_config};
@@ -258,4 +259,55 @@ async fn shares(api: &Api) -> BTreeMap<String, BTreeSet<u16>> {
             (admin["id"].as_str().unwrap().to_owned(), partitions)
         })
         .collect()
+}
+
+/// A job changed through another admin (here: in the database, behind this admin's copy of it)
+/// fires by its new schedule from its next pass on: a pass reads what decides a fire from the
+/// database, and a job whose copy says otherwise is read again whole. With this admin's copy
+/// (every second) the fire after the due one would be a second later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_changed_through_another_admin_fires_by_its_new_schedule() {
+    for backend in backends() {
+        let app = TestApp::start(backend).await;
+        let api = &app.api;
+        let state = &app.admin.as_ref().unwrap().state;
+        let job_id = api
+            .create_job(json!({
+                "name": "changed elsewhere", "schedule_type": "CRON", "schedule_conf": "* * * * * ?",
+            }))
+            .await;
+        api.upload(job_id, sample_job("hello")).await;
+        let (status, started) = api.post(&format!("/api/v1/jobs/{job_id}/start"), json!({})).await;
+        assert_eq!(status, StatusCode::OK, "{started}");
+        let runs = |from_ms: i64| {
+            let filter = RunFilter {
+                job_id: Some(job_id),
+                from_ms: Some(from_ms),
+                limit: 10,
+                ..RunFilter::default()
+            };
+            async move { state.db.list_runs(&filter).await.unwrap().total }
+        };
+        wait_until("the job fires", || async { (runs(0).await > 0).then_some(()) }).await;
+        // This admin's copy, read now, still says every second when the next pass uses it.
+        state.cache.forget_job(job_id);
+        assert!(state.cache.job(job_id).await.unwrap().is_some());
+        let job = state.db.get_job(job_id).await.unwrap().unwrap();
+        let mut spec = job.spec.clone();
+        spec.schedule_conf = "0 0 0 1 1 ?".to_owned();
+        state.db.update_job(job_id, &spec, job.next_fire_ms, admin::now_ms()).await.unwrap();
+        let moved = wait_until("the job's next fire follows the new schedule", || async {
+            let now = state.db.get_job(job_id).await.unwrap().unwrap();
+            (now.next_fire_ms > admin::now_ms() + 86_400_000).then_some(now)
+        })
+        .await;
+        assert!(moved.running);
+        assert_eq!(
+            runs(job.next_fire_ms + 1).await,
+            0,
+            "no fire after the one due at the change ({} ms)",
+            job.next_fire_ms
+        );
+        app.stop().await;
+    }
 }

@@ -16,6 +16,12 @@
 //! A `FIX_DELAY` job's fire leaves it running without a next fire time; the transaction that
 //! ends the fire's last run sets it (`lifecycle`), and the next pass, within a second, sees it.
 //!
+//! A pass reads of each due job only what decides its fire (`DueJob`: its due instant, schedule,
+//! calendar and version); the rest (routing, parameter, sharding) comes from the dispatcher's
+//! copy of the job, as for its sends and manual triggers, and so reflects a change made through
+//! another admin within that copy's second. A copy that fires otherwise than the row says is
+//! not used: the job is read again whole.
+//!
 //! Workflows with a schedule fire in a loop of their own ([`run_workflows`]), the same way.
 //!
 //! An admin fires only the jobs and workflows of the partitions it holds (`admin::partitions`),
@@ -28,6 +34,8 @@
 //! woken by a job change. While the bound on unfinished runs is reached (`admission`), a pass
 //! fires only the due jobs with no run in flight, and looks again after [`HELD_FOR_MS`].
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -39,7 +47,7 @@ use crate::model::DEFAULT_MISFIRE_THRESHOLD_MS;
 use crate::model::Job;
 use crate::schedule::calendar::{self, CalendarDecision};
 use crate::schedule::{FireDecision, NextFire, Schedule, decide};
-use crate::storage::Fire;
+use crate::storage::{DueJob, Fire};
 
 /// How far ahead of its instant a fire is committed, so that sending can start on time.
 pub const LOOKAHEAD_MS: i64 = 1_000;
@@ -170,9 +178,10 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
         }
         Err(AdmitError::Internal(error)) => return Err(error.into()),
     };
+    let due = resolve(state, due).await?;
     let mut fires = Vec::with_capacity(due.len());
-    for job in &due {
-        match plan(state, job, now).await {
+    for (row, job) in &due {
+        match plan(state, job, row.next_fire_ms, now).await {
             Ok(Some(fire)) => fires.push(fire),
             Ok(None) => {}
             Err(error) => tracing::error!(
@@ -232,9 +241,44 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     Ok(state.db.earliest_fire(&lease).await?)
 }
 
-/// What firing `job` now means: its fire (next fire time and runs) and the instant to send the
-/// runs at, or `None` when the job stops because its schedule no longer parses.
-async fn plan(state: &AppState, job: &Job, now: i64) -> anyhow::Result<Option<(Fire, i64)>> {
+/// The due jobs `due` with the whole of each job: the dispatcher's copy where it fires as the
+/// row read now says (the same schedule, calendar and version), else the job read again, all
+/// of them with one query (one changed through another admin since the copy was read, or one
+/// this admin has no copy of, as after it took partitions over); a stale copy is forgotten. A
+/// job deleted since the due read is left out.
+async fn resolve(state: &AppState, due: Vec<DueJob>) -> anyhow::Result<Vec<(DueJob, Arc<Job>)>> {
+    let mut resolved = Vec::with_capacity(due.len());
+    let mut stale = Vec::new();
+    for row in due {
+        match state.cache.cached_job(row.id) {
+            Some(Some(job)) if row.matches(&job) => resolved.push((row, job)),
+            _ => stale.push(row),
+        }
+    }
+    if stale.is_empty() {
+        return Ok(resolved);
+    }
+    let ids: Vec<i64> = stale.iter().map(|row| row.id).collect();
+    let mut read: HashMap<i64, Job> =
+        state.db.get_jobs(&ids).await?.into_iter().map(|job| (job.id, job)).collect();
+    for row in stale {
+        state.cache.forget_job(row.id);
+        if let Some(job) = read.remove(&row.id) {
+            resolved.push((row, Arc::new(job)));
+        }
+    }
+    Ok(resolved)
+}
+
+/// What firing `job` at its due fire `next_fire_ms` now means: its fire (next fire time and
+/// runs) and the instant to send the runs at, or `None` when the job stops because its schedule
+/// no longer parses.
+async fn plan(
+    state: &AppState,
+    job: &Job,
+    next_fire_ms: i64,
+    now: i64,
+) -> anyhow::Result<Option<(Fire, i64)>> {
     let schedule = match Schedule::parse(
         job.spec.schedule_type,
         &job.spec.schedule_conf,
@@ -251,7 +295,7 @@ async fn plan(state: &AppState, job: &Job, now: i64) -> anyhow::Result<Option<(F
     };
     let (misfire, threshold) = (job.spec.misfire_strategy, job.spec.misfire_threshold_ms);
     let decision = match job.spec.calendar.as_deref() {
-        None => decide(&schedule, misfire, threshold, job.next_fire_ms, now),
+        None => decide(&schedule, misfire, threshold, next_fire_ms, now),
         Some(name) => {
             let Some(calendar) = state.cache.calendar(name).await? else {
                 tracing::error!(
@@ -262,20 +306,19 @@ async fn plan(state: &AppState, job: &Job, now: i64) -> anyhow::Result<Option<(F
                 state.db.set_job_running(job.id, None, now).await?;
                 return Ok(None);
             };
-            match calendar::decide(&calendar, &schedule, misfire, threshold, job.next_fire_ms, now)
-            {
+            match calendar::decide(&calendar, &schedule, misfire, threshold, next_fire_ms, now) {
                 CalendarDecision::Decided(decision) => decision,
                 CalendarDecision::Excluded { exclusion, next } => {
                     tracing::debug!(
                         job.id = job.id,
                         "job {} not fired at {}: excluded by {} of calendar `{name}`",
                         job.id,
-                        job.next_fire_ms,
+                        next_fire_ms,
                         exclusion.rule
                     );
                     let fire = Fire {
                         job_id: job.id,
-                        expected_fire_ms: job.next_fire_ms,
+                        expected_fire_ms: next_fire_ms,
                         next,
                         runs: Vec::new(),
                         claim: None,
@@ -303,24 +346,14 @@ async fn plan(state: &AppState, job: &Job, now: i64) -> anyhow::Result<Option<(F
         }
         None => {
             crate::metrics::admin().misfires.inc();
-            tracing::info!(
-                job.id = job.id,
-                "job {} misfired at {}: skipped",
-                job.id,
-                job.next_fire_ms
-            );
+            tracing::info!(job.id = job.id, "job {} misfired at {}: skipped", job.id, next_fire_ms);
             Vec::new()
         }
     };
     if decision.next == NextFire::Never {
         tracing::info!(job.id = job.id, "job {} has no further fire time: stopped", job.id);
     }
-    let fire = Fire {
-        job_id: job.id,
-        expected_fire_ms: job.next_fire_ms,
-        next: decision.next,
-        runs,
-        claim,
-    };
+    let fire =
+        Fire { job_id: job.id, expected_fire_ms: next_fire_ms, next: decision.next, runs, claim };
     Ok(Some((fire, fire_at)))
 }

@@ -8,7 +8,7 @@ use super::run_writes::{Insert, insert_many};
 use super::runs::{Claim, NewRun};
 use super::statement::Cells;
 use super::{Db, Dialect, Result, parse_column, split_list};
-use crate::model::{Job, JobSpec, child_job_cycle};
+use crate::model::{Job, JobSpec, MisfireStrategy, ScheduleType, child_job_cycle};
 use crate::partition::{self, Held};
 use crate::schedule::NextFire;
 
@@ -19,6 +19,63 @@ pub(super) const COLUMNS: &str =
     sharding_total_count, sharding_item_parameters, sharding_strategy, alarm_silence_secs, retry_interval_secs,
     retry_backoff, retry_max_interval_secs, max_concurrent_runs, running, next_fire_ms, active_version, created_at, updated_at,
     calendar, description, owner";
+
+/// The columns of a [`DueJob`].
+const DUE_COLUMNS: &str = "id, next_fire_ms, schedule_type, schedule_conf, time_zone,
+    misfire_strategy, misfire_threshold_ms, calendar, active_version";
+
+/// A due job as the scheduler reads it: when it fires and what decides its fire, as they are in
+/// the database now. The rest of the job a fire needs (routing, parameters, sharding) comes
+/// from the dispatcher's copy of it, which is what sends and triggers use too: a row of a few
+/// columns is read per fire instead of every column of the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueJob {
+    /// The job's id.
+    pub id: i64,
+    /// The fire that is due (ms since the epoch).
+    pub next_fire_ms: i64,
+    /// Its schedule, as [`JobSpec`] has it.
+    pub schedule_type: ScheduleType,
+    pub schedule_conf: String,
+    pub time_zone: Option<String>,
+    /// What a late fire does, and how late is late.
+    pub misfire_strategy: MisfireStrategy,
+    pub misfire_threshold_ms: i64,
+    /// The business calendar it fires by, if any.
+    pub calendar: Option<String>,
+    /// The version its runs run.
+    pub active_version: Option<i64>,
+}
+
+impl DueJob {
+    /// Whether `job`, a copy read earlier, fires as this row says: the same schedule, misfire
+    /// handling, calendar and version.
+    pub fn matches(&self, job: &Job) -> bool {
+        let spec = &job.spec;
+        job.id == self.id
+            && spec.schedule_type == self.schedule_type
+            && spec.schedule_conf == self.schedule_conf
+            && spec.time_zone == self.time_zone
+            && spec.misfire_strategy == self.misfire_strategy
+            && spec.misfire_threshold_ms == self.misfire_threshold_ms
+            && spec.calendar == self.calendar
+            && job.active_version == self.active_version
+    }
+}
+
+fn due_job_from_row(row: &impl Cells) -> Result<DueJob> {
+    Ok(DueJob {
+        id: row.required_int("id")?,
+        next_fire_ms: row.required_int("next_fire_ms")?,
+        schedule_type: parse_column(row, "schedule_type")?,
+        schedule_conf: row.required_text("schedule_conf")?,
+        time_zone: row.text("time_zone")?,
+        misfire_strategy: parse_column(row, "misfire_strategy")?,
+        misfire_threshold_ms: row.required_int("misfire_threshold_ms")?,
+        calendar: row.text("calendar")?,
+        active_version: row.int("active_version")?,
+    })
+}
 
 /// The key of the PostgreSQL advisory lock that changes of the child-job graph take, so that
 /// they are checked and written one at a time ("wjchild" in ASCII).
@@ -199,8 +256,8 @@ impl Db {
     }
 
     /// Running jobs of the partitions `held` holds whose next fire is at or before
-    /// `until_ms`, soonest first.
-    pub async fn due_jobs(&self, until_ms: i64, limit: i64, held: &Held) -> Result<Vec<Job>> {
+    /// `until_ms`, soonest first: their schedules, not their whole specs (see [`DueJob`]).
+    pub async fn due_jobs(&self, until_ms: i64, limit: i64, held: &Held) -> Result<Vec<DueJob>> {
         self.due_jobs_where(until_ms, limit, &partition_filter(held, "jobs.id")).await
     }
 
@@ -211,7 +268,7 @@ impl Db {
         until_ms: i64,
         limit: i64,
         held: &Held,
-    ) -> Result<Vec<Job>> {
+    ) -> Result<Vec<DueJob>> {
         let idle = format!(
             "{} and not exists (select 1 from runs where runs.job_id = jobs.id and runs.{})",
             partition_filter(held, "jobs.id"),
@@ -221,9 +278,14 @@ impl Db {
     }
 
     /// The due jobs that also meet `condition` (a SQL `and …` over `jobs`, or nothing).
-    async fn due_jobs_where(&self, until_ms: i64, limit: i64, condition: &str) -> Result<Vec<Job>> {
+    async fn due_jobs_where(
+        &self,
+        until_ms: i64,
+        limit: i64,
+        condition: &str,
+    ) -> Result<Vec<DueJob>> {
         let rows = query(&format!(
-            "select {COLUMNS} from jobs
+            "select {DUE_COLUMNS} from jobs
              where running = 1 and next_fire_ms > 0 and next_fire_ms <= $1 {condition}
              order by next_fire_ms limit $2"
         ))
@@ -231,7 +293,7 @@ impl Db {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(job_from_row).collect()
+        rows.iter().map(due_job_from_row).collect()
     }
 
     /// The earliest next fire of any running job of the partitions `held` holds, if there is

@@ -13,7 +13,7 @@ mod workflows;
 use super::*;
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
 use crate::model::{
-    AddressType, BlockStrategy, GlueType, JobSpec, Language, MisfireStrategy, RouteStrategy,
+    AddressType, BlockStrategy, GlueType, Job, JobSpec, Language, MisfireStrategy, RouteStrategy,
     RunState, ScheduleType, ShardingItem, ShardingStrategy, TriggerType,
 };
 use crate::schedule::NextFire;
@@ -255,6 +255,48 @@ async fn a_registration_keeps_what_answers_at_its_address() {
     .await;
 }
 
+/// A copy of a job fires as a due row says only when every column that decides a fire is the
+/// same; its next fire, moved by every fire, is not one of them.
+#[test]
+fn a_due_row_matches_a_copy_only_with_the_same_schedule_calendar_and_version() {
+    let job = Job {
+        id: 4,
+        spec: new_job(1),
+        running: true,
+        next_fire_ms: 1_000,
+        active_version: Some(2),
+        created_at_ms: 0,
+        updated_at_ms: 0,
+    };
+    let row = DueJob {
+        id: 4,
+        next_fire_ms: 9_000,
+        schedule_type: job.spec.schedule_type,
+        schedule_conf: job.spec.schedule_conf.clone(),
+        time_zone: job.spec.time_zone.clone(),
+        misfire_strategy: job.spec.misfire_strategy,
+        misfire_threshold_ms: job.spec.misfire_threshold_ms,
+        calendar: None,
+        active_version: Some(2),
+    };
+    assert!(row.matches(&job));
+    let changes: [(&str, fn(&mut DueJob)); 8] = [
+        ("id", |row| row.id = 5),
+        ("schedule type", |row| row.schedule_type = ScheduleType::FixRate),
+        ("schedule", |row| row.schedule_conf = "0 0 4 * * ?".to_owned()),
+        ("time zone", |row| row.time_zone = None),
+        ("misfire strategy", |row| row.misfire_strategy = MisfireStrategy::FireOnceNow),
+        ("misfire threshold", |row| row.misfire_threshold_ms += 1),
+        ("calendar", |row| row.calendar = Some("holidays".to_owned())),
+        ("version", |row| row.active_version = Some(3)),
+    ];
+    for (what, change) in changes {
+        let mut changed = row.clone();
+        change(&mut changed);
+        assert!(!changed.matches(&job), "a different {what} does not match");
+    }
+}
+
 #[tokio::test]
 async fn jobs_fire_once() {
     each_backend("jobs", |db| async move {
@@ -270,7 +312,16 @@ async fn jobs_fire_once() {
         assert!(db.set_job_running(job.id, Some(1_000), 11).await.unwrap());
         assert_eq!(db.earliest_fire(&everything()).await.unwrap(), Some(1_000));
         assert_eq!(db.due_jobs(999, 10, &everything()).await.unwrap().len(), 0);
-        assert_eq!(db.due_jobs(1_000, 10, &everything()).await.unwrap().len(), 1);
+        // The due row says what decides the fire, as stored; the job read whole fires as it says.
+        let due = db.due_jobs(1_000, 10, &everything()).await.unwrap();
+        assert_eq!(due.len(), 1);
+        let (row, stored) = (&due[0], db.get_job(job.id).await.unwrap().unwrap());
+        assert_eq!((row.id, row.next_fire_ms), (job.id, 1_000));
+        assert_eq!(
+            (&row.schedule_conf, &row.time_zone, &row.calendar, row.misfire_threshold_ms),
+            (&stored.spec.schedule_conf, &stored.spec.time_zone, &stored.spec.calendar, 7_000)
+        );
+        assert!(row.matches(&stored));
 
         // Two schedulers that both saw the fire at 1000: only the first moves the job.
         let ids = db

@@ -137,14 +137,23 @@ impl Cache {
     /// Job `id` as read at most [`CACHE_TTL_MS`] ago (`None`: it does not exist), shared with
     /// the cache.
     pub async fn job(&self, id: i64) -> anyhow::Result<Option<Arc<Job>>> {
-        let now = now_ms();
-        if let Some((read_at, job)) = cached_at(&self.inner.jobs, id, now) {
-            if now - read_at >= REFRESH_AFTER_MS {
-                self.refresh_job(id);
-            }
-            return Ok(job);
+        match self.cached_job(id) {
+            Some(job) => Ok(job),
+            None => self.read_missing(id).await,
         }
-        self.read_missing(id).await
+    }
+
+    /// Job `id` as read at most [`CACHE_TTL_MS`] ago if this cache has that copy (`Some(None)`:
+    /// it did not exist), without reading it: a caller with many jobs to look up reads the
+    /// missing ones together. A copy in use is read again in the background, as by
+    /// [`Cache::job`].
+    pub fn cached_job(&self, id: i64) -> Option<Option<Arc<Job>>> {
+        let now = now_ms();
+        let (read_at, job) = cached_at(&self.inner.jobs, id, now)?;
+        if now - read_at >= REFRESH_AFTER_MS {
+            self.refresh_job(id);
+        }
+        Some(job)
     }
 
     /// Reads job `id`, which has no fresh copy, with the other jobs missed at the same moment:

@@ -280,7 +280,8 @@ fn a_due_row_matches_a_copy_only_with_the_same_schedule_calendar_and_version() {
         active_version: Some(2),
     };
     assert!(row.matches(&job));
-    let changes: [(&str, fn(&mut DueJob)); 8] = [
+    type Change = fn(&mut DueJob);
+    let changes: [(&str, Change); 8] = [
         ("id", |row| row.id = 5),
         ("schedule type", |row| row.schedule_type = ScheduleType::FixRate),
         ("schedule", |row| row.schedule_conf = "0 0 4 * * ?".to_owned()),

@@ -33,19 +33,28 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
 fn whole_numbers_as_integers(value: &mut Value) {
     match value {
         Value::Number(number) if !number.is_i64() && !number.is_u64() => {
-            // The range check keeps the cast exact: i64 holds every whole f64 in it.
-            if let Some(float) = number.as_f64().filter(|float| {
-                float.fract() == 0.0
-                    && *float >= -9_223_372_036_854_775_808.0
-                    && *float < 9_223_372_036_854_775_808.0
-            }) {
-                *number = Number::from(float as i64);
+            if let Some(whole) = number.as_f64().and_then(whole) {
+                *number = Number::from(whole);
             }
         }
         Value::Array(items) => items.iter_mut().for_each(whole_numbers_as_integers),
         Value::Object(fields) => fields.values_mut().for_each(whole_numbers_as_integers),
         _ => {}
     }
+}
+
+/// The whole number `float` was written as, if it was one within i64's range. serde_json reads
+/// a number of more digits than an f64 holds exactly (`2148537205316059.0`) to within about one
+/// unit in its last place, not always to the f64 nearest to it: a float that close to a whole
+/// number is taken for it. Below 2^49 that is a tolerance of less than a thousandth.
+fn whole(float: f64) -> Option<i64> {
+    // The range check keeps the cast exact: i64 holds every whole f64 in it.
+    if !(-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&float) {
+        return None;
+    }
+    let rounded = float.round();
+    let tolerance = 2.0 * float.abs() * f64::EPSILON;
+    ((float - rounded).abs() <= tolerance).then_some(rounded as i64)
 }
 
 fn json_rejection(rejection: JsonRejection) -> ApiError {
@@ -106,5 +115,14 @@ mod tests {
             value.to_string(),
             r#"{"a":400,"b":[1000,-2,2.5],"c":1e+19,"d":-9200000000000000000,"e":7,"f":"8.0"}"#
         );
+        // More digits than an f64 holds, read to within an ulp of the whole number written.
+        let mut value: Value = serde_json::from_str(
+            r#"{"group_id": -2148537205316059.0, "b": 1125899906842624.0, "c": 0.5, "d": 1e-300}"#,
+        )
+        .unwrap();
+        whole_numbers_as_integers(&mut value);
+        assert_eq!(value["group_id"], serde_json::json!(-2_148_537_205_316_059_i64));
+        assert_eq!(value["b"], serde_json::json!(1_125_899_906_842_624_i64));
+        assert_eq!((value["c"].as_f64(), value["d"].as_f64()), (Some(0.5), Some(1e-300)));
     }
 }

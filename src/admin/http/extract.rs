@@ -46,7 +46,7 @@ fn whole_numbers_as_integers(value: &mut Value) {
 /// The whole number `float` was written as, if it was one within i64's range. serde_json reads
 /// a number of more digits than an f64 holds exactly (`2148537205316059.0`) to within about one
 /// unit in its last place, not always to the f64 nearest to it: a float that close to a whole
-/// number is taken for it. Below 2^49 that is a tolerance of less than a thousandth.
+/// number is taken for it. Below 2^40 (about 10^12) that is a tolerance of under a thousandth.
 fn whole(float: f64) -> Option<i64> {
     // The range check keeps the cast exact: i64 holds every whole f64 in it.
     if !(-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&float) {

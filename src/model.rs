@@ -392,8 +392,11 @@ pub struct Job {
     pub active_version: Option<i64>,
     /// When it was created (ms).
     pub created_at_ms: i64,
-    /// When it was last changed (ms).
+    /// When it was last changed (ms): by the operator, or by the fire that ended it.
     pub updated_at_ms: i64,
+    /// Bumped by every change a copy of the job must see, and only by those: a fire that
+    /// moves the job to its next fire leaves it (see `Db::job_stamps`).
+    pub revision: i64,
 }
 
 /// One immutable version of a job's module.

@@ -262,8 +262,8 @@ async fn shares(api: &Api) -> BTreeMap<String, BTreeSet<u16>> {
 }
 
 /// A job changed through another admin (here: in the database, behind this admin's copy of it)
-/// fires by its new schedule from its next pass on: a pass reads what decides a fire from the
-/// database, and a job whose copy says otherwise is read again whole. With this admin's copy
+/// fires by its new schedule from its next pass on: a pass reads each due job's stamp from the
+/// database, and a job whose copy has another stamp is read again whole. With this admin's copy
 /// (every second) the fire after the due one would be a second later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_changed_through_another_admin_fires_by_its_new_schedule() {

@@ -16,11 +16,11 @@
 //! A `FIX_DELAY` job's fire leaves it running without a next fire time; the transaction that
 //! ends the fire's last run sets it (`lifecycle`), and the next pass, within a second, sees it.
 //!
-//! A pass reads of each due job only what decides its fire (`DueJob`: its due instant, schedule,
-//! calendar and version); the rest (routing, parameter, sharding) comes from the dispatcher's
-//! copy of the job, as for its sends and manual triggers, and so reflects a change made through
-//! another admin within that copy's second. A copy that fires otherwise than the row says is
-//! not used: the job is read again whole.
+//! A pass reads of each due job its due instant and its stamp (`DueJob`: the revision that every
+//! change to the job bumps, and its change time); the job itself comes from the dispatcher's
+//! copy of it, as for its sends and manual triggers, when that copy has the same stamp. A copy
+//! with another stamp (the job was changed through another admin since) is not used: the job is
+//! read again whole, so every change reaches the next pass.
 //!
 //! Workflows with a schedule fire in a loop of their own ([`run_workflows`]), the same way.
 //!
@@ -241,8 +241,8 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     Ok(state.db.earliest_fire(&lease).await?)
 }
 
-/// The due jobs `due` with the whole of each job: the dispatcher's copy where it fires as the
-/// row read now says (the same schedule, calendar and version), else the job read again, all
+/// The due jobs `due` with the whole of each job: the dispatcher's copy where it has the stamp
+/// the row read now has, else the job read again, all
 /// of them with one query (one changed through another admin since the copy was read, or one
 /// this admin has no copy of, as after it took partitions over); a stale copy is forgotten. A
 /// job deleted since the due read is left out.

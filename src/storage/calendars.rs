@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::jobs::{COLUMNS as JOB_COLUMNS, job_from_row};
+use super::job_rows::{COLUMNS as JOB_COLUMNS, job_from_row};
 use super::{Db, Result, StorageError};
 use crate::model::{CalendarRecord, CalendarSpec, Job};
 

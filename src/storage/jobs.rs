@@ -3,79 +3,15 @@
 use super::query::query;
 use sqlx::{AnyConnection, Row};
 
+use super::job_rows::{COLUMNS, DUE_COLUMNS, DueJob, JobStamp, due_job_from_row, job_from_row};
 use super::partitions::{held_now, partition_filter};
 use super::run_writes::{Insert, insert_many};
 use super::runs::{Claim, NewRun};
 use super::statement::Cells;
-use super::{Db, Dialect, Result, parse_column, split_list};
-use crate::model::{Job, JobSpec, MisfireStrategy, ScheduleType, child_job_cycle};
+use super::{Db, Dialect, Result, split_list};
+use crate::model::{Job, JobSpec, child_job_cycle};
 use crate::partition::{self, Held};
 use crate::schedule::NextFire;
-
-pub(super) const COLUMNS: &str =
-    "id, group_id, name, schedule_type, schedule_conf, time_zone, misfire_strategy,
-    route_strategy, block_strategy, timeout_secs, retry_count, glue_type, handler, param,
-    child_job_ids, alarm_email, fuel_limit, memory_limit_mb, misfire_threshold_ms,
-    sharding_total_count, sharding_item_parameters, sharding_strategy, alarm_silence_secs, retry_interval_secs,
-    retry_backoff, retry_max_interval_secs, max_concurrent_runs, running, next_fire_ms, active_version, created_at, updated_at,
-    calendar, description, owner";
-
-/// The columns of a [`DueJob`].
-const DUE_COLUMNS: &str = "id, next_fire_ms, schedule_type, schedule_conf, time_zone,
-    misfire_strategy, misfire_threshold_ms, calendar, active_version";
-
-/// A due job as the scheduler reads it: when it fires and what decides its fire, as they are in
-/// the database now. The rest of the job a fire needs (routing, parameters, sharding) comes
-/// from the dispatcher's copy of it, which is what sends and triggers use too: a row of a few
-/// columns is read per fire instead of every column of the job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DueJob {
-    /// The job's id.
-    pub id: i64,
-    /// The fire that is due (ms since the epoch).
-    pub next_fire_ms: i64,
-    /// Its schedule, as [`JobSpec`] has it.
-    pub schedule_type: ScheduleType,
-    pub schedule_conf: String,
-    pub time_zone: Option<String>,
-    /// What a late fire does, and how late is late.
-    pub misfire_strategy: MisfireStrategy,
-    pub misfire_threshold_ms: i64,
-    /// The business calendar it fires by, if any.
-    pub calendar: Option<String>,
-    /// The version its runs run.
-    pub active_version: Option<i64>,
-}
-
-impl DueJob {
-    /// Whether `job`, a copy read earlier, fires as this row says: the same schedule, misfire
-    /// handling, calendar and version.
-    pub fn matches(&self, job: &Job) -> bool {
-        let spec = &job.spec;
-        job.id == self.id
-            && spec.schedule_type == self.schedule_type
-            && spec.schedule_conf == self.schedule_conf
-            && spec.time_zone == self.time_zone
-            && spec.misfire_strategy == self.misfire_strategy
-            && spec.misfire_threshold_ms == self.misfire_threshold_ms
-            && spec.calendar == self.calendar
-            && job.active_version == self.active_version
-    }
-}
-
-fn due_job_from_row(row: &impl Cells) -> Result<DueJob> {
-    Ok(DueJob {
-        id: row.required_int("id")?,
-        next_fire_ms: row.required_int("next_fire_ms")?,
-        schedule_type: parse_column(row, "schedule_type")?,
-        schedule_conf: row.required_text("schedule_conf")?,
-        time_zone: row.text("time_zone")?,
-        misfire_strategy: parse_column(row, "misfire_strategy")?,
-        misfire_threshold_ms: row.required_int("misfire_threshold_ms")?,
-        calendar: row.text("calendar")?,
-        active_version: row.int("active_version")?,
-    })
-}
 
 /// The key of the PostgreSQL advisory lock that changes of the child-job graph take, so that
 /// they are checked and written one at a time ("wjchild" in ASCII).
@@ -226,6 +162,18 @@ impl Db {
         rows.iter().map(job_from_row).collect()
     }
 
+    /// The [`JobStamp`] of each of jobs `ids` that exists: whether a copy read earlier is
+    /// still the job, for two numbers a job instead of every column.
+    pub async fn job_stamps(&self, ids: &[i64]) -> Result<Vec<(i64, JobStamp)>> {
+        let rows = self.select_by_ids("select id, revision, updated_at from jobs", ids).await?;
+        let stamp = |row: &super::statement::Row| -> Result<_> {
+            let (revision, updated_at_ms) =
+                (row.required_int("revision")?, row.required_int("updated_at")?);
+            Ok((row.required_int("id")?, JobStamp { revision, updated_at_ms }))
+        };
+        rows.iter().map(stamp).collect()
+    }
+
     /// Jobs by id, optionally of one group.
     pub async fn list_jobs(&self, group_id: Option<i64>) -> Result<Vec<Job>> {
         let rows = query(&format!(
@@ -244,19 +192,21 @@ impl Db {
         next_fire_ms: Option<i64>,
         now_ms: i64,
     ) -> Result<bool> {
-        let done =
-            query("update jobs set running = $1, next_fire_ms = $2, updated_at = $3 where id = $4")
-                .bind(i64::from(next_fire_ms.is_some()))
-                .bind(next_fire_ms.unwrap_or(0))
-                .bind(now_ms)
-                .bind(id)
-                .execute(self.writer())
-                .await?;
+        let done = query(
+            "update jobs set running = $1, next_fire_ms = $2, updated_at = $3,
+                revision = revision + 1 where id = $4",
+        )
+        .bind(i64::from(next_fire_ms.is_some()))
+        .bind(next_fire_ms.unwrap_or(0))
+        .bind(now_ms)
+        .bind(id)
+        .execute(self.writer())
+        .await?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Running jobs of the partitions `held` holds whose next fire is at or before
-    /// `until_ms`, soonest first: their schedules, not their whole specs (see [`DueJob`]).
+    /// `until_ms`, soonest first: their stamps, not the jobs (see [`DueJob`]).
     pub async fn due_jobs(&self, until_ms: i64, limit: i64, held: &Held) -> Result<Vec<DueJob>> {
         self.due_jobs_where(until_ms, limit, &partition_filter(held, "jobs.id")).await
     }
@@ -413,7 +363,9 @@ async fn move_fires(
         .collect::<Vec<_>>()
         .join(", ");
     let sql = format!(
-        "update jobs set next_fire_ms = v.column3, running = v.column4, updated_at = {}
+        "update jobs set next_fire_ms = v.column3, running = v.column4,
+            revision = jobs.revision + 1 - v.column4,
+            updated_at = case when v.column4 = 0 then {} else jobs.updated_at end
          from (values {values}) as v
          where jobs.id = v.column1 and jobs.running = 1 and jobs.next_fire_ms = v.column2
          returning id",
@@ -519,55 +471,7 @@ fn update_sql() -> String {
             sharding_item_parameters = $20, sharding_strategy = $21,
             alarm_silence_secs = $22, retry_interval_secs = $23, retry_backoff = $24,
             retry_max_interval_secs = $25, max_concurrent_runs = $26, updated_at = $27,
-            calendar = $30, description = $31, owner = $32
+            revision = revision + 1, calendar = $30, description = $31, owner = $32
          where id = $29 returning {COLUMNS}"
     )
-}
-
-pub(super) fn job_from_row(row: &impl Cells) -> Result<Job> {
-    let child_job_ids = row.required_text("child_job_ids")?;
-    let child_job_ids = split_list(&child_job_ids)
-        .map(|id| {
-            id.parse().map_err(|_| super::StorageError::Corrupt(format!("child_job_ids: `{id}`")))
-        })
-        .collect::<Result<Vec<i64>>>()?;
-    Ok(Job {
-        id: row.required_int("id")?,
-        spec: JobSpec {
-            group_id: row.required_int("group_id")?,
-            name: row.required_text("name")?,
-            schedule_type: parse_column(row, "schedule_type")?,
-            schedule_conf: row.required_text("schedule_conf")?,
-            time_zone: row.text("time_zone")?,
-            misfire_strategy: parse_column(row, "misfire_strategy")?,
-            route_strategy: parse_column(row, "route_strategy")?,
-            block_strategy: parse_column(row, "block_strategy")?,
-            timeout_secs: row.required_int("timeout_secs")?,
-            retry_count: row.required_int("retry_count")?,
-            glue_type: parse_column(row, "glue_type")?,
-            handler: row.text("handler")?,
-            param: row.required_text("param")?,
-            child_job_ids,
-            alarm_email: row.text("alarm_email")?,
-            fuel_limit: row.int("fuel_limit")?,
-            memory_limit_mb: row.int("memory_limit_mb")?,
-            misfire_threshold_ms: row.required_int("misfire_threshold_ms")?,
-            sharding_total_count: row.required_int("sharding_total_count")?,
-            sharding_item_parameters: row.required_text("sharding_item_parameters")?,
-            sharding_strategy: parse_column(row, "sharding_strategy")?,
-            alarm_silence_secs: row.required_int("alarm_silence_secs")?,
-            retry_interval_secs: row.required_int("retry_interval_secs")?,
-            retry_backoff: parse_column(row, "retry_backoff")?,
-            retry_max_interval_secs: row.required_int("retry_max_interval_secs")?,
-            max_concurrent_runs: row.required_int("max_concurrent_runs")?,
-            calendar: row.text("calendar")?,
-            description: row.required_text("description")?,
-            owner: row.required_text("owner")?,
-        },
-        running: row.required_int("running")? == 1,
-        next_fire_ms: row.required_int("next_fire_ms")?,
-        active_version: row.int("active_version")?,
-        created_at_ms: row.required_int("created_at")?,
-        updated_at_ms: row.required_int("updated_at")?,
-    })
 }

@@ -65,7 +65,7 @@ impl Db {
         .fetch_one(&mut *tx)
         .await?;
         let version = version_from_row(&row)?;
-        query("update jobs set active_version = $1, updated_at = $2 where id = $3")
+        query("update jobs set active_version = $1, updated_at = $2, revision = revision + 1 where id = $3")
             .bind(version.version)
             .bind(now_ms)
             .bind(job_id)
@@ -129,7 +129,7 @@ impl Db {
         now_ms: i64,
     ) -> Result<bool> {
         let done = query(
-            "update jobs set active_version = $1, updated_at = $2
+            "update jobs set active_version = $1, updated_at = $2, revision = revision + 1
              where id = $3 and exists (select 1 from job_versions where job_id = $3 and version = $1)",
         )
         .bind(version)

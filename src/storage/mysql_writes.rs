@@ -67,7 +67,8 @@ pub(super) async fn move_fires(
         &format!(
             "update jobs join ({values}) as v on jobs.id = v.id
              set jobs.next_fire_ms = v.next_fire_ms, jobs.running = v.running,
-                 jobs.updated_at = {now_ms}"
+                 jobs.revision = jobs.revision + 1 - v.running,
+                 jobs.updated_at = case when v.running = 0 then {now_ms} else jobs.updated_at end"
         ),
     )
     .await?;

@@ -97,7 +97,7 @@ pub(super) async fn apply(
     let delay = update.transition.next_fire_delay_ms;
     if let (Some(delay_ms), Some(fire_ms)) = (delay, run.fire_time_ms) {
         let next_fire_ms = update.now_ms.saturating_add(delay_ms);
-        schedule_after_fire(conn, run.job_id, fire_ms, next_fire_ms, update.now_ms).await?;
+        schedule_after_fire(conn, run.job_id, fire_ms, next_fire_ms).await?;
     }
     if update.transition.alarm {
         super::alarms::insert_run_failed(conn, &run, update.now_ms).await?;
@@ -277,7 +277,8 @@ fn bind_update<'a>(statement: &mut Statement<'a>, update: &'a Update<'_>) {
 }
 
 /// Sets the next fire of `FIX_DELAY` job `job_id` to `next_fire_ms` if it is running, waits for
-/// its fire at `fire_ms` to end, and no run of that fire is unfinished any more.
+/// its fire at `fire_ms` to end, and no run of that fire is unfinished any more. Like a fire,
+/// this moves the job on without changing it: its `revision` and `updated_at` stay.
 ///
 /// Two runs of one fire (shards) may end in concurrent transactions on PostgreSQL. Each first
 /// locks the job's row with a no-op update, and only then looks at the fire's other runs with a
@@ -288,19 +289,17 @@ async fn schedule_after_fire(
     job_id: i64,
     fire_ms: i64,
     next_fire_ms: i64,
-    now_ms: i64,
 ) -> Result<()> {
     query("update jobs set next_fire_ms = next_fire_ms where id = $1")
         .bind(job_id)
         .execute(&mut *conn)
         .await?;
     query(&format!(
-        "update jobs set next_fire_ms = $1, updated_at = $2
-         where id = $3 and running = 1 and next_fire_ms = 0 and schedule_type = 'FIX_DELAY'
-            and not exists (select 1 from runs where job_id = $3 and fire_time = $4 and {UNFINISHED})"
+        "update jobs set next_fire_ms = $1
+         where id = $2 and running = 1 and next_fire_ms = 0 and schedule_type = 'FIX_DELAY'
+            and not exists (select 1 from runs where job_id = $2 and fire_time = $3 and {UNFINISHED})"
     ))
     .bind(next_fire_ms)
-    .bind(now_ms)
     .bind(job_id)
     .bind(fire_ms)
     .execute(&mut *conn)

@@ -255,10 +255,10 @@ async fn a_registration_keeps_what_answers_at_its_address() {
     .await;
 }
 
-/// A copy of a job fires as a due row says only when every column that decides a fire is the
-/// same; its next fire, moved by every fire, is not one of them.
+/// A copy of a job stands for it at its fire only with the same stamp; its next fire, moved by
+/// every fire, is not part of it.
 #[test]
-fn a_due_row_matches_a_copy_only_with_the_same_schedule_calendar_and_version() {
+fn a_due_row_matches_a_copy_only_with_the_same_stamp() {
     let job = Job {
         id: 4,
         spec: new_job(1),
@@ -266,30 +266,17 @@ fn a_due_row_matches_a_copy_only_with_the_same_schedule_calendar_and_version() {
         next_fire_ms: 1_000,
         active_version: Some(2),
         created_at_ms: 0,
-        updated_at_ms: 0,
+        updated_at_ms: 7,
+        revision: 3,
     };
-    let row = DueJob {
-        id: 4,
-        next_fire_ms: 9_000,
-        schedule_type: job.spec.schedule_type,
-        schedule_conf: job.spec.schedule_conf.clone(),
-        time_zone: job.spec.time_zone.clone(),
-        misfire_strategy: job.spec.misfire_strategy,
-        misfire_threshold_ms: job.spec.misfire_threshold_ms,
-        calendar: None,
-        active_version: Some(2),
-    };
+    let stamp = JobStamp { revision: 3, updated_at_ms: 7 };
+    let row = DueJob { id: 4, next_fire_ms: 9_000, stamp };
     assert!(row.matches(&job));
     type Change = fn(&mut DueJob);
-    let changes: [(&str, Change); 8] = [
+    let changes: [(&str, Change); 3] = [
         ("id", |row| row.id = 5),
-        ("schedule type", |row| row.schedule_type = ScheduleType::FixRate),
-        ("schedule", |row| row.schedule_conf = "0 0 4 * * ?".to_owned()),
-        ("time zone", |row| row.time_zone = None),
-        ("misfire strategy", |row| row.misfire_strategy = MisfireStrategy::FireOnceNow),
-        ("misfire threshold", |row| row.misfire_threshold_ms += 1),
-        ("calendar", |row| row.calendar = Some("holidays".to_owned())),
-        ("version", |row| row.active_version = Some(3)),
+        ("revision", |row| row.stamp.revision += 1),
+        ("change time", |row| row.stamp.updated_at_ms += 1),
     ];
     for (what, change) in changes {
         let mut changed = row.clone();
@@ -313,15 +300,11 @@ async fn jobs_fire_once() {
         assert!(db.set_job_running(job.id, Some(1_000), 11).await.unwrap());
         assert_eq!(db.earliest_fire(&everything()).await.unwrap(), Some(1_000));
         assert_eq!(db.due_jobs(999, 10, &everything()).await.unwrap().len(), 0);
-        // The due row says what decides the fire, as stored; the job read whole fires as it says.
+        // The due row has the job's stamp as stored: the job read whole stands for it.
         let due = db.due_jobs(1_000, 10, &everything()).await.unwrap();
         assert_eq!(due.len(), 1);
         let (row, stored) = (&due[0], db.get_job(job.id).await.unwrap().unwrap());
-        assert_eq!((row.id, row.next_fire_ms), (job.id, 1_000));
-        assert_eq!(
-            (&row.schedule_conf, &row.time_zone, &row.calendar, row.misfire_threshold_ms),
-            (&stored.spec.schedule_conf, &stored.spec.time_zone, &stored.spec.calendar, 7_000)
-        );
+        assert_eq!((row.id, row.next_fire_ms, row.stamp), (job.id, 1_000, JobStamp::of(&stored)));
         assert!(row.matches(&stored));
 
         // Two schedulers that both saw the fire at 1000: only the first moves the job.
@@ -365,6 +348,56 @@ async fn jobs_fire_once() {
         assert!(db.delete_job(other.id).await.unwrap());
         assert!(db.delete_job(job.id).await.unwrap());
         assert!(!db.delete_job(job.id).await.unwrap());
+    })
+    .await;
+}
+
+/// A job's stamp changes with every change a copy of the job must see, even within one
+/// millisecond, and not when a fire only moves the job on.
+#[tokio::test]
+async fn a_job_stamp_changes_with_every_change_and_not_with_a_fire_that_moves_it() {
+    each_backend("stamps", |db| async move {
+        let group = db.ensure_group("default", "Default", 0).await.unwrap();
+        let job = db.create_job(&new_job(group.id), 10).await.unwrap();
+        let stamp = |db: Db| async move {
+            let stamps = db.job_stamps(&[job.id, 999_999]).await.unwrap();
+            assert!(stamps.len() <= 1 && stamps.iter().all(|(id, _)| *id == job.id));
+            stamps.first().map(|(_, stamp)| *stamp)
+        };
+        let mut seen = vec![stamp(db.clone()).await.unwrap()];
+        assert_eq!(seen[0], JobStamp::of(&job), "the stamp read is the one the job was read with");
+        let mut changed = |now: Option<JobStamp>, what: &str| {
+            let now = now.unwrap();
+            assert!(!seen.contains(&now), "{what} did not change the stamp: {now:?}");
+            seen.push(now);
+        };
+        // All at one instant: the revision tells them apart where `updated_at` cannot.
+        assert!(db.set_job_running(job.id, Some(1_000), 11).await.unwrap());
+        changed(stamp(db.clone()).await, "a start");
+        let mut spec = new_job(group.id);
+        spec.param = "changed".to_owned();
+        db.update_job(job.id, &spec, 1_000, 11).await.unwrap().unwrap();
+        changed(stamp(db.clone()).await, "an edit");
+        db.add_job_version(job.id, wasm_version("aa", b"\0asm-one", "one"), 11).await.unwrap();
+        changed(stamp(db.clone()).await, "a new version");
+        db.add_job_version(job.id, wasm_version("bb", b"\0asm-two", "two"), 11).await.unwrap();
+        assert!(db.activate_job_version(job.id, 1, 11).await.unwrap());
+        let rolled_back = stamp(db.clone()).await;
+        changed(rolled_back, "a rollback");
+        // Fires that move the job on leave it as it was.
+        let runs = [fire(job.id, 1_000, 0)];
+        let fired = db.fire_job(job.id, 1_000, NextFire::At(2_000), &runs, 12).await.unwrap();
+        assert_eq!(fired.len(), 1);
+        assert_eq!(stamp(db.clone()).await, rolled_back, "a fire that moves the job changed it");
+        let moved = db.get_job(job.id).await.unwrap().unwrap();
+        assert_eq!((moved.next_fire_ms, JobStamp::of(&moved)), (2_000, rolled_back.unwrap()));
+        // The fire that ends the job changes it: a copy must see it stopped.
+        db.fire_job(job.id, 2_000, NextFire::Never, &[fire(job.id, 2_000, 0)], 13).await.unwrap();
+        changed(stamp(db.clone()).await, "the last fire");
+        assert!(db.set_job_running(job.id, None, 14).await.unwrap());
+        changed(stamp(db.clone()).await, "a stop");
+        assert!(db.delete_job(job.id).await.unwrap());
+        assert_eq!(stamp(db.clone()).await, None, "a deleted job has no stamp");
     })
     .await;
 }

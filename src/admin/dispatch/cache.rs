@@ -14,7 +14,7 @@ use crate::admin::now_ms;
 use crate::model::{AddressType, Group, Job};
 use crate::protocol::REGISTRY_GROUP_EXECUTOR;
 use crate::schedule::calendar::Calendar;
-use crate::storage::Db;
+use crate::storage::{Db, JobStamp};
 
 /// How long a read of a group's online executors is reused. Heartbeats come every few seconds
 /// and an executor is offline only after three missed ones, so routing on a view this old
@@ -26,11 +26,12 @@ const MAX_CACHED_VERSIONS: usize = 100_000;
 /// reused. This admin forgets its copy the moment it changes one through its API; a change
 /// made through another admin of the same database is seen within this long.
 const CACHE_TTL_MS: i64 = 1_000;
-/// A job whose copy is this old when it is used is read again in the background, together with
-/// the other jobs in use, while its copy is still served: a job in use is read once per interval
-/// with the others, instead of each alone, and by the many callers that find its copy expired at
-/// once (a thousand jobs triggered every second were a thousand reads a second, a twentieth of
-/// the admin's time).
+/// A job whose copy is this old when it is used is checked again in the background, together
+/// with the other jobs in use, while its copy is still served: a job in use is checked once per
+/// interval with the others, instead of read by each of the many callers that find its copy
+/// expired at once (a thousand jobs triggered every second were a thousand reads a second, a
+/// twentieth of the admin's time). The check reads each job's stamp, and the whole job only if
+/// it changed.
 const REFRESH_AFTER_MS: i64 = CACHE_TTL_MS * 3 / 4;
 /// How long the background read waits for more jobs to read with the first.
 const REFRESH_GATHER: Duration = Duration::from_millis(50);
@@ -62,7 +63,7 @@ struct Inner {
     online: Mutex<HashMap<String, Cached<Vec<String>>>>,
     /// Jobs, with when they were read.
     jobs: Mutex<HashMap<i64, Cached<Option<Arc<Job>>>>>,
-    /// Jobs in use whose copy is older than [`REFRESH_AFTER_MS`], to be read again together.
+    /// Jobs in use whose copy is older than [`REFRESH_AFTER_MS`], to be checked again together.
     refresh: Mutex<HashSet<i64>>,
     /// Whether a task is about to read `refresh`.
     refreshing: AtomicBool,
@@ -208,7 +209,7 @@ impl Cache {
         }
     }
 
-    /// Has job `id` read again, with the other jobs asked for meanwhile, by a task that waits
+    /// Has job `id` checked again, with the other jobs asked for meanwhile, by a task that waits
     /// [`REFRESH_GATHER`] for them.
     fn refresh_job(&self, id: i64) {
         let Ok(mut refresh) = self.inner.refresh.lock() else { return };
@@ -232,20 +233,46 @@ impl Cache {
         });
     }
 
-    /// Reads jobs `ids` again, with one query, into the copies still cached. A copy forgotten
-    /// meanwhile (this admin changed the job) or read since the query began stays as it is.
+    /// Reads jobs `ids` again into the copies still cached: their stamps, with one query, and
+    /// every column of only those whose stamp changed, with one more. Most jobs in use are
+    /// moved by their fires and changed by nobody, so their copies stand for another while on
+    /// two numbers read each. A copy forgotten meanwhile (this admin changed the job) or read
+    /// since the stamps were stays as it is.
     async fn refresh_jobs(&self, ids: &[i64]) -> anyhow::Result<()> {
         if ids.is_empty() {
             return Ok(());
         }
         let started = now_ms();
-        let read = self.inner.db.get_jobs(ids).await?;
-        let mut read: HashMap<i64, Arc<Job>> =
-            read.into_iter().map(|job| (job.id, Arc::new(job))).collect();
-        let Ok(mut jobs) = self.inner.jobs.lock() else { return Ok(()) };
+        let stamps: HashMap<i64, JobStamp> =
+            self.inner.db.job_stamps(ids).await?.into_iter().collect();
+        let stamp_of = |copy: &Option<Arc<Job>>| copy.as_deref().map(JobStamp::of);
+        let changed: Vec<i64> = {
+            let jobs = lock(&self.inner.jobs);
+            let changed = |id: &&i64| {
+                jobs.get(*id).is_some_and(|(_, copy)| stamp_of(copy) != stamps.get(*id).copied())
+            };
+            ids.iter().filter(changed).copied().collect()
+        };
+        let mut read: HashMap<i64, Arc<Job>> = if changed.is_empty() {
+            HashMap::new()
+        } else {
+            let read = self.inner.db.get_jobs(&changed).await?;
+            read.into_iter().map(|job| (job.id, Arc::new(job))).collect()
+        };
+        let mut jobs = lock(&self.inner.jobs);
         for id in ids {
-            if let Some(entry) = jobs.get_mut(id).filter(|(read_at, _)| *read_at < started) {
-                *entry = (started, read.remove(id));
+            let Some(entry) = jobs.get_mut(id).filter(|(read_at, _)| *read_at < started) else {
+                continue;
+            };
+            // Compared again: a copy read whole before the stamps may have replaced the one
+            // compared above.
+            let stamp = stamps.get(id).copied();
+            if stamp_of(&entry.1) == stamp {
+                entry.0 = started;
+            } else if let Some(job) = read.remove(id) {
+                *entry = (started, Some(job));
+            } else if stamp.is_none() {
+                *entry = (started, None);
             }
         }
         Ok(())
@@ -406,163 +433,4 @@ fn remember<T>(cache: &Mutex<HashMap<i64, Cached<T>>>, id: i64, now_ms: i64, val
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::{
-        BlockStrategy, GlueType, JobSpec, MisfireStrategy, RouteStrategy, ScheduleType,
-        ShardingStrategy,
-    };
-
-    /// The name of job `id` in the cache, or `None` when it holds no copy.
-    fn cached_name(cache: &Cache, id: i64) -> Option<Option<String>> {
-        let jobs = cache.inner.jobs.lock().unwrap();
-        jobs.get(&id).map(|(_, job)| job.as_ref().map(|job| job.spec.name.clone()))
-    }
-
-    /// A cache over a new SQLite database in `dir`, and the id of its one group.
-    async fn cache_on_sqlite(dir: &tempfile::TempDir) -> (Db, Cache, i64) {
-        let url = format!("sqlite:{}", dir.path().join("cache.db").display());
-        let db = Db::connect(&url).await.unwrap();
-        let cache = Cache::new(db.clone(), 90_000);
-        let group = db.ensure_group("default", "Default", 0).await.unwrap();
-        (db, cache, group.id)
-    }
-
-    /// A job of `group_id` that never fires.
-    fn job_spec(group_id: i64) -> JobSpec {
-        JobSpec {
-            group_id,
-            name: String::new(),
-            schedule_type: ScheduleType::None,
-            schedule_conf: String::new(),
-            time_zone: None,
-            misfire_strategy: MisfireStrategy::DoNothing,
-            misfire_threshold_ms: 5_000,
-            route_strategy: RouteStrategy::First,
-            block_strategy: BlockStrategy::SerialExecution,
-            timeout_secs: 0,
-            retry_count: 0,
-            glue_type: GlueType::GlueWasm,
-            handler: None,
-            param: String::new(),
-            child_job_ids: Vec::new(),
-            alarm_email: None,
-            fuel_limit: None,
-            memory_limit_mb: None,
-            sharding_total_count: 0,
-            sharding_item_parameters: String::new(),
-            sharding_strategy: ShardingStrategy::AverageAllocation,
-            alarm_silence_secs: 0,
-            retry_interval_secs: 0,
-            retry_backoff: crate::model::RetryBackoff::Fixed,
-            retry_max_interval_secs: 0,
-            max_concurrent_runs: 0,
-            calendar: None,
-            description: String::new(),
-            owner: String::new(),
-        }
-    }
-
-    #[tokio::test]
-    async fn jobs_in_use_are_read_again_together_before_their_copies_expire() {
-        let dir = tempfile::tempdir().unwrap();
-        let (db, cache, group_id) = cache_on_sqlite(&dir).await;
-        let spec = JobSpec { name: "first".to_owned(), ..job_spec(group_id) };
-        let (one, two) =
-            (db.create_job(&spec, 1).await.unwrap(), db.create_job(&spec, 1).await.unwrap());
-        for job in [&one, &two] {
-            assert_eq!(cache.job(job.id).await.unwrap().unwrap().spec.name, "first");
-        }
-        // Another admin renames one and deletes the other.
-        let renamed = JobSpec { name: "renamed".to_owned(), ..spec.clone() };
-        db.update_job(one.id, &renamed, 0, 2).await.unwrap().unwrap();
-        assert!(db.delete_job(two.id).await.unwrap());
-        // Copies half as old as they may get are still served, and both are read again together.
-        let half_old = now_ms() - REFRESH_AFTER_MS;
-        for (read_at, _) in cache.inner.jobs.lock().unwrap().values_mut() {
-            *read_at = half_old;
-        }
-        assert_eq!(cache.job(one.id).await.unwrap().unwrap().spec.name, "first");
-        assert_eq!(cache.job(two.id).await.unwrap().unwrap().spec.name, "first");
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while cached_name(&cache, two.id) != Some(None) {
-            assert!(std::time::Instant::now() < deadline, "the copies were not read again");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(cached_name(&cache, one.id), Some(Some("renamed".to_owned())));
-        // A copy this admin forgot (it changed the job) is not brought back by a read that
-        // began before the change.
-        cache.forget_job(one.id);
-        cache.refresh_jobs(&[one.id]).await.unwrap();
-        assert_eq!(cached_name(&cache, one.id), None);
-    }
-
-    // On one thread, so that every ask misses before the read task runs: on several, the read
-    // may start while the asks are still being made, and take only those made by then.
-    #[tokio::test]
-    async fn jobs_missed_at_once_are_read_together_and_each_caller_gets_its_own() {
-        let dir = tempfile::tempdir().unwrap();
-        let (db, cache, group_id) = cache_on_sqlite(&dir).await;
-        let mut ids = Vec::new();
-        for name in ["a", "b", "c"] {
-            let spec = JobSpec { name: name.to_owned(), ..job_spec(group_id) };
-            ids.push(db.create_job(&spec, 1).await.unwrap().id);
-        }
-        assert!(db.delete_job(ids[2]).await.unwrap());
-        let asked = [ids[0], ids[1], ids[2], ids[0], ids[1], 999_999];
-        let read = futures_util::future::join_all(asked.iter().map(|id| cache.job(*id))).await;
-        let names: Vec<Option<String>> =
-            read.into_iter().map(|job| job.unwrap().map(|job| job.spec.name.clone())).collect();
-        let name = |name: &str| Some(name.to_owned());
-        assert_eq!(names, [name("a"), name("b"), None, name("a"), name("b"), None]);
-        // Every answer is remembered, the missing jobs as missing, from the one read.
-        let jobs = cache.inner.jobs.lock().unwrap();
-        let read_at: HashSet<i64> = asked.iter().map(|id| jobs[id].0).collect();
-        assert_eq!(read_at.len(), 1, "the jobs were not read together: {read_at:?}");
-        assert!(jobs[&ids[2]].1.is_none() && jobs[&999_999].1.is_none());
-        assert!(lock(&cache.inner.misses).is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_group_in_use_is_read_again_before_its_copy_expires() {
-        let dir = tempfile::tempdir().unwrap();
-        let (db, cache, group_id) = cache_on_sqlite(&dir).await;
-        let title = |cache: &Cache| {
-            let groups = cache.inner.groups.lock().unwrap();
-            groups.get(&group_id).map(|(_, group)| group.as_ref().map(|g| g.title.clone()))
-        };
-        // Callers that find no copy at once all get the group, and one copy is remembered.
-        let asked = futures_util::future::join_all((0..8).map(|_| cache.group(group_id))).await;
-        assert!(asked.iter().all(|group| group.as_ref().unwrap().as_ref().unwrap().id == group_id));
-        assert_eq!(title(&cache), Some(Some("Default".to_owned())));
-        assert!(cache.group(999_999).await.unwrap().is_none());
-        // Another admin renames it; a copy half as old as it may get is still served, and read
-        // again in the background.
-        db.update_group(group_id, "Renamed", AddressType::Auto, &[], 0, 2).await.unwrap().unwrap();
-        let half_old = now_ms() - REFRESH_AFTER_MS;
-        for (read_at, _) in cache.inner.groups.lock().unwrap().values_mut() {
-            *read_at = half_old;
-        }
-        assert_eq!(cache.group(group_id).await.unwrap().unwrap().title, "Default");
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while title(&cache) != Some(Some("Renamed".to_owned())) {
-            assert!(std::time::Instant::now() < deadline, "the group was not read again");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        while !lock(&cache.inner.refreshing_groups).is_empty() {
-            assert!(std::time::Instant::now() < deadline, "the group's refresh did not end");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        // A copy this admin forgot (it changed the group) is not brought back by a refresh.
-        for (read_at, _) in cache.inner.groups.lock().unwrap().values_mut() {
-            *read_at = half_old;
-        }
-        cache.group(group_id).await.unwrap();
-        cache.forget_group(group_id);
-        while !lock(&cache.inner.refreshing_groups).is_empty() {
-            assert!(std::time::Instant::now() < deadline, "the group's refresh did not end");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(title(&cache), None);
-    }
-}
+mod tests;

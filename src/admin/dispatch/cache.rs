@@ -135,7 +135,7 @@ impl Cache {
         }
     }
 
-    /// Job `id` as read at most [`CACHE_TTL_MS`] ago (`None`: it does not exist), shared with
+    /// Job `id` as it was at most [`CACHE_TTL_MS`] ago (`None`: it does not exist), shared with
     /// the cache.
     pub async fn job(&self, id: i64) -> anyhow::Result<Option<Arc<Job>>> {
         match self.cached_job(id) {
@@ -158,7 +158,7 @@ impl Cache {
     }
 
     /// Reads job `id`, which has no fresh copy, with the other jobs missed at the same moment:
-    /// one query for them all. A callback's results are applied together, and each needs its
+    /// their stamps, and the whole of those that changed, for them all ([`Cache::current_jobs`]). A callback's results are applied together, and each needs its
     /// job; the jobs firing every second are used once a second, as long as their copies last,
     /// so a copy often expires just before its next use, and each would be a query of its own.
     async fn read_missing(&self, id: i64) -> anyhow::Result<Option<Arc<Job>>> {
@@ -188,12 +188,10 @@ impl Cache {
         };
         let ids: Vec<i64> = waiting.keys().copied().collect();
         let started = now_ms();
-        match self.inner.db.get_jobs(&ids).await {
-            Ok(read) => {
-                let mut read: HashMap<i64, Arc<Job>> =
-                    read.into_iter().map(|job| (job.id, Arc::new(job))).collect();
+        match self.current_jobs(&ids).await {
+            Ok(mut current) => {
                 for (id, callers) in waiting {
-                    let job = read.remove(&id);
+                    let job = current.remove(&id).flatten();
                     remember(&self.inner.jobs, id, started, job.clone());
                     for caller in callers {
                         let _ = caller.send(Ok(job.clone()));
@@ -201,12 +199,46 @@ impl Cache {
                 }
             }
             Err(error) => {
-                let error = format!("reading jobs: {error}");
+                let error = format!("reading jobs: {error:#}");
                 for caller in waiting.into_values().flatten() {
                     let _ = caller.send(Err(error.clone()));
                 }
             }
         }
+    }
+
+    /// Jobs `ids` as they are now (`None`: it does not exist): the copy this cache holds of
+    /// each, however old, where the job's stamp is still the copy's, else the job read whole.
+    /// Two queries at most: the stamps of the jobs a copy is held of, and every column of the
+    /// others and of those whose stamp changed. Most jobs in use are moved by their fires and
+    /// changed by nobody, so their copies stand for another while on two numbers read each; a
+    /// copy that expired between two uses (a job used once a second, its copy kept a second)
+    /// is checked as one still fresh is.
+    async fn current_jobs(&self, ids: &[i64]) -> anyhow::Result<HashMap<i64, Option<Arc<Job>>>> {
+        let copies: HashMap<i64, Option<Arc<Job>>> = {
+            let jobs = lock(&self.inner.jobs);
+            ids.iter().filter_map(|id| Some((*id, jobs.get(id)?.1.clone()))).collect()
+        };
+        let mut current = HashMap::with_capacity(ids.len());
+        if !copies.is_empty() {
+            let held: Vec<i64> = copies.keys().copied().collect();
+            let stamps: HashMap<i64, JobStamp> =
+                self.inner.db.job_stamps(&held).await?.into_iter().collect();
+            for (id, copy) in copies {
+                if copy.as_deref().map(JobStamp::of) == stamps.get(&id).copied() {
+                    current.insert(id, copy);
+                }
+            }
+        }
+        let rest: Vec<i64> = ids.iter().filter(|id| !current.contains_key(id)).copied().collect();
+        if !rest.is_empty() {
+            let read = self.inner.db.get_jobs(&rest).await?;
+            let mut read: HashMap<i64, Job> = read.into_iter().map(|job| (job.id, job)).collect();
+            for id in rest {
+                current.insert(id, read.remove(&id).map(Arc::new));
+            }
+        }
+        Ok(current)
     }
 
     /// Has job `id` checked again, with the other jobs asked for meanwhile, by a task that waits
@@ -233,46 +265,20 @@ impl Cache {
         });
     }
 
-    /// Reads jobs `ids` again into the copies still cached: their stamps, with one query, and
-    /// every column of only those whose stamp changed, with one more. Most jobs in use are
-    /// moved by their fires and changed by nobody, so their copies stand for another while on
-    /// two numbers read each. A copy forgotten meanwhile (this admin changed the job) or read
-    /// since the stamps were stays as it is.
+    /// Reads jobs `ids` again into the copies still cached ([`Cache::current_jobs`]: a copy
+    /// whose job's stamp did not change stands for another while). A copy forgotten meanwhile
+    /// (this admin changed the job) or read since this read began stays as it is; every copy
+    /// stored is the job as it was at or after that instant.
     async fn refresh_jobs(&self, ids: &[i64]) -> anyhow::Result<()> {
         if ids.is_empty() {
             return Ok(());
         }
         let started = now_ms();
-        let stamps: HashMap<i64, JobStamp> =
-            self.inner.db.job_stamps(ids).await?.into_iter().collect();
-        let stamp_of = |copy: &Option<Arc<Job>>| copy.as_deref().map(JobStamp::of);
-        let changed: Vec<i64> = {
-            let jobs = lock(&self.inner.jobs);
-            let changed = |id: &&i64| {
-                jobs.get(*id).is_some_and(|(_, copy)| stamp_of(copy) != stamps.get(*id).copied())
-            };
-            ids.iter().filter(changed).copied().collect()
-        };
-        let mut read: HashMap<i64, Arc<Job>> = if changed.is_empty() {
-            HashMap::new()
-        } else {
-            let read = self.inner.db.get_jobs(&changed).await?;
-            read.into_iter().map(|job| (job.id, Arc::new(job))).collect()
-        };
+        let mut current = self.current_jobs(ids).await?;
         let mut jobs = lock(&self.inner.jobs);
         for id in ids {
-            let Some(entry) = jobs.get_mut(id).filter(|(read_at, _)| *read_at < started) else {
-                continue;
-            };
-            // Compared again: a copy read whole before the stamps may have replaced the one
-            // compared above.
-            let stamp = stamps.get(id).copied();
-            if stamp_of(&entry.1) == stamp {
-                entry.0 = started;
-            } else if let Some(job) = read.remove(id) {
-                *entry = (started, Some(job));
-            } else if stamp.is_none() {
-                *entry = (started, None);
+            if let Some(entry) = jobs.get_mut(id).filter(|(read_at, _)| *read_at < started) {
+                *entry = (started, current.remove(id).flatten());
             }
         }
         Ok(())

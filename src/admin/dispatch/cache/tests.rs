@@ -133,6 +133,22 @@ async fn a_copy_checked_again_is_kept_unless_its_job_changed() {
     assert!(jobs[&fired].0 > half_old, "the kept copy is not fresh again");
     assert_eq!(copy(edited).spec.name, "renamed", "a change in the same millisecond was missed");
     assert_eq!(copy(by_earlier_build).spec.name, "renamed", "an earlier build's change was missed");
+    let renamed_copy = copy(edited);
+    drop(jobs);
+
+    // A copy that expired is checked the same way when a caller asks for its job: kept if the
+    // job did not change, read again if it did.
+    let retitled = JobSpec { name: "retitled".to_owned(), ..spec.clone() };
+    db.update_job(edited, &retitled, 1_000, 5).await.unwrap().unwrap();
+    let expired = now_ms() - CACHE_TTL_MS - 1;
+    for (read_at, _) in cache.inner.jobs.lock().unwrap().values_mut() {
+        *read_at = expired;
+    }
+    let asked = futures_util::future::join_all([fired, edited].map(|id| cache.job(id))).await;
+    let [kept, read] = [0, 1].map(|at| asked[at].as_ref().unwrap().clone().unwrap());
+    assert!(Arc::ptr_eq(&kept, &copies[0]), "the expired copy of an unchanged job was read again");
+    assert!(!Arc::ptr_eq(&read, &renamed_copy) && read.spec.name == "retitled");
+    assert!(cache.inner.jobs.lock().unwrap()[&fired].0 > expired, "the kept copy is not fresh");
 }
 
 // On one thread, so that every ask misses before the read task runs: on several, the read

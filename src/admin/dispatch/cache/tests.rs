@@ -127,14 +127,26 @@ async fn a_copy_checked_again_is_kept_unless_its_job_changed() {
         *read_at = half_old;
     }
     cache.refresh_jobs(&ids).await.unwrap();
-    let jobs = cache.inner.jobs.lock().unwrap();
-    let copy = |id: i64| jobs[&id].1.clone().unwrap();
-    assert!(Arc::ptr_eq(&copy(fired), &copies[0]), "the copy of a job only fired was read again");
-    assert!(jobs[&fired].0 > half_old, "the kept copy is not fresh again");
-    assert_eq!(copy(edited).spec.name, "renamed", "a change in the same millisecond was missed");
-    assert_eq!(copy(by_earlier_build).spec.name, "renamed", "an earlier build's change was missed");
-    let renamed_copy = copy(edited);
-    drop(jobs);
+    let renamed_copy = {
+        let jobs = cache.inner.jobs.lock().unwrap();
+        let copy = |id: i64| jobs[&id].1.clone().unwrap();
+        assert!(
+            Arc::ptr_eq(&copy(fired), &copies[0]),
+            "the copy of a job only fired was read again"
+        );
+        assert!(jobs[&fired].0 > half_old, "the kept copy is not fresh again");
+        assert_eq!(
+            copy(edited).spec.name,
+            "renamed",
+            "a change in the same millisecond was missed"
+        );
+        assert_eq!(
+            copy(by_earlier_build).spec.name,
+            "renamed",
+            "an earlier build's change was missed"
+        );
+        copy(edited)
+    };
 
     // A copy that expired is checked the same way when a caller asks for its job: kept if the
     // job did not change, read again if it did.

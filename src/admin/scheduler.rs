@@ -242,10 +242,10 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
 }
 
 /// The due jobs `due` with the whole of each job: the dispatcher's copy where it has the stamp
-/// the row read now has, else the job read again, all
-/// of them with one query (one changed through another admin since the copy was read, or one
-/// this admin has no copy of, as after it took partitions over); a stale copy is forgotten. A
-/// job deleted since the due read is left out.
+/// the row read now has, else the job read again, all of them with one query (one changed
+/// through another admin since the copy was read, or one this admin has no copy of, as after
+/// it took partitions over); a stale copy is forgotten. A job deleted since the due read is
+/// left out.
 async fn resolve(state: &AppState, due: Vec<DueJob>) -> anyhow::Result<Vec<(DueJob, Arc<Job>)>> {
     let mut resolved = Vec::with_capacity(due.len());
     let mut stale = Vec::new();

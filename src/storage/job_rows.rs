@@ -54,16 +54,15 @@ impl DueJob {
     }
 }
 
+/// The stamp of a row that has `revision` and `updated_at`.
+pub(super) fn stamp_from_row(row: &impl Cells) -> Result<JobStamp> {
+    let revision = row.required_int("revision")?;
+    Ok(JobStamp { revision, updated_at_ms: row.required_int("updated_at")? })
+}
+
 pub(super) fn due_job_from_row(row: &impl Cells) -> Result<DueJob> {
-    let stamp = JobStamp {
-        revision: row.required_int("revision")?,
-        updated_at_ms: row.required_int("updated_at")?,
-    };
-    Ok(DueJob {
-        id: row.required_int("id")?,
-        next_fire_ms: row.required_int("next_fire_ms")?,
-        stamp,
-    })
+    let (id, next_fire_ms) = (row.required_int("id")?, row.required_int("next_fire_ms")?);
+    Ok(DueJob { id, next_fire_ms, stamp: stamp_from_row(row)? })
 }
 
 pub(super) fn job_from_row(row: &impl Cells) -> Result<Job> {

@@ -3,7 +3,9 @@
 use super::query::query;
 use sqlx::{AnyConnection, Row};
 
-use super::job_rows::{COLUMNS, DUE_COLUMNS, DueJob, JobStamp, due_job_from_row, job_from_row};
+use super::job_rows::{
+    COLUMNS, DUE_COLUMNS, DueJob, JobStamp, due_job_from_row, job_from_row, stamp_from_row,
+};
 use super::partitions::{held_now, partition_filter};
 use super::run_writes::{Insert, insert_many};
 use super::runs::{Claim, NewRun};
@@ -166,12 +168,7 @@ impl Db {
     /// still the job, for two numbers a job instead of every column.
     pub async fn job_stamps(&self, ids: &[i64]) -> Result<Vec<(i64, JobStamp)>> {
         let rows = self.select_by_ids("select id, revision, updated_at from jobs", ids).await?;
-        let stamp = |row: &super::statement::Row| -> Result<_> {
-            let (revision, updated_at_ms) =
-                (row.required_int("revision")?, row.required_int("updated_at")?);
-            Ok((row.required_int("id")?, JobStamp { revision, updated_at_ms }))
-        };
-        rows.iter().map(stamp).collect()
+        rows.iter().map(|row| Ok((row.required_int("id")?, stamp_from_row(row)?))).collect()
     }
 
     /// Jobs by id, optionally of one group.

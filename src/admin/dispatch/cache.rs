@@ -157,10 +157,11 @@ impl Cache {
         Some(job)
     }
 
-    /// Reads job `id`, which has no fresh copy, with the other jobs missed at the same moment:
-    /// their stamps, and the whole of those that changed, for them all ([`Cache::current_jobs`]). A callback's results are applied together, and each needs its
-    /// job; the jobs firing every second are used once a second, as long as their copies last,
-    /// so a copy often expires just before its next use, and each would be a query of its own.
+    /// Reads job `id`, which has no fresh copy, with the other jobs missed at the same moment
+    /// ([`Cache::current_jobs`]: their stamps, and the whole of those that changed, for them
+    /// all). A callback's results are applied together, and each needs its job; the jobs
+    /// firing every second are used once a second, as long as their copies last, so a copy
+    /// often expires just before its next use, and each would be a query of its own.
     async fn read_missing(&self, id: i64) -> anyhow::Result<Option<Arc<Job>>> {
         let (answer, answered) = oneshot::channel();
         lock(&self.inner.misses).entry(id).or_default().push(answer);

@@ -64,6 +64,9 @@ pub use self::users::{ApiToken, LoginLocks, Session, User};
 pub use self::workflow_runs::{MAX_OUTPUT_MESSAGE_BYTES, NodeRetry, StartingNode};
 pub use self::workflows::{NodeInput, NodeRecord, Workflow, WorkflowRun, WorkflowSchedule};
 
+/// A pooled connection of PostgreSQL or MySQL idle longer than this is pinged before use.
+const PING_IF_IDLE_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// On SQLite, how many pages the WAL holds before the commit that passes it copies them back into
 /// the database file (a checkpoint, with a sync of both files). The commit's writer does it, so
 /// writes queue behind it: at SQLite's default of 1,000 pages, under load that was every few
@@ -180,9 +183,21 @@ impl Db {
             Dialect::Sqlite => 4,
             Dialect::Postgres | Dialect::Mysql => 10,
         };
-        // A SQLite connection is a file handle in this process, which cannot drop as a server's
-        // socket can: checking it at each acquire (a round trip to its thread) buys nothing.
-        let options = AnyPoolOptions::new().test_before_acquire(dialect.is_shared());
+        // A server's connection can drop while it sits in the pool (a restart, a failover, an
+        // idle timeout), so one idle for a while is pinged before it is handed out. One in
+        // steady use is not: the pool pings every connection as it is given back, so a hot
+        // connection was seen alive moments ago, and a ping at each acquire was a round trip
+        // before each of the admin's hundreds of queries a second. A SQLite connection is a
+        // file handle in this process, which cannot drop as a socket can: it is never pinged.
+        let options = AnyPoolOptions::new().test_before_acquire(false);
+        let options = options.before_acquire(move |connection, meta| {
+            Box::pin(async move {
+                if dialect.is_shared() && meta.idle_for > PING_IF_IDLE_FOR {
+                    sqlx::Connection::ping(connection).await?;
+                }
+                Ok(true)
+            })
+        });
         let options = options.after_connect(move |connection, _| {
             Box::pin(async move {
                 if dialect == Dialect::Sqlite {

@@ -1,19 +1,16 @@
-//! Jobs (XXL-JOB's `xxl_job_info`) and the scheduler's fire transaction.
+//! Jobs (XXL-JOB's `xxl_job_info`): their definitions, and the scheduler's reads of the due ones.
 
 use super::query::query;
-use sqlx::{AnyConnection, Row};
+use sqlx::Row;
 
 use super::job_rows::{
     COLUMNS, DUE_COLUMNS, DueJob, JobStamp, due_job_from_row, job_from_row, stamp_from_row,
 };
-use super::partitions::{held_now, partition_filter};
-use super::run_writes::{Insert, insert_many};
-use super::runs::{Claim, NewRun};
+use super::partitions::partition_filter;
 use super::statement::Cells;
 use super::{Db, Dialect, Result, split_list};
 use crate::model::{Job, JobSpec, child_job_cycle};
-use crate::partition::{self, Held};
-use crate::schedule::NextFire;
+use crate::partition::Held;
 
 /// The key of the PostgreSQL advisory lock that changes of the child-job graph take, so that
 /// they are checked and written one at a time ("wjchild" in ASCII).
@@ -253,170 +250,6 @@ impl Db {
         .fetch_one(&self.pool)
         .await?;
         Ok(row.try_get::<Option<i64>, _>("at")?)
-    }
-
-    /// The scheduler's atomic step: moves job `job_id` from the fire at `expected_fire_ms` to
-    /// `next` (`NextFire::Never` stops the job; `NextFire::WhenRunsEnd` leaves it running without
-    /// a next fire time until the lifecycle sets one) and creates `runs`, all in one
-    /// transaction. Nothing happens, and no run ids come back, if another scheduler got there
-    /// first (the job's next fire is no longer `expected_fire_ms`) or a run of the same fire
-    /// exists already.
-    pub async fn fire_job(
-        &self,
-        job_id: i64,
-        expected_fire_ms: i64,
-        next: NextFire,
-        runs: &[NewRun],
-        now_ms: i64,
-    ) -> Result<Vec<i64>> {
-        let fire = Fire { job_id, expected_fire_ms, next, runs: runs.to_vec(), claim: None };
-        let mut fired = self.fire_jobs(std::slice::from_ref(&fire), now_ms, None).await?;
-        Ok(fired.pop().unwrap_or_default().iter().map(Fired::id).collect())
-    }
-
-    /// [`Db::fire_job`] for many jobs in one transaction: each job moves, with its runs, only
-    /// from the fire it was read at, and, with `lease`, only while its partition is held under
-    /// the lease (owner and fence) the fire was planned under, checked in the transaction; the
-    /// answer holds each job's new runs, in order (claimed ones for a fire with a `claim`).
-    pub async fn fire_jobs(
-        &self,
-        fires: &[Fire],
-        now_ms: i64,
-        lease: Option<&Held>,
-    ) -> Result<Vec<Vec<Fired>>> {
-        let started = std::time::Instant::now();
-        let mut tx = self.writer().begin().await?;
-        let allowed: Vec<bool> = match lease {
-            Some(held) => {
-                let wanted = fires.iter().map(|fire| partition::of(fire.job_id)).collect();
-                let now_held = held_now(&mut tx, self.dialect, held, &wanted).await?;
-                fires.iter().map(|fire| now_held.contains(&partition::of(fire.job_id))).collect()
-            }
-            None => vec![true; fires.len()],
-        };
-        let mut moved = vec![false; fires.len()];
-        for round in super::distinct_rounds(fires.iter().map(|fire| fire.job_id)) {
-            let round: Vec<usize> = round.into_iter().filter(|&index| allowed[index]).collect();
-            let mut rest = &round[..];
-            for rows in super::statement_sizes(round.len(), 256) {
-                let chunk: Vec<&Fire> = rest[..rows].iter().map(|&index| &fires[index]).collect();
-                let ids = move_fires(&mut tx, &chunk, now_ms).await?;
-                for &index in &rest[..rows] {
-                    moved[index] = ids.contains(&fires[index].job_id);
-                }
-                rest = &rest[rows..];
-            }
-        }
-        let inserts: Vec<Insert<'_>> = fires
-            .iter()
-            .zip(&moved)
-            .filter(|(_, moved)| **moved)
-            .flat_map(|(fire, _)| {
-                let claim = fire.claim.as_ref().map(|(owner, until)| (owner.as_str(), *until));
-                fire.runs.iter().map(move |run| Insert { run, claim, now_ms })
-            })
-            .collect();
-        let mut created = insert_many(&mut tx, &inserts).await?.into_iter();
-        tx.commit().await?;
-        crate::metrics::admin().db_transaction("fire", started.elapsed());
-        let mut all_fired = Vec::with_capacity(fires.len());
-        for (fire, moved) in fires.iter().zip(moved) {
-            let count = if moved { fire.runs.len() } else { 0 };
-            let fired = created.by_ref().take(count).flatten().map(|claim| match fire.claim {
-                Some(_) => Fired::Claimed(Box::new(claim)),
-                None => Fired::Pending { id: claim.run.id, job_id: claim.run.job_id },
-            });
-            all_fired.push(fired.collect());
-        }
-        Ok(all_fired)
-    }
-}
-
-/// Moves each of `fires` (of distinct jobs) to its next fire if the job is still at the fire it
-/// was read at, in one statement; the ids of the jobs moved.
-async fn move_fires(
-    conn: &mut AnyConnection,
-    fires: &[&Fire],
-    now_ms: i64,
-) -> Result<std::collections::HashSet<i64>> {
-    if super::query::is_mysql(conn) {
-        let moves: Vec<super::mysql_writes::Move> = fires
-            .iter()
-            .map(|fire| super::mysql_writes::Move {
-                job_id: fire.job_id,
-                expected_fire_ms: fire.expected_fire_ms,
-                next_fire_ms: fire.next.at().unwrap_or(0),
-                running: i64::from(fire.next != NextFire::Never),
-            })
-            .collect();
-        return super::mysql_writes::move_fires(conn, &moves, now_ms).await;
-    }
-    let p = super::placeholder(conn);
-    let values = (0..fires.len())
-        .map(|row| {
-            let cells = (2..=5).map(|n| format!("cast({} as bigint)", p(row * 4 + n)));
-            format!("({})", cells.collect::<Vec<_>>().join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    let sql = format!(
-        "update jobs set next_fire_ms = v.column3, running = v.column4,
-            revision = jobs.revision + 1 - v.column4,
-            updated_at = case when v.column4 = 0 then {} else jobs.updated_at end
-         from (values {values}) as v
-         where jobs.id = v.column1 and jobs.running = 1 and jobs.next_fire_ms = v.column2
-         returning id",
-        p(1)
-    );
-    let mut query = query(&sql).bind(now_ms);
-    for fire in fires {
-        query = query
-            .bind(fire.job_id)
-            .bind(fire.expected_fire_ms)
-            .bind(fire.next.at().unwrap_or(0))
-            .bind(i64::from(fire.next != NextFire::Never));
-    }
-    let rows = query.fetch_all(&mut *conn).await?;
-    rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
-}
-
-/// One job's fire, for [`Db::fire_jobs`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fire {
-    /// The job.
-    pub job_id: i64,
-    /// The next fire time the scheduler read: the compare of the compare-and-set.
-    pub expected_fire_ms: i64,
-    /// The fire after this one.
-    pub next: NextFire,
-    /// The fire's runs (none for a skipped misfire).
-    pub runs: Vec<NewRun>,
-    /// Create the runs already claimed by this owner until this instant (ms), each with its
-    /// executor recorded, instead of pending.
-    pub claim: Option<(String, i64)>,
-}
-
-/// A newly created run: pending, or claimed at its creation.
-#[derive(Debug)]
-pub enum Fired {
-    /// Pending: to be claimed before it is sent.
-    Pending {
-        /// The run's id.
-        id: i64,
-        /// Its job's id.
-        job_id: i64,
-    },
-    /// Claimed at creation.
-    Claimed(Box<Claim>),
-}
-
-impl Fired {
-    /// The run's id.
-    pub fn id(&self) -> i64 {
-        match self {
-            Fired::Pending { id, .. } => *id,
-            Fired::Claimed(claim) => claim.run.id,
-        }
     }
 }
 

@@ -22,6 +22,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use sqlx::{AnyConnection, Row};
 
 use super::query::query;
+use super::statement::{Cells, Exec, Statement};
 use super::{Db, Dialect, Result};
 use crate::partition::{Held, Lease, PARTITIONS, SPREAD};
 
@@ -143,59 +144,39 @@ impl Db {
         now_ms: i64,
         lease_ms: i64,
     ) -> Result<Beat> {
-        let mut tx = self.writer().begin().await?;
-        query(
-            "insert into admins (owner, address, member, started_at, seen_at)
-             values ($1, $2, $3, $4, $5)
-             on conflict (owner) do update set address = excluded.address,
-                 seen_at = excluded.seen_at",
-        )
-        .bind(owner)
-        .bind(address)
-        .bind(member)
-        .bind(started_at)
-        .bind(now_ms)
-        .execute(&mut *tx)
-        .await?;
-        let mut predecessors = Vec::new();
-        if !member.is_empty() {
-            for row in query(
-                "delete from admins where member = $1 and owner <> $2 and started_at <= $3
-                 returning owner",
-            )
-            .bind(member)
-            .bind(owner)
-            .bind(started_at)
-            .fetch_all(&mut *tx)
-            .await?
-            {
-                predecessors.push(row.try_get::<String, _>("owner")?);
+        let admin = BeatingAdmin {
+            owner: owner.to_owned(),
+            address: address.to_owned(),
+            member: member.to_owned(),
+            started_at,
+        };
+        let read = match &self.sqlite_writer {
+            // On SQLite, on the group commit's connection, as the fires (`fires.rs`).
+            Some(writer) => {
+                let write = move |exec: &mut Exec<'_>| {
+                    super::sqlite_writer::ready(beat_in(exec, &admin, now_ms, lease_ms))
+                };
+                writer.write(self.writer(), write).await?
             }
-        }
-        query("update partitions set lease_until = $1 where owner = $2")
-            .bind(now_ms + lease_ms)
-            .bind(owner)
-            .execute(&mut *tx)
-            .await?;
-        let live = query("select owner from admins where seen_at >= $1 order by owner")
-            .bind(now_ms - lease_ms)
-            .fetch_all(&mut *tx)
-            .await?
-            .iter()
-            .map(|row| row.try_get::<String, _>("owner"))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        let leases = read_leases(&mut tx).await?;
-        let mut admins: Vec<&str> = live.iter().map(String::as_str).collect();
-        admins.extend(leases.iter().filter_map(|lease| lease.owner.as_deref()));
-        admins.sort_unstable();
-        admins.dedup();
-        let sessions = sessions_held(&mut tx, self.dialect, &admins).await?;
-        tx.commit().await?;
-        let renewed = leases
+            None => {
+                let mut tx = self.writer().begin().await?;
+                let read = beat_in(&mut Exec::Sqlx(&mut tx), &admin, now_ms, lease_ms).await?;
+                let mut admins: Vec<&str> = read.live.iter().map(String::as_str).collect();
+                admins.extend(read.leases.iter().filter_map(|lease| lease.owner.as_deref()));
+                admins.sort_unstable();
+                admins.dedup();
+                let sessions = sessions_held(&mut tx, self.dialect, &admins).await?;
+                tx.commit().await?;
+                BeatRead { sessions, ..read }
+            }
+        };
+        let renewed = read
+            .leases
             .iter()
             .filter(|lease| lease.owner.as_deref() == Some(owner))
             .map(|lease| (lease.partition, lease.fence))
             .collect();
+        let BeatRead { live, predecessors, leases, sessions } = read;
         Ok(Beat { renewed, live, predecessors, leases, sessions })
     }
 
@@ -324,7 +305,7 @@ impl Db {
         .bind(since_ms)
         .fetch_all(&self.pool)
         .await?;
-        let leases = read_leases(&mut *self.pool.acquire().await?).await?;
+        let leases = read_leases(&mut Exec::Sqlx(&mut *self.pool.acquire().await?)).await?;
         rows.iter()
             .map(|row| {
                 let owner: String = row.try_get("owner")?;
@@ -370,7 +351,7 @@ pub(super) fn partition_filter(held: &Held, id_column: &str) -> String {
 /// Of `partitions`, those `held` still holds with the fence it was planned under, read in the
 /// caller's transaction and locked against a take until it commits.
 pub(super) async fn held_now(
-    conn: &mut AnyConnection,
+    exec: &mut Exec<'_>,
     dialect: Dialect,
     held: &Held,
     partitions: &BTreeSet<u16>,
@@ -383,41 +364,116 @@ pub(super) async fn held_now(
         Dialect::Mysql => " lock in share mode",
         Dialect::Sqlite => "",
     };
-    let rows = query(&format!(
-        "select id, fence from partitions where owner = $1 and id in ({}){lock}",
+    let p = exec.placeholder();
+    let mut statement = Statement::new(format!(
+        "select id, fence from partitions where owner = {} and id in ({}){lock}",
+        p(1),
         id_list(partitions.iter().copied())
-    ))
-    .bind(&held.owner)
-    .fetch_all(conn)
-    .await?;
+    ));
+    statement.bind(held.owner.as_str());
+    let rows = exec.fetch_all(&statement).await?;
     let mut now_held = HashSet::with_capacity(rows.len());
     for row in &rows {
         let partition = partition_of(row)?;
-        if held.holds(partition, row.try_get("fence")?) {
+        if held.holds(partition, row.required_int("fence")?) {
             now_held.insert(partition);
         }
     }
     Ok(now_held)
 }
 
-async fn read_leases(conn: &mut AnyConnection) -> Result<Vec<Lease>> {
-    let rows = query("select id, owner, fence, lease_until from partitions order by id")
-        .fetch_all(conn)
-        .await?;
+/// The admin a beat is of.
+struct BeatingAdmin {
+    owner: String,
+    address: String,
+    member: String,
+    started_at: i64,
+}
+
+/// What [`beat_in`] read, and the sessions held (read after it, outside SQLite).
+struct BeatRead {
+    live: Vec<String>,
+    predecessors: Vec<String>,
+    leases: Vec<Lease>,
+    sessions: HashSet<String>,
+}
+
+/// A beat's statements ([`Db::beat_partitions`]) through `exec`, in the caller's transaction.
+async fn beat_in(
+    exec: &mut Exec<'_>,
+    admin: &BeatingAdmin,
+    now_ms: i64,
+    lease_ms: i64,
+) -> Result<BeatRead> {
+    let p = exec.placeholder();
+    let mut insert = Statement::new(format!(
+        "insert into admins (owner, address, member, started_at, seen_at)
+         values ({}, {}, {}, {}, {})
+         on conflict (owner) do update set address = excluded.address,
+             seen_at = excluded.seen_at",
+        p(1),
+        p(2),
+        p(3),
+        p(4),
+        p(5)
+    ));
+    insert
+        .bind(admin.owner.as_str())
+        .bind(admin.address.as_str())
+        .bind(admin.member.as_str())
+        .bind(admin.started_at)
+        .bind(now_ms);
+    exec.fetch_all(&insert).await?;
+    let mut predecessors = Vec::new();
+    if !admin.member.is_empty() {
+        let mut forget = Statement::new(format!(
+            "delete from admins where member = {} and owner <> {} and started_at <= {}
+             returning owner",
+            p(1),
+            p(2),
+            p(3)
+        ));
+        forget.bind(admin.member.as_str()).bind(admin.owner.as_str()).bind(admin.started_at);
+        for row in exec.fetch_all(&forget).await? {
+            predecessors.push(row.required_text("owner")?);
+        }
+    }
+    let mut renew = Statement::new(format!(
+        "update partitions set lease_until = {} where owner = {}",
+        p(1),
+        p(2)
+    ));
+    renew.bind(now_ms + lease_ms).bind(admin.owner.as_str());
+    exec.fetch_all(&renew).await?;
+    let mut live = Statement::new(format!(
+        "select owner from admins where seen_at >= {} order by owner",
+        p(1)
+    ));
+    live.bind(now_ms - lease_ms);
+    let live = exec.fetch_all(&live).await?;
+    let live = live.iter().map(|row| row.required_text("owner")).collect::<Result<Vec<_>>>()?;
+    let leases = read_leases(exec).await?;
+    Ok(BeatRead { live, predecessors, leases, sessions: HashSet::new() })
+}
+
+async fn read_leases(exec: &mut Exec<'_>) -> Result<Vec<Lease>> {
+    let statement =
+        Statement::new("select id, owner, fence, lease_until from partitions order by id");
+    let rows = exec.fetch_all(&statement).await?;
     rows.iter()
         .map(|row| {
             Ok(Lease {
                 partition: partition_of(row)?,
-                owner: row.try_get("owner")?,
-                fence: row.try_get("fence")?,
-                until_ms: row.try_get("lease_until")?,
+                owner: row.text("owner")?,
+                fence: row.required_int("fence")?,
+                until_ms: row.required_int("lease_until")?,
             })
         })
         .collect()
 }
 
-fn partition_of(row: &sqlx::any::AnyRow) -> Result<u16> {
-    let id: i64 = row.try_get("id")?;
+fn partition_of(row: &impl Cells) -> Result<u16> {
+    let id = row.required_int("id")?;
     u16::try_from(id)
         .ok()
         .filter(|partition| *partition < PARTITIONS)

@@ -7,22 +7,36 @@
 //! every statement and answers once. The statements are the ones the sqlx path runs
 //! ([`super::statement`]).
 //!
-//! Only the group commit writes here, and only while it holds the sqlx writer pool's one
+//! The group commit, the scheduler's fires (`fires.rs`) and the admin's beats (`partitions.rs`)
+//! write here ([`SqliteWriter::write`]), each only while it holds the sqlx writer pool's one
 //! connection, so this connection and that pool never write at the same time: writers still
 //! queue instead of sleeping in SQLite's busy handler. A hot read may come here too, between
 //! two commits ([`SqliteWriter::fetch_all`]).
+//!
+//! In WAL mode a connection empties its page cache when it finds that another connection has
+//! committed since its own last transaction. With the fires and the beats committed through
+//! the sqlx writer, this connection read its pages again from the files about twice a second.
+//! Now the other writes (an edit through the API, an executor's registration, a sweep) are
+//! rare, and the cache is larger than SQLite's 2 MB default ([`CACHE_KIB`]).
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
+use sqlx::AnyPool;
 use tokio::sync::oneshot;
 
 use super::statement::{Exec, Row, Statement};
 use super::{Result, StorageError};
 
 type Work = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// The page cache of the writer's connection, in KiB: the pages of the runs and their indexes
+/// that the group commit touches again and again. Under workload (x) of `cargo bench --bench e2e`
+/// at 2,000 jobs a second, the default 2 MB kept the writer reading pages back from the files
+/// (the kernel's copies) at every transaction.
+const CACHE_KIB: i64 = 8 * 1024;
 
 /// The handle of the writer thread; the thread ends, closing its connection, when the handle is
 /// dropped.
@@ -40,6 +54,7 @@ impl SqliteWriter {
         conn.pragma_update(None, "foreign_keys", "on")?;
         conn.pragma_update(None, "synchronous", "full")?;
         conn.pragma_update(None, "temp_store", "memory")?;
+        conn.pragma_update(None, "cache_size", -CACHE_KIB)?;
         conn.pragma_update(None, "wal_autocheckpoint", super::CHECKPOINT_PAGES)?;
         conn.busy_timeout(Duration::from_secs(5))?;
         // One prepared statement per shape: the batch sizes are powers of two.
@@ -70,6 +85,24 @@ impl SqliteWriter {
         });
         self.work.send(work).ok()?;
         answer.await.ok()
+    }
+
+    /// Runs `work` as one transaction on the writer's connection, holding `pool` (the sqlx
+    /// writer pool of one connection) meanwhile so that nothing else writes; `work`'s error, or
+    /// an error if it panicked, rolls it back. `work` builds its statements' future over an
+    /// [`Exec::Sqlite`] and passes it to [`ready`].
+    pub(super) async fn write<T: Send + 'static>(
+        &self,
+        pool: &AnyPool,
+        work: impl FnOnce(&mut Exec<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let held = pool.acquire().await?;
+        let ran =
+            self.run(move |conn| transaction(conn, |conn| work(&mut Exec::Sqlite(conn)))).await;
+        drop(held);
+        ran.unwrap_or_else(|| {
+            Err(StorageError::Batch("the SQLite writer failed on this call (a panic)".to_owned()))
+        })
     }
 
     /// Runs `statement`, a read, on the writer's connection, between two group commits.

@@ -841,6 +841,55 @@ async fn every_sqlite_connection_syncs_each_commit() {
     assert_eq!((level(pool), level(writer), group_commit), (2, 2, 2));
 }
 
+/// The writes of the steady state, the beat, the fire and the group commit, commit on the
+/// group commit's own connection, so its page cache survives from one to the next: SQLite
+/// changes a connection's `pragma data_version` exactly when another connection has committed,
+/// which is when it empties that connection's cache.
+#[tokio::test]
+async fn beats_fires_and_results_commit_on_the_group_commits_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let db =
+        Db::connect(&format!("sqlite:{}", dir.path().join("test.db").display())).await.unwrap();
+    let group = db.ensure_group("default", "Default", 0).await.unwrap();
+    let job = db.create_job(&new_job(group.id), 10).await.unwrap();
+    assert!(db.set_job_running(job.id, Some(1_000), 11).await.unwrap());
+    let partition = crate::partition::of(job.id);
+    let taken = db.take_partitions("admin-a", &[partition], &[], 12, 5_000).await.unwrap();
+    let lease =
+        crate::partition::Held { owner: "admin-a".to_owned(), fences: taken.into_iter().collect() };
+    let writer = db.sqlite_writer.clone().unwrap();
+    let data_version = || async {
+        let read = writer
+            .run(|conn| conn.query_row("pragma data_version", [], |row| row.get::<_, i64>(0)));
+        read.await.unwrap().unwrap()
+    };
+    let before = data_version().await;
+
+    let beat = db.beat_partitions("admin-a", "http://127.0.0.1:1", "m", 1, 1_000, 4_000).await;
+    assert_eq!(beat.unwrap().renewed.len(), 1, "the beat renewed the lease");
+    let planned = Fire {
+        job_id: job.id,
+        expected_fire_ms: 1_000,
+        next: NextFire::At(2_000),
+        runs: vec![fire(job.id, 1_000, 0)],
+        claim: Some(("admin-a".to_owned(), 60_000)),
+    };
+    let mut fired =
+        db.fire_jobs(std::slice::from_ref(&planned), 1_001, Some(&lease)).await.unwrap();
+    let Some(Fired::Claimed(claim)) = fired[0].pop() else {
+        panic!("the fire committed under its lease, its run claimed: {fired:?}")
+    };
+    let lease = Some(("admin-a", claim.fence));
+    let sent = sent("127.0.0.1:9", 1_002, 0);
+    let applied = db.apply_transition(claim.run.id, &sent, lease, None, &[], 1_002).await;
+    assert!(applied.unwrap().is_some(), "the send was recorded");
+    assert_eq!(data_version().await, before, "no other connection committed meanwhile");
+
+    // The check sees a commit of another connection: an edit through the sqlx writer.
+    assert!(db.set_job_running(job.id, None, 1_003).await.unwrap());
+    assert_ne!(data_version().await, before);
+}
+
 #[tokio::test]
 async fn a_claimed_fire_creates_its_runs_held_by_the_dispatcher() {
     each_backend("claimed_fire", |db| async move {

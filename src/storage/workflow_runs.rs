@@ -112,7 +112,7 @@ impl Db {
     ) -> Result<Option<Option<i64>>> {
         let mut tx = self.writer().begin().await?;
         let partition = BTreeSet::from([partition::of(workflow.id)]);
-        if held_now(&mut tx, self.dialect, lease, &partition).await?.is_empty() {
+        if held_now(&mut Exec::Sqlx(&mut tx), self.dialect, lease, &partition).await?.is_empty() {
             tx.rollback().await?;
             return Ok(None);
         }

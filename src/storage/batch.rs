@@ -219,14 +219,7 @@ async fn run_plain_sqlite(
             (writes, Err(()))
         }
         // The call panicked, and its writes are gone with it: each caller hears it.
-        None => {
-            let gone = || {
-                Err(StorageError::Batch(
-                    "the SQLite writer failed on this call (a panic)".to_owned(),
-                ))
-            };
-            (Vec::new(), Ok((0..count).map(|_| gone()).collect()))
-        }
+        None => (Vec::new(), Ok((0..count).map(|_| Err(sqlite_writer::panicked())).collect())),
     }
 }
 

@@ -1,8 +1,8 @@
 //! The scheduler's fire transaction: due jobs moved to their next fire, with their runs.
 //!
 //! On SQLite the whole transaction runs on the group commit's own connection, in one call to
-//! its thread (`sqlite_writer.rs`), as the group commit does, so that every write of the run
-//! lifecycle goes through that one connection. In WAL mode a connection drops its page cache
+//! its thread (`sqlite_writer.rs`), as the group commit does, so that the writes of the steady
+//! state share that one connection. In WAL mode a connection drops its page cache
 //! whenever another connection has committed since its last transaction; with the fires
 //! committed through the sqlx writer, the group commit read its pages again after every fire.
 

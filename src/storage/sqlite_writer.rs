@@ -16,8 +16,9 @@
 //! In WAL mode a connection empties its page cache when it finds that another connection has
 //! committed since its own last transaction. With the fires and the beats committed through
 //! the sqlx writer, this connection read its pages again from the files about twice a second.
-//! Now the other writes (an edit through the API, an executor's registration, a sweep) are
-//! rare, and the cache is larger than SQLite's 2 MB default ([`CACHE_KIB`]).
+//! The writes left on the sqlx writer (an edit through the API, an executor's registration, a
+//! sweep, a claim or a transition that the group commit does not regroup) are rare in the
+//! steady state, and the cache is larger than SQLite's 2 MB default ([`CACHE_KIB`]).
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
@@ -34,8 +35,9 @@ type Work = Box<dyn FnOnce(&mut Connection) + Send>;
 
 /// The page cache of the writer's connection, in KiB: the pages of the runs and their indexes
 /// that the group commit touches again and again. Under workload (x) of `cargo bench --bench e2e`
-/// at 2,000 jobs a second, the default 2 MB kept the writer reading pages back from the files
-/// (the kernel's copies) at every transaction.
+/// at 2,000 jobs a second, with the default 2 MB the writer read pages back from the files (the
+/// kernel's copies) even between other connections' commits; 8 MiB cost as little CPU as
+/// 32 MiB, for 5 MB of memory, not 25 (docs/performance.md).
 const CACHE_KIB: i64 = 8 * 1024;
 
 /// The handle of the writer thread; the thread ends, closing its connection, when the handle is
@@ -100,18 +102,19 @@ impl SqliteWriter {
         let ran =
             self.run(move |conn| transaction(conn, |conn| work(&mut Exec::Sqlite(conn)))).await;
         drop(held);
-        ran.unwrap_or_else(|| {
-            Err(StorageError::Batch("the SQLite writer failed on this call (a panic)".to_owned()))
-        })
+        ran.unwrap_or_else(|| Err(panicked()))
     }
 
     /// Runs `statement`, a read, on the writer's connection, between two group commits.
     pub(super) async fn fetch_all(&self, statement: Statement<'static>) -> Result<Vec<Row>> {
         let read = self.run(move |conn| ready(Exec::Sqlite(conn).fetch_all(&statement))).await;
-        read.unwrap_or_else(|| {
-            Err(StorageError::Batch("the SQLite writer failed on this call (a panic)".to_owned()))
-        })
+        read.unwrap_or_else(|| Err(panicked()))
     }
+}
+
+/// The error of a call to the writer that panicked: what it did is rolled back.
+pub(super) fn panicked() -> StorageError {
+    StorageError::Batch("the SQLite writer failed on this call (a panic)".to_owned())
 }
 
 /// The output of `future`, which must not wait: on the writer's thread every statement is done

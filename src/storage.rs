@@ -494,6 +494,23 @@ fn statement_sizes(mut rows: usize, max: usize) -> impl Iterator<Item = usize> {
     })
 }
 
+/// The statements `rows` rows go in, as (rows, shape): [`statement_sizes`]'s split, each
+/// statement of its own rows, or with `pad` statements of `max` rows and a last one of the next
+/// power of two, its extra rows ones that match nothing (`max` a power of two). Padding makes one
+/// statement of what the split makes up to nine (23 rows are 16, 4, 2 and 1, or one of 32): on
+/// PostgreSQL each statement is a round trip, which costs more than the rows that pad it.
+fn statement_shapes(rows: usize, max: usize, pad: bool) -> Vec<(usize, usize)> {
+    if !pad {
+        return statement_sizes(rows, max).map(|size| (size, size)).collect();
+    }
+    let mut shapes = vec![(max, max); rows / max];
+    let last = rows % max;
+    if last > 0 {
+        shapes.push((last, last.next_power_of_two()));
+    }
+    shapes
+}
+
 /// The indexes of `keys` in rounds in which no key repeats: a key's first occurrence is in the
 /// first round, its second in the second, and so on.
 fn distinct_rounds(keys: impl IntoIterator<Item = i64>) -> Vec<Vec<usize>> {

@@ -138,9 +138,9 @@ async fn fire_in(
     for round in super::distinct_rounds(fires.iter().map(|fire| fire.job_id)) {
         let round: Vec<usize> = round.into_iter().filter(|&index| allowed[index]).collect();
         let mut rest = &round[..];
-        for rows in super::statement_sizes(round.len(), 256) {
+        for (rows, shape) in super::statement_shapes(round.len(), 256, exec.pads()) {
             let chunk: Vec<&Fire> = rest[..rows].iter().map(|&index| &fires[index]).collect();
-            let ids = move_fires(exec, &chunk, now_ms).await?;
+            let ids = move_fires(exec, &chunk, shape, now_ms).await?;
             for &index in &rest[..rows] {
                 moved[index] = ids.contains(&fires[index].job_id);
             }
@@ -172,8 +172,14 @@ async fn fire_in(
 }
 
 /// Moves each of `fires` (of distinct jobs) to its next fire if the job is still at the fire it
-/// was read at, in one statement; the ids of the jobs moved.
-async fn move_fires(exec: &mut Exec<'_>, fires: &[&Fire], now_ms: i64) -> Result<HashSet<i64>> {
+/// was read at, in one statement of `shape` rows (those past the fires' all null, matching no
+/// job); the ids of the jobs moved.
+async fn move_fires(
+    exec: &mut Exec<'_>,
+    fires: &[&Fire],
+    shape: usize,
+    now_ms: i64,
+) -> Result<HashSet<i64>> {
     if let Exec::Sqlx(conn) = exec
         && super::query::is_mysql(conn)
     {
@@ -188,9 +194,9 @@ async fn move_fires(exec: &mut Exec<'_>, fires: &[&Fire], now_ms: i64) -> Result
             .collect();
         return super::mysql_writes::move_fires(conn, &moves, now_ms).await;
     }
-    let sql = super::statement::shaped(exec, "move fires", fires.len(), || {
+    let sql = super::statement::shaped(exec, "move fires", shape, || {
         let p = exec.placeholder();
-        let values = (0..fires.len())
+        let values = (0..shape)
             .map(|row| {
                 let cells = (2..=5).map(|n| format!("cast({} as bigint)", p(row * 4 + n)));
                 format!("({})", cells.collect::<Vec<_>>().join(", "))
@@ -215,6 +221,9 @@ async fn move_fires(exec: &mut Exec<'_>, fires: &[&Fire], now_ms: i64) -> Result
             .bind(fire.expected_fire_ms)
             .bind(fire.next.at().unwrap_or(0))
             .bind(i64::from(fire.next != NextFire::Never));
+    }
+    for _ in fires.len() * 4..shape * 4 {
+        statement.bind(None::<i64>);
     }
     let rows = exec.fetch_all(&statement).await?;
     rows.iter().map(|row| row.required_int("id")).collect()

@@ -8,7 +8,7 @@ use sqlx::{AnyConnection, Row};
 use super::reports::Deltas;
 pub(super) use super::runs::Update;
 use super::runs::{COLUMNS, Claim, NewRun, UNFINISHED, format_items, run_from_row};
-use super::statement::{Cells, Exec, Statement};
+use super::statement::{Arg, Cells, Exec, Statement};
 use super::{Result, parse_column};
 use crate::model::{RunRecord, RunState, TriggerType};
 
@@ -106,7 +106,7 @@ pub(super) async fn apply(
 }
 
 /// The most ids [`lock_in_order`] locks in one statement.
-const MAX_LOCKED_IDS: usize = 1000;
+const MAX_LOCKED_IDS: usize = 1024;
 
 /// Locks the rows of runs `ids` on PostgreSQL and MySQL, in id order, before a group commit
 /// changes them in the order its writes came.
@@ -130,14 +130,19 @@ pub(super) async fn lock_in_order(
     if ids.len() < 2 {
         return Ok(());
     }
+    // A list of a power of two ids, the last repeated to fill it: a few shapes, prepared once,
+    // rather than one for every count, which would crowd the connection's statement cache.
     for chunk in ids.chunks(MAX_LOCKED_IDS) {
-        let p = exec.placeholder();
-        let list = (1..=chunk.len()).map(p).collect::<Vec<_>>().join(", ");
-        let mut statement = Statement::new(format!(
-            "select id from runs where id in ({list}) order by id for update"
-        ));
-        for id in chunk {
-            statement.bind(*id);
+        let shape = chunk.len().next_power_of_two();
+        let sql = super::statement::shaped(exec, "lock runs", shape, || {
+            let p = exec.placeholder();
+            let list = (1..=shape).map(p).collect::<Vec<_>>().join(", ");
+            format!("select id from runs where id in ({list}) order by id for update")
+        });
+        let mut statement = Statement::new(sql);
+        let last = chunk[chunk.len() - 1];
+        for id in chunk.iter().copied().chain(std::iter::repeat_n(last, shape - chunk.len())) {
+            statement.bind(id);
         }
         exec.fetch_all(&statement).await?;
     }
@@ -171,16 +176,19 @@ pub(super) async fn update_many_with(
 ) -> Result<Vec<RunRecord>> {
     let mut updated = Vec::with_capacity(updates.len());
     let mut rest = updates;
-    for rows in super::statement_sizes(updates.len(), MAX_UPDATE_ROWS) {
-        updated.extend(update_rows(exec, &rest[..rows], deltas).await?);
+    for (rows, shape) in super::statement_shapes(updates.len(), MAX_UPDATE_ROWS, exec.pads()) {
+        updated.extend(update_rows(exec, &rest[..rows], shape, deltas).await?);
         rest = &rest[rows..];
     }
     Ok(updated)
 }
 
+/// Records `updates` in one statement of `shape` rows, the rows past theirs padding (all
+/// null, so that no run matches them).
 async fn update_rows(
     exec: &mut Exec<'_>,
     updates: &[Update<'_>],
+    shape: usize,
     deltas: &mut Deltas,
 ) -> Result<Vec<RunRecord>> {
     if let Exec::Sqlx(conn) = exec
@@ -193,9 +201,9 @@ async fn update_rows(
         "bigint", "text", "bigint", "text", "text", "bigint", "bigint", "bigint", "text", "bigint",
         "bigint", "bigint", "text", "text", "bigint", "bigint", "bigint",
     ];
-    let sql = super::statement::shaped(exec, "update runs", updates.len(), || {
+    let sql = super::statement::shaped(exec, "update runs", shape, || {
         let p = exec.placeholder();
-        let values = (0..updates.len())
+        let values = (0..shape)
             .map(|row| {
                 let cells = TYPES.iter().enumerate().map(|(column, kind)| {
                     format!("cast({} as {kind})", p(row * UPDATE_PARAMS + column + 1))
@@ -232,6 +240,11 @@ async fn update_rows(
     let mut statement = Statement::new(sql);
     for update in updates {
         bind_update(&mut statement, update);
+    }
+    for _ in updates.len()..shape {
+        for kind in TYPES {
+            statement.bind(if kind == "text" { Arg::Text(None) } else { Arg::Int(None) });
+        }
     }
     let rows = exec.fetch_all(&statement).await?;
     ended_rows(&rows, deltas)

@@ -83,7 +83,7 @@ impl<'a> Statement<'a> {
 
 /// The text of generated statement `name` of `rows` rows for `exec`'s dialect: `build` makes
 /// it the first time, and it is kept. The group commit runs the same few shapes again and again
-/// (row counts are powers of two, see [`super::statement_sizes`]); building the text of
+/// (row counts are powers of two, see [`super::statement_shapes`]); building the text of
 /// thousands of placeholders each time was work on the SQLite writer's thread, which every
 /// commit waits for.
 pub(super) fn shaped(
@@ -120,6 +120,16 @@ impl Exec<'_> {
         match self {
             Exec::Sqlx(conn) => super::placeholder(conn),
             Exec::Sqlite(_) => |_| "?".to_owned(),
+        }
+    }
+
+    /// Whether generated statements of many rows are padded to a few shapes, one statement
+    /// each ([`super::statement_shapes`]): on PostgreSQL, where each is a round trip. MySQL's
+    /// writes have their own statements, and SQLite's cost no round trip.
+    pub(super) fn pads(&self) -> bool {
+        match self {
+            Exec::Sqlx(conn) => conn.backend_name() == <sqlx::Postgres as sqlx::Database>::NAME,
+            Exec::Sqlite(_) => false,
         }
     }
 

@@ -1021,6 +1021,69 @@ async fn a_batch_records_plain_transitions_in_one_statement_with_each_compare_it
     .await;
 }
 
+/// Batches of a count that is no power of two: on PostgreSQL their statements are padded with
+/// rows that match nothing (`statement_shapes`), which must change no run and no job.
+#[tokio::test]
+async fn padded_statements_change_only_the_rows_they_carry() {
+    each_backend("padded_statements", |db| async move {
+        let ids = claimed_fires(&db, 23).await;
+        // Every fifth compare fails (a stale fence): 23 updates, of which 5 apply nothing.
+        let writes = ids
+            .iter()
+            .enumerate()
+            .map(|(at, &id)| batch::Write::Apply {
+                id,
+                transition: sent("http://e:9999", 50, 5),
+                lease: Some(("admin-1".to_owned(), if at % 5 == 0 { 7 } else { 1 })),
+                fuel_used: None,
+                follow_ups: Vec::new(),
+                now_ms: 50,
+            })
+            .collect();
+        let answers = commit_batch(&db, writes).await;
+        let applied: Vec<bool> = answers
+            .into_iter()
+            .map(|answer| match answer.unwrap() {
+                batch::Written::Applied(run) => run.is_some(),
+                other => panic!("unexpected answer {other:?}"),
+            })
+            .collect();
+        assert_eq!(applied, (0..23).map(|at| at % 5 != 0).collect::<Vec<_>>());
+        let runs = db.get_runs(&ids).await.unwrap();
+        assert_eq!(runs.len(), 23);
+        for run in &runs {
+            let at = ids.iter().position(|id| *id == run.id).unwrap();
+            let expected = if at % 5 == 0 { RunState::Dispatching } else { RunState::Running };
+            assert_eq!(run.state, expected, "run {at}");
+        }
+
+        // Five jobs fired at once (at 5 s, past the runs above, which job 1 may share), one
+        // of them read at a fire it has left: four move on.
+        let group = db.ensure_group("default", "Default", 0).await.unwrap();
+        let mut fires = Vec::new();
+        for at in 0..5 {
+            let job = db.create_job(&new_job(group.id), 10).await.unwrap();
+            assert!(db.set_job_running(job.id, Some(5_000), 11).await.unwrap());
+            let expected_fire_ms = if at == 2 { 4_000 } else { 5_000 };
+            fires.push(Fire {
+                job_id: job.id,
+                expected_fire_ms,
+                next: NextFire::At(6_000),
+                runs: vec![fire(job.id, 5_000, 0)],
+                claim: None,
+            });
+        }
+        let fired = db.fire_jobs(&fires, 12, None).await.unwrap();
+        let counts: Vec<usize> = fired.iter().map(Vec::len).collect();
+        assert_eq!(counts, [1, 1, 0, 1, 1]);
+        for (at, planned) in fires.iter().enumerate() {
+            let job = db.get_job(planned.job_id).await.unwrap().unwrap();
+            assert_eq!(job.next_fire_ms, if at == 2 { 5_000 } else { 6_000 }, "job {at}");
+        }
+    })
+    .await;
+}
+
 /// Commits `writes` as one batch and returns each write's answer.
 async fn commit_batch(db: &Db, writes: Vec<batch::Write>) -> Vec<Result<batch::Written>> {
     let mut answers = Vec::new();
@@ -1120,6 +1183,11 @@ fn batched_statements_have_few_shapes_and_rounds_never_repeat_a_run() {
     assert_eq!(statement_sizes(13, 512).collect::<Vec<_>>(), [8, 4, 1]);
     assert_eq!(statement_sizes(0, 512).count(), 0);
     assert_eq!(statement_sizes(1_100, 512).collect::<Vec<_>>(), [512, 512, 64, 8, 4]);
+    assert_eq!(statement_shapes(13, 256, false), [(8, 8), (4, 4), (1, 1)]);
+    assert_eq!(statement_shapes(13, 256, true), [(13, 16)]);
+    assert_eq!(statement_shapes(600, 256, true), [(256, 256), (256, 256), (88, 128)]);
+    assert_eq!(statement_shapes(512, 256, true), [(256, 256), (256, 256)]);
+    assert!(statement_shapes(0, 256, true).is_empty());
     assert_eq!(distinct_rounds([5, 6, 5, 7, 5]), [vec![0, 1, 3], vec![2], vec![4]]);
     assert!(distinct_rounds([]).is_empty());
 }

@@ -61,6 +61,8 @@ pub struct AppState {
     pub dispatcher: Dispatcher,
     /// Wakes the scheduler when a job's schedule changed.
     pub scheduler_wake: Arc<Notify>,
+    /// Wakes the backfill driver when a backfill was created or resumed here.
+    pub backfill_wake: Arc<Notify>,
     /// The runs whose logs are streamed now, one shared follower each.
     pub log_feeds: http::stream::Feeds,
     /// The bound on unfinished runs that fires and triggers wait for.
@@ -107,6 +109,7 @@ impl AppState {
             compile_slots: Arc::new(Semaphore::new(1)),
             validated_modules: Arc::default(),
             scheduler_wake: Arc::new(Notify::new()),
+            backfill_wake: Arc::new(Notify::new()),
             log_feeds: http::stream::Feeds::default(),
             scheduler_pulse: Arc::default(),
             password_checks: Arc::new(PasswordChecks::per_core()),

@@ -37,8 +37,11 @@ use crate::storage::{Fired, NewRun, Release};
 const LEASE_MS: i64 = 15_000;
 /// The pause between two passes while backfills run.
 const ACTIVE_PAUSE: Duration = Duration::from_millis(50);
-/// The pause between two passes while none runs.
-const IDLE_PAUSE: Duration = Duration::from_millis(500);
+/// The pause between two passes while this admin drives none. A backfill created or resumed
+/// through this admin wakes it at once; through another admin, it is found within this pause
+/// (the other admin takes it at once). Each pass reads the database, so an idle admin does not
+/// ask twice a second.
+const IDLE_PAUSE: Duration = Duration::from_secs(5);
 /// The most backfills one admin drives at once.
 const MAX_HELD: i64 = 100;
 
@@ -55,6 +58,7 @@ pub(super) async fn run(state: AppState, shutdown: CancellationToken) {
         let pause = if busy { ACTIVE_PAUSE } else { IDLE_PAUSE };
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
+            () = state.backfill_wake.notified() => {}
             () = shutdown.cancelled() => break,
         }
     }

@@ -151,6 +151,7 @@ async fn create_backfill(
         created_by: actor.principal.name.clone(),
     };
     let created = state.db.create_backfill(&new, now_ms()).await?;
+    state.backfill_wake.notify_one();
     tracing::info!(
         job.id = id,
         backfill.id = created.id,
@@ -243,6 +244,9 @@ async fn change(
         return Err(ApiError::Conflict(message));
     };
     tracing::info!(backfill.id = id, job.id = after.job_id, "backfill {id} is {to}");
+    if to == BackfillState::Running {
+        state.backfill_wake.notify_one();
+    }
     let action = format!("backfill.{}", verb(to));
     let before = response(state, before).await?;
     let after = response(state, after).await?;

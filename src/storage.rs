@@ -497,8 +497,8 @@ fn statement_sizes(mut rows: usize, max: usize) -> impl Iterator<Item = usize> {
 /// The statements `rows` rows go in, as (rows, shape): [`statement_sizes`]'s split, each
 /// statement of its own rows, or with `pad` statements of `max` rows and a last one of the next
 /// power of two, its extra rows ones that match nothing (`max` a power of two). Padding makes one
-/// statement of what the split makes up to nine (23 rows are 16, 4, 2 and 1, or one of 32): on
-/// PostgreSQL each statement is a round trip, which costs more than the rows that pad it.
+/// statement of what the split makes up to eight for a `max` of 256 (23 rows are 16, 4, 2 and 1,
+/// or one of 32): on PostgreSQL each is a round trip, which costs more than the rows that pad it.
 fn statement_shapes(rows: usize, max: usize, pad: bool) -> Vec<(usize, usize)> {
     if !pad {
         return statement_sizes(rows, max).map(|size| (size, size)).collect();

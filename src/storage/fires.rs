@@ -13,7 +13,7 @@ use super::reports::Deltas;
 use super::run_writes::{Insert, insert_many_with};
 use super::runs::{Claim, NewRun};
 use super::sqlite_writer;
-use super::statement::{Cells, Exec, Statement};
+use super::statement::{Arg, Cells, Exec, Statement};
 use super::{Db, Dialect, Result};
 use crate::partition::{self, Held};
 use crate::schedule::NextFire;
@@ -223,7 +223,7 @@ async fn move_fires(
             .bind(i64::from(fire.next != NextFire::Never));
     }
     for _ in fires.len() * 4..shape * 4 {
-        statement.bind(None::<i64>);
+        statement.bind(Arg::Int(None));
     }
     let rows = exec.fetch_all(&statement).await?;
     rows.iter().map(|row| row.required_int("id")).collect()

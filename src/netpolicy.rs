@@ -25,7 +25,8 @@
 //! client does that, asking [`AddressPolicy::allows_ip`] about each resolved address).
 
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::LazyLock;
 
 /// How a pull executor's address begins.
 pub const PULL_SCHEME: &str = "pull://";
@@ -76,6 +77,10 @@ const DENIED: &[&str] = &[
     "0.0.0.0/8",
     "::/128",
 ];
+
+/// [`DENIED`], read once.
+static DENIED_CIDRS: LazyLock<Vec<Cidr>> =
+    LazyLock::new(|| DENIED.iter().filter_map(|range| Cidr::parse(range).ok()).collect());
 
 /// A block of IP addresses: a network and the length of its prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,10 +243,7 @@ impl AddressPolicy {
     pub fn allows_ip(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
         let mut allowing = self.cidrs.iter().filter(|cidr| cidr.contains(ip));
-        let denied = DENIED
-            .iter()
-            .filter_map(|range| Cidr::parse(range).ok())
-            .find(|range| range.contains(ip));
+        let denied = DENIED_CIDRS.iter().find(|range| range.contains(ip));
         match denied {
             None => allowing.next().is_some(),
             Some(range) => allowing.any(|cidr| range.covers(cidr)),
@@ -251,13 +253,15 @@ impl AddressPolicy {
     /// Checks an executor address (its shape, then its host); the reason when it is refused.
     pub fn check_address(&self, address: &str) -> Result<Host, String> {
         let host = address_host(address)?;
-        let address = shown(address);
         match &host {
             Host::Ip(ip) if !self.allows_ip(*ip) => {
-                Err(format!("`{address}`: {ip} is not in the executor allow-list"))
+                Err(format!("`{}`: {ip} is not in the executor allow-list", shown(address)))
             }
             Host::Name(name) if !self.hosts.iter().any(|pattern| pattern.matches(name)) => {
-                Err(format!("`{address}`: the host `{name}` is not in the executor allow-list"))
+                Err(format!(
+                    "`{}`: the host `{name}` is not in the executor allow-list",
+                    shown(address)
+                ))
             }
             _ => Ok(host),
         }
@@ -266,6 +270,44 @@ impl AddressPolicy {
 
 /// The host of `address` if it is a bare `http(s)://host[:port][/]` base URL.
 pub fn address_host(address: &str) -> Result<Host, String> {
+    let Some((scheme, rest)) = address.split_once("://") else {
+        return Err(format!("`{}` is not an http(s) URL", shown(address)));
+    };
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if matches!(scheme, "http" | "https")
+        && let Some(ip) = plain_ip(authority)
+    {
+        // Every send checks its address: the common spelling is read without the URL parser.
+        return Ok(Host::Ip(ip));
+    }
+    parsed_host(address)
+}
+
+/// The IP of a plain `a.b.c.d[:port]` or `[v6][:port]` (a port of digits that fits), as the URL
+/// parser reads it; `None` for any other authority, left to [`parsed_host`].
+fn plain_ip(authority: &str) -> Option<IpAddr> {
+    let (ip, port) = match authority.strip_prefix('[') {
+        Some(rest) => {
+            let (v6, after) = rest.split_once(']')?;
+            let port = if after.is_empty() { None } else { Some(after.strip_prefix(':')?) };
+            (IpAddr::V6(v6.parse::<Ipv6Addr>().ok()?), port)
+        }
+        None => {
+            let (v4, port) = match authority.split_once(':') {
+                Some((v4, port)) => (v4, Some(port)),
+                None => (authority, None),
+            };
+            (IpAddr::V4(v4.parse::<Ipv4Addr>().ok()?), port)
+        }
+    };
+    let port_fits = |port: &str| {
+        !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok()
+    };
+    port.is_none_or(port_fits).then_some(ip)
+}
+
+/// [`address_host`] through the URL parser: every shape check, and the host however spelled.
+fn parsed_host(address: &str) -> Result<Host, String> {
     let shown = shown(address);
     let Some((scheme, rest)) = address.split_once("://") else {
         return Err(format!("`{shown}` is not an http(s) URL"));
@@ -334,6 +376,40 @@ mod tests {
             Ok(Host::Ip(ip)) => format!("ok {ip}"),
             Ok(Host::Name(name)) => format!("ok name {name}"),
             Err(reason) => reason,
+        }
+    }
+
+    #[test]
+    fn the_plain_reading_agrees_with_the_url_parser() {
+        let table = [
+            ("http://127.0.0.1:9999", Some("127.0.0.1")),
+            ("https://10.1.2.3:9999/", Some("10.1.2.3")),
+            ("http://192.168.0.7", Some("192.168.0.7")),
+            ("http://1.2.3.4:0080/", Some("1.2.3.4")),
+            ("http://1.2.3.4:65535/", Some("1.2.3.4")),
+            ("http://[::1]:9999/", Some("::1")),
+            ("http://[fd12:3456::1]", Some("fd12:3456::1")),
+            ("http://[::ffff:127.0.0.1]:9999/", Some("::ffff:127.0.0.1")),
+            // Left to the URL parser: other spellings, names, odd ports.
+            ("http://2130706433:9999/", None),
+            ("http://0x7f.1:9999/", None),
+            ("http://010.0.0.1/", None),
+            ("http://1.2.3.4.:80/", None),
+            ("http://1.2.3.4:/", None),
+            ("http://1.2.3.4:65536/", None),
+            ("http://1.2.3.4:+80/", None),
+            ("http://[::1]x/", None),
+            ("http://localhost:9999/", None),
+        ];
+        for (address, plain) in table {
+            let authority = address.split_once("://").map(|(_, rest)| rest).unwrap_or_default();
+            let authority = authority.strip_suffix('/').unwrap_or(authority);
+            let read = plain_ip(authority);
+            assert_eq!(read.map(|ip| ip.to_string()).as_deref(), plain, "{address}");
+            if let Some(ip) = read {
+                assert_eq!(parsed_host(address), Ok(Host::Ip(ip)), "{address}");
+            }
+            assert_eq!(address_host(address), parsed_host(address), "{address}");
         }
     }
 

@@ -28,9 +28,10 @@
 //! It is the one HTTP client the admin calls executors with: `tests/tidy.rs` refuses another
 //! `reqwest` client outside the few it lists, none of which calls an executor.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -143,6 +144,33 @@ pub struct Client {
     pull: Option<Arc<PullHub>>,
     /// The limit on a whole call, or on a stream's head.
     timeout: Duration,
+    /// The URLs called, parsed.
+    urls: Arc<ParsedUrls>,
+}
+
+/// The URLs a client has called, parsed once: a run's send would otherwise parse its executor's
+/// URL again every time. Shared by the clones of a [`Client`]; emptied when it reaches
+/// [`ParsedUrls::MOST`], so a changing set of executors cannot grow it without bound.
+#[derive(Debug, Default)]
+struct ParsedUrls(Mutex<HashMap<String, reqwest::Url>>);
+
+impl ParsedUrls {
+    const MOST: usize = 4096;
+
+    /// `url` parsed, or `None` when it does not parse (the caller sends the text, and the
+    /// HTTP client says what is wrong with it).
+    fn get(&self, url: &str) -> Option<reqwest::Url> {
+        let mut urls = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(parsed) = urls.get(url) {
+            return Some(parsed.clone());
+        }
+        let parsed = reqwest::Url::parse(url).ok()?;
+        if urls.len() >= Self::MOST {
+            urls.clear();
+        }
+        urls.insert(url.to_owned(), parsed.clone());
+        Some(parsed)
+    }
 }
 
 /// A reply read as lines ([`Client::get_lines`]).
@@ -185,7 +213,8 @@ impl Client {
         }
         let http = builder.build()?;
         let pull = options.pull.clone();
-        Ok(Client { http, access_token: access_token.to_owned(), policy, pull, timeout })
+        let access_token = access_token.to_owned();
+        Ok(Client { http, access_token, policy, pull, timeout, urls: Arc::default() })
     }
 
     /// The hub calls to pull executors wait in, if this client calls them.
@@ -227,11 +256,12 @@ impl Client {
         }
         self.check(base)?;
         let url = join_url(base, path);
-        let mut request = self
-            .http
-            .post(&url)
-            .timeout(self.timeout)
-            .header(ACCESS_TOKEN_HEADER, &self.access_token);
+        let request = match self.urls.get(&url) {
+            Some(parsed) => self.http.post(parsed),
+            None => self.http.post(&url),
+        };
+        let mut request =
+            request.timeout(self.timeout).header(ACCESS_TOKEN_HEADER, &self.access_token);
         if let Some(app_name) = app_name {
             request = request.header(APP_NAME_HEADER, app_name);
         }
@@ -510,6 +540,22 @@ pub fn join_url(base: &str, path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parsed_urls_are_kept_and_bounded() {
+        let urls = ParsedUrls::default();
+        let first = urls.get("http://127.0.0.1:9999/run").expect("parses");
+        assert_eq!(first.as_str(), "http://127.0.0.1:9999/run");
+        assert_eq!(urls.get("http://127.0.0.1:9999/run"), Some(first));
+        assert_eq!(urls.get("http://[::1"), None, "not kept, and not a panic");
+        // From 1000: the URL parser drops a scheme's default port (80).
+        for port in 1000..1000 + ParsedUrls::MOST + 10 {
+            let url = format!("http://127.0.0.1:{port}/run");
+            assert_eq!(urls.get(&url).map(String::from).as_deref(), Some(url.as_str()));
+        }
+        let kept = urls.0.lock().unwrap().len();
+        assert!((1..=ParsedUrls::MOST).contains(&kept), "{kept} kept");
+    }
 
     #[test]
     fn excerpts_are_short_and_printable() {

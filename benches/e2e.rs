@@ -36,7 +36,11 @@
 //!   callbacks: `callback_answer_p50_ms`/`_p99_ms`/`_max_ms`, `callbacks_failed`. With
 //!   `--xxl-admin URL --xxl-admin-pid PID` it measures an admin the bench did not start, for a
 //!   side-by-side figure, and `--instant-from-receipt` takes the scheduled second from the
-//!   receipt of `/run` (both in `e2e/xxl.rs`);
+//!   receipt of `/run` (both in `e2e/xxl.rs`). With `--callgrind` the admin runs under
+//!   `valgrind --tool=callgrind`, whose counters are zeroed at the judged window's start and
+//!   dumped at its end, and the bench prints `admin_instructions_per_fire`: a count that the
+//!   machine's other load does not move, for comparing two builds whose difference is smaller
+//!   than the CPU time's noise (valgrind runs the admin some 50 times slower: `--jobs 50`);
 //!
 //! - (w) a workflow of `--levels` (10) levels of `--width` (10) `hello` nodes, each level
 //!   after every node of the one before, run `--repeats` (5) times (`e2e/workflow.rs`):
@@ -144,6 +148,7 @@ struct Args {
     xxl_admin_pid: Option<u32>,
     xxl_access_token: String,
     instant_from_receipt: bool,
+    callgrind: bool,
 }
 
 fn args() -> Args {
@@ -172,6 +177,7 @@ fn args() -> Args {
         xxl_admin_pid: None,
         xxl_access_token: ACCESS_TOKEN.to_owned(),
         instant_from_receipt: false,
+        callgrind: false,
     };
     let mut words = std::env::args().skip(1);
     while let Some(word) = words.next() {
@@ -201,11 +207,16 @@ fn args() -> Args {
             "--xxl-admin-pid" => args.xxl_admin_pid = Some(value().parse().unwrap()),
             "--xxl-access-token" => args.xxl_access_token = value(),
             "--instant-from-receipt" => args.instant_from_receipt = true,
+            "--callgrind" => args.callgrind = true,
             // cargo bench passes `--bench`.
             _ => {}
         }
     }
     admins::check(&args);
+    assert!(
+        !args.callgrind || (args.workloads == "x" && args.xxl_admin.is_none()),
+        "--callgrind counts the instructions of our admin under workload (x): use --workload x"
+    );
     assert!(
         args.xxl_admin.is_none() || args.workloads == "x",
         "--xxl-admin measures another admin with workload (x) alone: use --workload x"
@@ -264,7 +275,9 @@ struct Platform {
     component: Vec<u8>,
     /// Workload (x)'s XXL-JOB executor, in the bench's process, instead of ours.
     xxl: Option<xxl::XxlExecutor>,
-    _dir: tempfile::TempDir,
+    /// Whether the admin runs under callgrind (`--callgrind`).
+    callgrind: bool,
+    dir: tempfile::TempDir,
 }
 
 /// A bench that fails (a panic, a refused upload) leaves no process behind to skew the next
@@ -300,7 +313,18 @@ impl Platform {
         let (admin_port, executor_port) = (free_port(), free_port());
         let api = format!("http://127.0.0.1:{admin_port}");
         let spawn_admin = |port: u16| {
-            let mut admin = Command::new(&args.binary);
+            let mut admin = match args.callgrind {
+                true => {
+                    let mut valgrind = Command::new("valgrind");
+                    let out = dir.path().join("callgrind.%p");
+                    valgrind
+                        .arg("--tool=callgrind")
+                        .arg(format!("--callgrind-out-file={}", out.display()));
+                    valgrind.arg(&args.binary);
+                    valgrind
+                }
+                false => Command::new(&args.binary),
+            };
             admin
                 .args(["admin", "--listen", &format!("127.0.0.1:{port}")])
                 .args(["--database-url", &db_url, "--admin-token", ADMIN_TOKEN])
@@ -391,7 +415,8 @@ impl Platform {
             server_url,
             component: sample_jobs::sample_job(&args.sample),
             xxl,
-            _dir: dir,
+            callgrind: args.callgrind,
+            dir,
         };
         platform.wait_for_admins().await;
         platform
@@ -672,16 +697,47 @@ async fn fired_to_xxl(platform: &Platform, jobs: usize, secs: u64) {
         |ms: i64| tokio::time::sleep(Duration::from_millis((ms - now_ms()).max(0) as u64));
     sleep_until(from).await;
     let cpu_before = platform.cpu_secs().0;
+    let callgrind = platform.callgrind.then(|| Callgrind::zero(platform));
     // For a profiler to attach to the admin over the window.
     println!("x.window_secs: {} (admin pid {})", (until + 1000 - from) / 1000, platform.admin.id());
     std::io::Write::flush(&mut std::io::stdout()).unwrap();
     sleep_until(until + 1000).await;
     let cpu = platform.cpu_secs().0 - cpu_before;
+    let instructions = callgrind.map(Callgrind::dump);
     sleep_until(started_ms + secs as i64 * 1000).await;
     platform.start_jobs(&ids, false).await;
     // Late fires and their callbacks land.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    platform.xxl.as_ref().unwrap().report(jobs, from, until, cpu);
+    platform.xxl.as_ref().unwrap().report(jobs, from, until, cpu, instructions);
+}
+
+/// The admin's instructions counted by callgrind over a window.
+struct Callgrind {
+    pid: u32,
+    dump: PathBuf,
+}
+
+impl Callgrind {
+    /// Zeroes the counters of the admin, which runs under callgrind.
+    fn zero(platform: &Platform) -> Callgrind {
+        let pid = platform.admin.id();
+        callgrind_control(&["-z", &pid.to_string()]);
+        Callgrind { pid, dump: platform.dir.path().join(format!("callgrind.{pid}.1")) }
+    }
+
+    /// Dumps the counters; the instructions counted since [`Callgrind::zero`].
+    fn dump(self) -> u64 {
+        callgrind_control(&["-d", &self.pid.to_string()]);
+        let text = std::fs::read_to_string(&self.dump)
+            .unwrap_or_else(|error| panic!("{}: {error}", self.dump.display()));
+        let summary = text.lines().find_map(|line| line.strip_prefix("summary: "));
+        summary.and_then(|count| count.trim().parse().ok()).expect("a callgrind summary line")
+    }
+}
+
+fn callgrind_control(args: &[&str]) {
+    let status = Command::new("callgrind_control").args(args).stdout(Stdio::null()).status();
+    assert!(status.is_ok_and(|status| status.success()), "callgrind_control {args:?} failed");
 }
 
 /// A backfill of the last `instants` seconds of a `hello` job that fires every second.

@@ -113,7 +113,14 @@ impl XxlExecutor {
 
     /// Prints workload (x)'s figures for the scheduled seconds `from..=until` (ms): `jobs`
     /// jobs were due each second; `cpu_secs` is the admin's CPU time over the window.
-    pub fn report(&self, jobs: usize, from: i64, until: i64, cpu_secs: f64) {
+    pub fn report(
+        &self,
+        jobs: usize,
+        from: i64,
+        until: i64,
+        cpu_secs: f64,
+        instructions: Option<u64>,
+    ) {
         let recorded = self.recorded.lock().unwrap();
         let in_window: Vec<&Arrival> = recorded
             .arrivals
@@ -133,6 +140,9 @@ impl XxlExecutor {
         super::print_percentiles("x.fire_lateness", Some(lateness));
         let fires = in_window.len().max(1) as f64;
         println!("x.admin_cpu_secs_per_1000_fires: {:.3}", cpu_secs * 1000.0 / fires);
+        if let Some(instructions) = instructions {
+            println!("x.admin_instructions_per_fire: {:.0}", instructions as f64 / fires);
+        }
         let answers: Vec<i64> = recorded.callbacks.iter().map(|(ms, _)| *ms as i64).collect();
         let max = answers.iter().copied().max().unwrap_or(0);
         let results: usize = recorded.callbacks.iter().map(|(_, n)| n).sum();
@@ -282,7 +292,7 @@ pub async fn against_other_admin(args: &super::Args) {
     let cpu = super::cpu_secs(pid) - cpu_before;
     // Late fires and their callbacks land.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    executor.report(args.jobs, from, until, cpu);
+    executor.report(args.jobs, from, until, cpu, None);
     println!("x.admin_rss_mb: {:.1}", super::peak_rss_mb(pid));
     executor.stop();
 }

@@ -270,17 +270,12 @@ impl AddressPolicy {
 
 /// The host of `address` if it is a bare `http(s)://host[:port][/]` base URL.
 pub fn address_host(address: &str) -> Result<Host, String> {
-    let Some((scheme, rest)) = address.split_once("://") else {
-        return Err(format!("`{}` is not an http(s) URL", shown(address)));
-    };
-    let authority = rest.strip_suffix('/').unwrap_or(rest);
-    if matches!(scheme, "http" | "https")
-        && let Some(ip) = plain_ip(authority)
-    {
-        // Every send checks its address: the common spelling is read without the URL parser.
-        return Ok(Host::Ip(ip));
+    // Every send checks its address: the common spelling is read without the URL parser.
+    let rest = address.strip_prefix("http://").or_else(|| address.strip_prefix("https://"));
+    match rest.and_then(|rest| plain_ip(rest.strip_suffix('/').unwrap_or(rest))) {
+        Some(ip) => Ok(Host::Ip(ip)),
+        None => parsed_host(address),
     }
-    parsed_host(address)
 }
 
 /// The IP of a plain `a.b.c.d[:port]` or `[v6][:port]` (a port of digits that fits), as the URL

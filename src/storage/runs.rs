@@ -39,6 +39,51 @@ pub(super) const COUNT_UNFINISHED: &str = "select
         + (select count(*) from (select 1 from runs
             where state in ('dispatching', 'running') limit $1) as in_flight) as n";
 
+/// How many runs are in each unfinished state, each counted from its sweep's partial index:
+/// pending (its two indexes, held and not), dispatching and running. Their sizes are bounded by
+/// admission, so the count costs the unfinished runs, not the runs kept (see
+/// [`Db::count_runs_by_unfinished_state`]).
+pub(super) const COUNT_BY_UNFINISHED_STATE: &str = "select
+        (select count(*) from runs where state = 'pending' and held = 0)
+        + (select count(*) from runs where state = 'pending' and held = 1) as pending,
+        (select count(*) from runs where state = 'dispatching') as dispatching,
+        (select count(*) from runs where state = 'running') as running";
+
+/// SQL for "the run is in `state`". An unfinished state is spelled as the ids that its sweeps'
+/// partial indexes hold, which bounds what a list or a count of it reads by the unfinished runs
+/// (SQLite does not read an index whose condition a parameter's value would imply, and would
+/// read every run kept); an ended state is compared as it is.
+pub(super) fn in_state(state: RunState) -> String {
+    match state {
+        RunState::Pending => "id in (select id from runs where state = 'pending' and held = 0
+            union all select id from runs where state = 'pending' and held = 1)"
+            .to_owned(),
+        RunState::Dispatching | RunState::Running => {
+            format!("id in (select id from runs where state = '{}')", state.as_str())
+        }
+        ended => format!("state = '{}'", ended.as_str()),
+    }
+}
+
+/// The statements of a list of runs: its count (`$1` job or 0, `$2` and `$3` the range of
+/// trigger times, `$4` the cap when there is one) and its page (the same and `$4` the limit, `$5`
+/// the offset).
+pub(super) fn list_statements(filter: &RunFilter) -> (String, String) {
+    let state = filter.state.map_or_else(String::new, |state| format!("{} and", in_state(state)));
+    let condition =
+        format!("{state} ($1 = 0 or job_id = $1) and trigger_time >= $2 and trigger_time <= $3");
+    // One row past the cap says that the count stopped there.
+    let counted = match filter.count_up_to {
+        Some(_) => format!(
+            "select count(*) as n from (select 1 from runs where {condition} limit $4) capped"
+        ),
+        None => format!("select count(*) as n from runs where {condition}"),
+    };
+    let listed =
+        format!("select {COLUMNS} from runs where {condition} order by id desc limit $4 offset $5");
+    (counted, listed)
+}
+
 /// A run to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewRun {
@@ -133,41 +178,25 @@ impl Db {
 
     /// Runs matching `filter`, newest first.
     pub async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
-        let condition = "($1 = 0 or job_id = $1) and ($2 = '' or state = $2)
-            and trigger_time >= $3 and trigger_time <= $4";
+        let (counted, listed) = list_statements(filter);
         let job_id = filter.job_id.unwrap_or(0);
-        let handle_code = filter.state.map_or("", RunState::as_str);
         let from_ms = filter.from_ms.unwrap_or(i64::MIN);
         let to_ms = filter.to_ms.unwrap_or(i64::MAX);
-        // One row past the cap says that the count stopped there.
-        let counted = match filter.count_up_to {
-            Some(_) => format!(
-                "select count(*) as n from (select 1 from runs where {condition} limit $5) capped"
-            ),
-            None => format!("select count(*) as n from runs where {condition}"),
-        };
         let cap = filter.count_up_to.unwrap_or(i64::MAX);
-        let total: i64 = query(&counted)
+        let mut count = query(&counted).bind(job_id).bind(from_ms).bind(to_ms);
+        if filter.count_up_to.is_some() {
+            count = count.bind(cap.saturating_add(1));
+        }
+        let total: i64 = count.fetch_one(&self.pool).await?.try_get("n")?;
+        // One row past the page says whether another page follows.
+        let rows = query(&listed)
             .bind(job_id)
-            .bind(handle_code)
             .bind(from_ms)
             .bind(to_ms)
-            .bind(cap.saturating_add(1))
-            .fetch_one(&self.pool)
-            .await?
-            .try_get("n")?;
-        // One row past the page says whether another page follows.
-        let rows = query(&format!(
-            "select {COLUMNS} from runs where {condition} order by id desc limit $5 offset $6"
-        ))
-        .bind(job_id)
-        .bind(handle_code)
-        .bind(from_ms)
-        .bind(to_ms)
-        .bind(filter.limit.saturating_add(1))
-        .bind(filter.offset)
-        .fetch_all(&self.pool)
-        .await?;
+            .bind(filter.limit.saturating_add(1))
+            .bind(filter.offset)
+            .fetch_all(&self.pool)
+            .await?;
         let mut items: Vec<RunRecord> = rows.iter().map(run_from_row).collect::<Result<_>>()?;
         let has_more = items.len() > usize::try_from(filter.limit).unwrap_or(usize::MAX);
         items.truncate(usize::try_from(filter.limit).unwrap_or(0));
@@ -239,6 +268,17 @@ impl Db {
     pub async fn count_unfinished_runs(&self, cap: i64) -> Result<i64> {
         let row = query(COUNT_UNFINISHED).bind(cap).fetch_one(&self.pool).await?;
         Ok(row.try_get::<i64, _>("n")?.min(cap))
+    }
+
+    /// How many runs are pending, dispatching and running, each read from its sweep's partial
+    /// index: a scrape of the metrics costs the unfinished runs, not the runs kept.
+    pub async fn count_runs_by_unfinished_state(&self) -> Result<[(RunState, i64); 3]> {
+        let row = query(COUNT_BY_UNFINISHED_STATE).fetch_one(&self.pool).await?;
+        Ok([
+            (RunState::Pending, row.try_get("pending")?),
+            (RunState::Dispatching, row.try_get("dispatching")?),
+            (RunState::Running, row.try_get("running")?),
+        ])
     }
 
     /// The executors that have running runs.

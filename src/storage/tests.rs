@@ -1355,3 +1355,94 @@ async fn unfinished_runs_are_counted_from_partial_indexes() {
     })
     .await;
 }
+
+/// The metrics' counts of unfinished runs by state, and a list of the runs in an unfinished
+/// state, read the sweeps' partial indexes on SQLite, not every run kept, and they are right on
+/// each backend: each state's runs, newest first, a job's alone, a page and a capped count.
+#[tokio::test]
+async fn unfinished_states_are_read_from_partial_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::connect(&format!("sqlite:{}", dir.path().join("t.db").display())).await.unwrap();
+    let plan = |sql: String, args: usize| {
+        let pool = db.pool.clone();
+        async move {
+            let explain = format!("explain query plan {sql}");
+            let mut statement = super::query::query(&explain);
+            for _ in 0..args {
+                statement = statement.bind(1_i64);
+            }
+            let plan = statement.fetch_all(&pool).await.unwrap();
+            let plan: Vec<String> = plan.iter().map(|row| row.get::<String, _>("detail")).collect();
+            assert!(plan.iter().any(|line| line.contains("INDEX runs_")), "{sql}: {plan:?}");
+            assert!(!plan.iter().any(|line| line == "SCAN runs"), "{sql}: {plan:?}");
+        }
+    };
+    plan(super::runs::COUNT_BY_UNFINISHED_STATE.to_owned(), 0).await;
+    for state in [RunState::Pending, RunState::Dispatching, RunState::Running] {
+        for count_up_to in [None, Some(100)] {
+            let filter = RunFilter { state: Some(state), count_up_to, ..RunFilter::default() };
+            let (counted, listed) = super::runs::list_statements(&filter);
+            plan(counted, 3 + usize::from(count_up_to.is_some())).await;
+            plan(listed, 5).await;
+        }
+    }
+    db.close().await;
+
+    each_backend("unfinished_states", |db| async move {
+        let group = db.ensure_group("default", "Default", 0).await.unwrap();
+        let job = db.create_job(&new_job(group.id), 10).await.unwrap();
+        let other = db.create_job(&new_job(group.id), 10).await.unwrap();
+        assert!(db.set_job_running(job.id, Some(1_000), 11).await.unwrap());
+        assert!(db.set_job_running(other.id, Some(1_000), 11).await.unwrap());
+        let runs: Vec<NewRun> = (0..5).map(|shard| fire(job.id, 1_000, shard)).collect();
+        let ids = db.fire_job(job.id, 1_000, NextFire::At(2_000), &runs, 12).await.unwrap();
+        let others = db
+            .fire_job(other.id, 1_000, NextFire::At(2_000), &[fire(other.id, 1_000, 0)], 12)
+            .await
+            .unwrap();
+        assert_eq!((ids.len(), others.len()), (5, 1));
+        db.claim_run(ids[0], "admin", 13, 10_000).await.unwrap().unwrap();
+        // Set by hand: a running run, a held one and an ended one.
+        for (change, id) in
+            [("state = 'running'", ids[1]), ("held = 1", ids[2]), ("state = 'success'", ids[3])]
+        {
+            let sql = format!("update runs set {change} where id = $1");
+            let done = super::query::query(&sql).bind(id).execute(&db.pool).await.unwrap();
+            assert_eq!(done.rows_affected(), 1);
+        }
+        assert_eq!(
+            db.count_runs_by_unfinished_state().await.unwrap(),
+            [(RunState::Pending, 3), (RunState::Dispatching, 1), (RunState::Running, 1)],
+            "pending, held or not; dispatching; running; the ended run in none"
+        );
+        let list = |state: Option<RunState>, job_id: Option<i64>, limit: i64, cap: Option<i64>| {
+            let db = db.clone();
+            async move {
+                let filter =
+                    RunFilter { state, job_id, limit, count_up_to: cap, ..RunFilter::default() };
+                let page = db.list_runs(&filter).await.unwrap();
+                let ids: Vec<i64> = page.items.iter().map(|run| run.id).collect();
+                (page.total, page.total_capped, page.has_more, ids)
+            }
+        };
+        let pending = Some(RunState::Pending);
+        assert_eq!(
+            list(pending, None, 10, None).await,
+            (3, false, false, vec![others[0], ids[4], ids[2]])
+        );
+        assert_eq!(
+            list(pending, Some(job.id), 10, None).await,
+            (2, false, false, vec![ids[4], ids[2]])
+        );
+        assert_eq!(list(pending, None, 1, Some(2)).await, (2, true, true, vec![others[0]]));
+        let dispatching = Some(RunState::Dispatching);
+        assert_eq!(list(dispatching, None, 10, Some(5)).await, (1, false, false, vec![ids[0]]));
+        let running = Some(RunState::Running);
+        assert_eq!(list(running, None, 10, None).await, (1, false, false, vec![ids[1]]));
+        assert_eq!(list(running, Some(other.id), 10, None).await, (0, false, false, vec![]));
+        let success = Some(RunState::Success);
+        assert_eq!(list(success, None, 10, None).await, (1, false, false, vec![ids[3]]));
+        assert_eq!(list(None, None, 10, None).await.0, 6, "every run");
+    })
+    .await;
+}

@@ -16,8 +16,6 @@ use super::error::ApiError;
 use super::error::{Internal, Unauthorized};
 use crate::admin::{AppState, now_ms};
 use crate::metrics::{self, AdminLevels};
-use crate::model::RunState;
-use crate::storage::RunFilter;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/metrics", get(scrape))
@@ -35,9 +33,7 @@ async fn scrape(State(state): State<AppState>) -> Result<Response, ApiError> {
         let online = state.cache.online_addresses(&group, now).await?;
         levels.online_executors.push((group.app_name.clone(), online.len() as i64));
     }
-    for run_state in [RunState::Pending, RunState::Dispatching, RunState::Running] {
-        let filter = RunFilter { state: Some(run_state), limit: 1, ..RunFilter::default() };
-        let total = state.db.list_runs(&filter).await?.total;
+    for (run_state, total) in state.db.count_runs_by_unfinished_state().await? {
         levels.unfinished_runs.push((run_state.as_str(), total));
     }
     // Every state, at 0 when no workflow run is in it, so the family is always there.

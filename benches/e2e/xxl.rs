@@ -153,6 +153,23 @@ impl XxlExecutor {
         );
         super::print_percentiles("x.callback_answer", Some(answers));
         println!("x.callback_answer_max_ms: {max}");
+        // An answer waits for its results' writes: how long it takes grows with their number.
+        let by_size: Vec<String> = [(0, 500), (500, 2_000), (2_000, usize::MAX)]
+            .iter()
+            .map(|&(from, to)| {
+                let took: Vec<u64> = recorded
+                    .callbacks
+                    .iter()
+                    .filter(|(_, n)| (from..to).contains(n))
+                    .map(|(ms, _)| *ms)
+                    .collect();
+                let mean = took.iter().sum::<u64>() / (took.len().max(1) as u64);
+                let bound =
+                    if to == usize::MAX { format!("{from}+") } else { format!("{from}-{to}") };
+                format!("{bound} results: {} callbacks, {mean} ms", took.len())
+            })
+            .collect();
+        println!("x.callback_answer_mean_by_results: {}", by_size.join("; "));
         println!("x.callbacks_failed: {}", recorded.callbacks_failed);
         println!("x.results_acknowledged: {}", recorded.results_acknowledged);
     }

@@ -40,9 +40,9 @@ pub(super) const COUNT_UNFINISHED: &str = "select
             where state in ('dispatching', 'running') limit $1) as in_flight) as n";
 
 /// How many runs are in each unfinished state, each counted from its sweep's partial index:
-/// pending (its two indexes, held and not), dispatching and running. Their sizes are bounded by
-/// admission, so the count costs the unfinished runs, not the runs kept (see
-/// [`Db::count_runs_by_unfinished_state`]).
+/// pending (its two indexes, held and not), dispatching and running. The count costs the
+/// unfinished runs (which admission bounds while `--max-unfinished-runs` is above 0), not the
+/// runs kept (see [`Db::count_runs_by_unfinished_state`]).
 pub(super) const COUNT_BY_UNFINISHED_STATE: &str = "select
         (select count(*) from runs where state = 'pending' and held = 0)
         + (select count(*) from runs where state = 'pending' and held = 1) as pending,

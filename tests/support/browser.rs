@@ -44,26 +44,7 @@ impl Browser {
             );
             return None;
         };
-        let mut driver = Command::new(driver)
-            .arg("--port=0")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting chromedriver");
-        let stdout = driver.stdout.take().unwrap();
-        let (sender, receiver) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(rest) =
-                    line.split_once("started successfully on port ").map(|(_, rest)| rest)
-                {
-                    let _ = sender.send(rest.trim_end_matches('.').trim().to_owned());
-                }
-            }
-        });
-        let port = receiver
-            .recv_timeout(Duration::from_secs(30))
-            .expect("chromedriver did not say its port");
+        let (driver, port) = start_driver(&driver);
         let profile = tempfile::tempdir().unwrap();
         let capabilities = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
@@ -243,6 +224,44 @@ impl Browser {
     pub async fn quit(self) {
         self.command(reqwest::Method::DELETE, "", Value::Null).await;
     }
+}
+
+/// Starts chromedriver on a port of its choosing and reads that port from what it prints. Under
+/// a loaded machine chromedriver has been seen to exit before it says its port; it is started
+/// again then, three times at most, and what it wrote to stderr is in the panic if it never
+/// comes up.
+fn start_driver(program: &Path) -> (Child, String) {
+    let mut errors = Vec::new();
+    for _ in 0..3 {
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let mut driver = Command::new(program)
+            .arg("--port=0")
+            .stdout(Stdio::piped())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .expect("starting chromedriver");
+        let stdout = driver.stdout.take().unwrap();
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(rest) =
+                    line.split_once("started successfully on port ").map(|(_, rest)| rest)
+                {
+                    let _ = sender.send(rest.trim_end_matches('.').trim().to_owned());
+                }
+            }
+        });
+        match receiver.recv_timeout(Duration::from_secs(30)) {
+            Ok(port) => return (driver, port),
+            Err(error) => {
+                let _ = driver.kill();
+                let status = driver.wait().map(|status| status.to_string()).unwrap_or_default();
+                let stderr = std::fs::read_to_string(log.path()).unwrap_or_default();
+                errors.push(format!("{error} ({status}): {}", stderr.trim()));
+            }
+        }
+    }
+    panic!("chromedriver did not say its port: {errors:?}");
 }
 
 impl Drop for Browser {

@@ -1301,6 +1301,24 @@ async fn no_partial_index_on_sqlite_tests_a_long_in_list() {
     }
 }
 
+/// Sets `change` on run `id` by hand, without the events that would make it.
+async fn set_by_hand(db: &Db, change: &str, id: i64) {
+    let sql = format!("update runs set {change} where id = $1");
+    let done = super::query::query(&sql).bind(id).execute(&db.pool).await.unwrap();
+    assert_eq!(done.rows_affected(), 1);
+}
+
+/// What SQLite's `explain query plan` says of `sql`, its `args` parameters bound to 1.
+async fn sqlite_plan(db: &Db, sql: &str, args: usize) -> Vec<String> {
+    let explain = format!("explain query plan {sql}");
+    let mut statement = super::query::query(&explain);
+    for _ in 0..args {
+        statement = statement.bind(1_i64);
+    }
+    let plan = statement.fetch_all(&db.pool).await.unwrap();
+    plan.iter().map(|row| row.get::<String, _>("detail")).collect()
+}
+
 /// The count of unfinished runs that admission reads is answered by the sweeps' partial indexes
 /// on SQLite, not by a scan of every run kept, and it is right: pending, held and in-flight runs
 /// count, ended ones do not, and the count stops at its cap.
@@ -1308,13 +1326,7 @@ async fn no_partial_index_on_sqlite_tests_a_long_in_list() {
 async fn unfinished_runs_are_counted_from_partial_indexes() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::connect(&format!("sqlite:{}", dir.path().join("t.db").display())).await.unwrap();
-    let sql = super::runs::COUNT_UNFINISHED;
-    let plan = super::query::query(&format!("explain query plan {sql}"))
-        .bind(10_i64)
-        .fetch_all(&db.pool)
-        .await
-        .unwrap();
-    let plan: Vec<String> = plan.iter().map(|row| row.get::<String, _>("detail")).collect();
+    let plan = sqlite_plan(&db, super::runs::COUNT_UNFINISHED, 1).await;
     let reads: Vec<&String> = plan.iter().filter(|line| line.contains(" runs")).collect();
     assert_eq!(reads.len(), 3, "{plan:?}");
     for (read, index) in reads.iter().zip(["runs_pending", "runs_held", "runs_in_flight"]) {
@@ -1336,21 +1348,13 @@ async fn unfinished_runs_are_counted_from_partial_indexes() {
         assert_eq!(claim.run.state, RunState::Dispatching);
         assert_eq!(db.count_unfinished_runs(100).await.unwrap(), 3, "two pending, one in flight");
         // Set by hand: a held run and an ended one, without the caps and results that make them.
-        let set = |change: &'static str, id: i64| {
-            let pool = db.pool.clone();
-            async move {
-                let sql = format!("update runs set {change} where id = $1");
-                let done = super::query::query(&sql).bind(id).execute(&pool).await.unwrap();
-                assert_eq!(done.rows_affected(), 1);
-            }
-        };
-        set("held = 1", ids[1]).await;
+        set_by_hand(&db, "held = 1", ids[1]).await;
         assert_eq!(
             db.count_unfinished_runs(100).await.unwrap(),
             3,
             "one pending, one held, one in flight"
         );
-        set("state = 'success'", ids[2]).await;
+        set_by_hand(&db, "state = 'success'", ids[2]).await;
         assert_eq!(db.count_unfinished_runs(100).await.unwrap(), 2, "the ended run does not count");
     })
     .await;
@@ -1364,15 +1368,9 @@ async fn unfinished_states_are_read_from_partial_indexes() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::connect(&format!("sqlite:{}", dir.path().join("t.db").display())).await.unwrap();
     let plan = |sql: String, args: usize| {
-        let pool = db.pool.clone();
+        let db = db.clone();
         async move {
-            let explain = format!("explain query plan {sql}");
-            let mut statement = super::query::query(&explain);
-            for _ in 0..args {
-                statement = statement.bind(1_i64);
-            }
-            let plan = statement.fetch_all(&pool).await.unwrap();
-            let plan: Vec<String> = plan.iter().map(|row| row.get::<String, _>("detail")).collect();
+            let plan = sqlite_plan(&db, &sql, args).await;
             assert!(plan.iter().any(|line| line.contains("INDEX runs_")), "{sql}: {plan:?}");
             assert!(!plan.iter().any(|line| line == "SCAN runs"), "{sql}: {plan:?}");
         }
@@ -1406,9 +1404,7 @@ async fn unfinished_states_are_read_from_partial_indexes() {
         for (change, id) in
             [("state = 'running'", ids[1]), ("held = 1", ids[2]), ("state = 'success'", ids[3])]
         {
-            let sql = format!("update runs set {change} where id = $1");
-            let done = super::query::query(&sql).bind(id).execute(&db.pool).await.unwrap();
-            assert_eq!(done.rows_affected(), 1);
+            set_by_hand(&db, change, id).await;
         }
         assert_eq!(
             db.count_runs_by_unfinished_state().await.unwrap(),

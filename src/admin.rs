@@ -37,7 +37,9 @@ use crate::runtime::{Runtime, RuntimeConfig};
 use crate::storage::{Db, Unavailable};
 
 pub use self::accounts::{PasswordChecks, create_user_from_cli};
-pub use self::dispatch::{ANSWER_WITHIN, Applied, Cache, Dispatcher, RESULT_GRACE_MS};
+pub use self::dispatch::{
+    ANSWER_WITHIN, APPLY_WITHIN, Applied, Cache, Dispatcher, RESULT_GRACE_MS,
+};
 pub use self::partitions::LEASE_MS;
 
 /// What the admin's handlers and loops share. Cheap to clone.
@@ -93,14 +95,16 @@ impl AppState {
         let online_window_ms =
             3 * i64::try_from(config.heartbeat_interval.as_millis()).unwrap_or(30_000);
         let cache = Cache::new(db.clone(), online_window_ms);
+        let dispatcher = Dispatcher::new(
+            db.clone(),
+            cache.clone(),
+            client,
+            online_window_ms,
+            config.run_retention_days,
+        );
+        dispatcher.set_apply_within(config.callback_apply_within);
         Ok(AppState {
-            dispatcher: Dispatcher::new(
-                db.clone(),
-                cache.clone(),
-                client,
-                online_window_ms,
-                config.run_retention_days,
-            ),
+            dispatcher,
             admission: Arc::new(admission::Admission::new(db.clone(), config.max_unfinished_runs)),
             cache,
             db,

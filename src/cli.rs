@@ -230,6 +230,11 @@ pub struct StandaloneArgs {
     /// refused with 503; 0: no bound.
     #[arg(long, env = "WASMJOB_MAX_UNFINISHED_RUNS", default_value_t = 10_000)]
     pub max_unfinished_runs: u64,
+    /// How long, in ms, an executor's callback is applied before the rest of its results is
+    /// recorded (applied right after) and the callback answered; 0 records every callback's
+    /// results before applying them.
+    #[arg(long, env = "WASMJOB_CALLBACK_APPLY_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=900))]
+    pub callback_apply_ms: u64,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
@@ -285,6 +290,11 @@ pub struct AdminArgs {
     /// refused with 503; 0: no bound.
     #[arg(long, env = "WASMJOB_MAX_UNFINISHED_RUNS", default_value_t = 10_000)]
     pub max_unfinished_runs: u64,
+    /// How long, in ms, an executor's callback is applied before the rest of its results is
+    /// recorded (applied right after) and the callback answered; 0 records every callback's
+    /// results before applying them.
+    #[arg(long, env = "WASMJOB_CALLBACK_APPLY_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=900))]
+    pub callback_apply_ms: u64,
     /// This admin's URL as its executors are given it (`--admin-url`); default: the listen
     /// address, unless that is every interface. Runs name it, and an executor given it sends
     /// their results back here, where their sends are recorded with them.

@@ -76,6 +76,8 @@ pub struct AdminConfig {
     pub max_versions_per_job: u32,
     /// New fires and triggers wait while this many runs are unfinished; `None`: no bound.
     pub max_unfinished_runs: Option<u64>,
+    /// How long a callback is applied before the rest is recorded and it is answered.
+    pub callback_apply_within: std::time::Duration,
     /// The URL executors are given for this admin (`--advertise-url`); `None`: the listen
     /// address, unless that is every interface.
     pub advertise_url: Option<String>,
@@ -313,6 +315,7 @@ impl AdminConfig {
             max_versions_per_job: max_versions(&args.builders)?,
             builders: BuilderConfig::from_args(args.builders, None)?,
             max_unfinished_runs: max_unfinished(args.max_unfinished_runs),
+            callback_apply_within: std::time::Duration::from_millis(args.callback_apply_ms),
             advertise_url: args.advertise_url.map(advertise_url).transpose()?,
         })
     }
@@ -436,6 +439,7 @@ impl StandaloneConfig {
                 Some(args.data_dir.join("builders")),
             )?,
             max_unfinished_runs: max_unfinished(args.max_unfinished_runs),
+            callback_apply_within: std::time::Duration::from_millis(args.callback_apply_ms),
             advertise_url: None,
         };
         let executor = ExecutorConfig {

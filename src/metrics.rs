@@ -42,6 +42,10 @@ pub struct AdminMetrics {
     pub fuel_used: Histogram,
     /// Results per `/api/callback` request.
     pub callback_batch_size: Histogram,
+    /// Callback results recorded in the inbox before they were applied (`dispatch::inbox`).
+    pub callback_results_recorded: Counter,
+    /// Results this admin holds recorded and not applied yet.
+    pub callback_results_unapplied: Gauge,
     /// Open log streams (`/api/v1/logs/{id}/stream`).
     pub log_streams: Gauge,
     /// Write transactions, from begin to commit, by kind: `batch` (the group commit of the
@@ -117,6 +121,8 @@ pub fn admin() -> &'static AdminMetrics {
         // A thousand to about a trillion units of fuel.
         fuel_used: Histogram::new(exponential_buckets(1e3, 10.0, 10)),
         callback_batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
+        callback_results_recorded: Counter::default(),
+        callback_results_unapplied: Gauge::default(),
         log_streams: Gauge::default(),
         // 100 µs to about 6.5 s.
         db_transaction: Family::new_with_constructor(|| {
@@ -219,6 +225,16 @@ impl AdminMetrics {
             "callback_batch_size",
             "Results per executor callback request",
             self.callback_batch_size.clone(),
+        );
+        registry.register(
+            "callback_results_recorded",
+            "Callback results acknowledged from the inbox before they were applied",
+            self.callback_results_recorded.clone(),
+        );
+        registry.register(
+            "callback_results_unapplied",
+            "Callback results this admin holds recorded and not applied yet",
+            self.callback_results_unapplied.clone(),
         );
         registry.register("log_streams", "Open log streams", self.log_streams.clone());
         registry.register_with_unit(

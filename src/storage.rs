@@ -18,6 +18,7 @@ mod backfills;
 pub mod backup;
 mod batch;
 mod calendars;
+mod callbacks;
 mod caps;
 mod fires;
 mod groups;
@@ -53,6 +54,7 @@ pub use self::alarms::{
 pub use self::audit::{AuditEntry, AuditPage, AuditRecord};
 pub use self::backfills::{NewBackfill, Release};
 pub use self::calendars::CalendarDelete;
+pub use self::callbacks::{InboxEntry, RecordedCallback};
 pub use self::caps::CappedClaim;
 pub use self::fires::{Fire, Fired};
 pub use self::job_rows::{DueJob, JobStamp};

@@ -462,13 +462,9 @@ async fn silent_xxl_executor() -> String {
     url
 }
 
-/// A callback the admin cannot record in its time is answered anyway, with what it recorded
-/// and "send it again"; sent again, the rest is recorded and what was recorded is not applied a
-/// second time. The answer's time is the admin's to choose: here it has none, then its default.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_callback_is_answered_in_time_and_what_it_could_not_take_comes_again() {
-    let app = TestApp::start(Backend::Sqlite).await;
-    let admin = app.admin.as_ref().unwrap();
+/// An XXL-JOB group with a silent executor, and a job of it with `count` runs sent to it and
+/// running: the job's id, and a callback batch of their results (`done <id>`).
+async fn xxl_runs_running(app: &TestApp, count: usize) -> (i64, Vec<u8>) {
     let (status, group) = app
         .api
         .post("/api/v1/groups", json!({"app_name": "xxl", "title": "XXL", "address_type": "AUTO"}))
@@ -477,32 +473,21 @@ async fn a_callback_is_answered_in_time_and_what_it_could_not_take_comes_again()
     let executor = silent_xxl_executor().await;
     let registry = json!({"registryGroup": "EXECUTOR", "registryKey": "xxl",
         "registryValue": format!("{executor}/")});
-    let (_, reply) = post_as_executor(&app, "/api/registry", registry.to_string().into()).await;
+    let (_, reply) = post_as_executor(app, "/api/registry", registry.to_string().into()).await;
     assert_eq!(reply["code"], 200, "{reply}");
     let job_id = app
         .api
         .create_job(json!({"group_id": group["id"], "glue_type": "BEAN", "handler": "demo"}))
         .await;
-    // More runs than one chunk of results.
-    let count = 700;
     for _ in 0..count {
         let (status, run) =
             app.api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({})).await;
         assert!(status.is_success(), "{run}");
     }
-    let runs = |state: RunState| {
-        let filter = RunFilter {
-            job_id: Some(job_id),
-            state: Some(state),
-            limit: 10_000,
-            ..RunFilter::default()
-        };
-        async move { admin.state.db.list_runs(&filter).await.unwrap().items }
-    };
     let running = app
         .api
         .wait_until("every run to be sent", || async {
-            let running = runs(RunState::Running).await;
+            let running = runs_in(app, job_id, RunState::Running).await;
             (running.len() == count).then_some(running)
         })
         .await;
@@ -513,7 +498,32 @@ async fn a_callback_is_answered_in_time_and_what_it_could_not_take_comes_again()
                 "handleMsg": format!("done {}", run.id)})
         })
         .collect();
-    let batch = serde_json::to_vec(&results).unwrap();
+    (job_id, serde_json::to_vec(&results).unwrap())
+}
+
+/// The runs of job `job_id` in `state`.
+async fn runs_in(app: &TestApp, job_id: i64, state: RunState) -> Vec<wasmjob::model::RunRecord> {
+    let filter = RunFilter {
+        job_id: Some(job_id),
+        state: Some(state),
+        limit: 10_000,
+        ..RunFilter::default()
+    };
+    app.admin.as_ref().unwrap().state.db.list_runs(&filter).await.unwrap().items
+}
+
+/// A callback the admin can neither apply nor record in its time is answered anyway, with what
+/// it recorded and "send it again"; sent again, the rest is recorded and what was recorded is
+/// not applied a second time. The answer's time is the admin's to choose: here it has none,
+/// then its default, and its inbox has no room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_is_answered_in_time_and_what_it_could_not_take_comes_again() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let admin = app.admin.as_ref().unwrap();
+    // More runs than one chunk of results.
+    let count = 700;
+    let (job_id, batch) = xxl_runs_running(&app, count).await;
+    admin.state.dispatcher.set_inbox_limit(0);
 
     // No time at all: nothing is recorded, and the answer asks for the batch again.
     admin.state.dispatcher.set_answer_within(Duration::ZERO);
@@ -522,7 +532,7 @@ async fn a_callback_is_answered_in_time_and_what_it_could_not_take_comes_again()
     let message = reply["msg"].as_str().unwrap();
     assert!(message.starts_with(CALLBACK_BUSY), "{message}");
     assert!(message.contains(&format!("0 of {count} results recorded")), "{message}");
-    assert_eq!(runs(RunState::Running).await.len(), count);
+    assert_eq!(runs_in(&app, job_id, RunState::Running).await.len(), count);
 
     // Its usual time: sent again until acknowledged, as an executor does, it is all recorded.
     admin.state.dispatcher.set_answer_within(ANSWER_WITHIN);
@@ -537,13 +547,84 @@ async fn a_callback_is_answered_in_time_and_what_it_could_not_take_comes_again()
         assert!(message.starts_with(CALLBACK_BUSY), "{reply}");
     }
     assert_eq!(answers.last().unwrap()["code"], 200, "{answers:?}");
-    let succeeded = runs(RunState::Success).await;
+    let succeeded = runs_in(&app, job_id, RunState::Success).await;
     assert_eq!(succeeded.len(), count);
     assert!(succeeded.iter().all(|run| run.handle_msg == format!("done {}", run.id)));
 
     // Once more, as an executor whose acknowledgement was lost: nothing changes.
     let (_, reply) = post_as_executor(&app, "/api/callback", batch).await;
     assert_eq!(reply["code"], 200, "{reply}");
-    assert_eq!(runs(RunState::Success).await, succeeded);
+    assert_eq!(runs_in(&app, job_id, RunState::Success).await, succeeded);
+    app.stop().await;
+}
+
+/// A callback whose results cannot all be applied in the admin's apply time is acknowledged
+/// once the rest is recorded in the inbox, and the rest is applied right after: here the apply
+/// time is none, so the whole batch goes to the inbox, and the answer comes before the results
+/// are applied. The inbox is empty again once they are, and a batch sent again changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_is_acknowledged_once_recorded_and_applied_after() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let admin = app.admin.as_ref().unwrap();
+    let count = 1_500;
+    let (job_id, batch) = xxl_runs_running(&app, count).await;
+    admin.state.dispatcher.set_apply_within(Duration::ZERO);
+    let (_, reply) = post_as_executor(&app, "/api/callback", batch.clone()).await;
+    assert_eq!(reply["code"], 200, "{reply}");
+
+    let succeeded = app
+        .api
+        .wait_until("every recorded result to be applied", || async {
+            let succeeded = runs_in(&app, job_id, RunState::Success).await;
+            (succeeded.len() == count).then_some(succeeded)
+        })
+        .await;
+    assert!(succeeded.iter().all(|run| run.handle_msg == format!("done {}", run.id)));
+    app.api
+        .wait_until("the inbox to be empty", || async {
+            let held = admin.state.db.count_recorded_callbacks().await.unwrap();
+            (held == (0, 0)).then_some(())
+        })
+        .await;
+
+    let (_, reply) = post_as_executor(&app, "/api/callback", batch).await;
+    assert_eq!(reply["code"], 200, "{reply}");
+    app.api
+        .wait_until("the inbox to be empty again", || async {
+            let held = admin.state.db.count_recorded_callbacks().await.unwrap();
+            (held == (0, 0)).then_some(())
+        })
+        .await;
+    assert_eq!(runs_in(&app, job_id, RunState::Success).await, succeeded);
+    app.stop().await;
+}
+
+/// A callback recorded by an admin that is gone (its time to apply it ran out) is taken and
+/// applied by another admin's sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_recorded_by_a_gone_admin_is_applied_by_the_sweep() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let admin = app.admin.as_ref().unwrap();
+    let count = 20;
+    let (job_id, batch) = xxl_runs_running(&app, count).await;
+    let body = String::from_utf8(batch).unwrap();
+    let now = wasmjob::admin::now_ms();
+    let db = &admin.state.db;
+    db.record_callback(7, body, count as i64, "gone-admin", now - 70_000, now - 10_000)
+        .await
+        .unwrap();
+    let succeeded = app
+        .api
+        .wait_until("the recorded results to be applied", || async {
+            let succeeded = runs_in(&app, job_id, RunState::Success).await;
+            (succeeded.len() == count).then_some(succeeded)
+        })
+        .await;
+    assert!(succeeded.iter().all(|run| run.handle_msg == format!("done {}", run.id)));
+    app.api
+        .wait_until("the inbox to be empty", || async {
+            (db.count_recorded_callbacks().await.unwrap() == (0, 0)).then_some(())
+        })
+        .await;
     app.stop().await;
 }

@@ -116,6 +116,30 @@ async fn admin_killed_applying_callbacks() {
     scenario.run(None).await.assert_clean();
 }
 
+/// With no time to apply a callback (`--callback-apply-ms 0`), every callback is recorded in the
+/// inbox and acknowledged before its results are applied. The admin dies between the two: its
+/// executors may have forgotten those results, and then only the inbox holds them, for the next
+/// incarnation to take over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_killed_with_callbacks_recorded_and_not_applied() {
+    let scenario = Scenario {
+        workload: Workload { plain: 16, failing: 2, parents: 2, ..Workload::default() },
+        admin_args: &["--callback-apply-ms", "0"],
+        crashes: &[(
+            Role::Admin(0),
+            &[
+                Crash::at("callback.before_recorded_apply=abort@4", 5_000),
+                Crash::at("callback.before_recorded_apply=abort@7", 5_000),
+            ],
+        )],
+        ..Scenario::new("admin killed with callbacks recorded and not applied")
+    };
+    let outcome = scenario.run(None).await;
+    outcome.assert_clean();
+    // Each death left at least the callback it died applying in the inbox.
+    assert!(outcome.callbacks_taken_over >= 2, "{}", outcome.callbacks_taken_over);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executor_killed_mid_run() {
     executor_killed_mid_run_scenario(false).await;
@@ -314,6 +338,8 @@ struct Scenario<'a> {
     shares: Option<usize>,
     /// Whether the executors pull their runs (`wasmjob executor --pull`).
     pull: bool,
+    /// Arguments added to the command line of the admins that crash, from their first restart.
+    admin_args: &'a [&'a str],
 }
 
 /// The scenario's cron jobs (all every second unless `cron` says otherwise), each with its
@@ -398,6 +424,9 @@ struct Outcome {
     unplanned: Vec<String>,
     /// The admins' shares of the partitions when they were not balanced after the calm.
     unbalanced: Option<String>,
+    /// Recorded callbacks that an admin took over from a dead one (or from its own dead
+    /// incarnation), as the admins' logs say.
+    callbacks_taken_over: usize,
 }
 
 impl Outcome {
@@ -435,6 +464,7 @@ impl Scenario<'_> {
             calm_for: Duration::from_secs(5),
             shares: None,
             pull: false,
+            admin_args: &[],
         }
     }
 
@@ -470,7 +500,11 @@ impl Scenario<'_> {
             let queue: VecDeque<Crash> = crashes.iter().copied().collect();
             if queue.front().is_none_or(|crash| crash.pause_ms == 0) {
                 let first = queue.front().map_or("", |crash| crash.failpoints);
-                process(&mut cluster, *role).restart(first).await;
+                let proc = process(&mut cluster, *role);
+                if matches!(role, Role::Admin(_)) {
+                    proc.add_args(self.admin_args);
+                }
+                proc.restart(first).await;
             }
             plans.push(Plan { role: *role, queue, since: Instant::now(), jitter_ms: jitter() });
         }
@@ -536,6 +570,12 @@ impl Scenario<'_> {
         if let Some(hung) = hung {
             hung.stop();
         }
+        let callbacks_taken_over = cluster
+            .admins
+            .iter()
+            .map(|admin| admin.log().matches("taking over recorded callback").count())
+            .sum();
+        eprintln!("callbacks_taken_over: {callbacks_taken_over}");
         cluster.finish().await;
         Outcome {
             name: self.name,
@@ -543,6 +583,7 @@ impl Scenario<'_> {
             hung_figures,
             unplanned: unplanned_with_logs,
             unbalanced,
+            callbacks_taken_over,
         }
     }
 }

@@ -46,6 +46,8 @@ async fn metrics_are_scraped_parsed_and_move_as_runs_happen() {
         ("wasmjob_dispatch_failures", "counter"),
         ("wasmjob_run_fuel_used", "histogram"),
         ("wasmjob_callback_batch_size", "histogram"),
+        ("wasmjob_callback_results_recorded", "counter"),
+        ("wasmjob_callback_results_unapplied", "gauge"),
         ("wasmjob_executors_online", "gauge"),
         ("wasmjob_runs_unfinished", "gauge"),
         ("wasmjob_workflow_runs_started", "counter"),

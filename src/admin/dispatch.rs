@@ -35,6 +35,7 @@
 mod cache;
 mod caps;
 mod events;
+mod inbox;
 mod peers;
 mod plan;
 mod results;
@@ -59,6 +60,7 @@ use crate::storage::Db;
 
 pub use self::cache::Cache;
 
+pub use self::inbox::APPLY_WITHIN;
 pub use self::peers::{Peer, PeerKind};
 pub use self::plan::{PlannedTrigger, TriggerError};
 pub use self::results::{ANSWER_WITHIN, Applied};
@@ -96,9 +98,14 @@ struct Inner {
     /// Sends being posted, or accepted by their executors, that this admin has not recorded
     /// yet, by run.
     unrecorded: Mutex<HashMap<i64, Unrecorded>>,
-    /// How long a callback's results are applied before it is answered, in µs
-    /// ([`ANSWER_WITHIN`] unless set).
+    /// How long a callback's results are applied before the rest is recorded, in µs
+    /// ([`APPLY_WITHIN`] unless set).
+    apply_within_us: AtomicU64,
+    /// How long a callback whose rest cannot be recorded is applied before it is answered, in
+    /// µs ([`ANSWER_WITHIN`] unless set).
     answer_within_us: AtomicU64,
+    /// The callbacks recorded and not applied yet.
+    inbox: inbox::Inbox,
     /// This admin's URL, sent with each run (`replyTo`) so that an executor that knows it
     /// delivers the result here, where the send waits to be recorded with it.
     reply_to: OnceLock<String>,
@@ -129,7 +136,9 @@ impl Dispatcher {
             owner,
             timers: CancellationToken::new(),
             unrecorded: Mutex::default(),
+            apply_within_us: AtomicU64::new(APPLY_WITHIN.as_micros() as u64),
             answer_within_us: AtomicU64::new(ANSWER_WITHIN.as_micros() as u64),
+            inbox: inbox::Inbox::default(),
             reply_to: OnceLock::new(),
         };
         Dispatcher { inner: Arc::new(inner) }
@@ -155,8 +164,16 @@ impl Dispatcher {
         &self.inner.client
     }
 
-    /// How long a callback's results are applied before it is answered, the rest left for the
-    /// executor to send again ([`ANSWER_WITHIN`] by default; a test sets 0 to see the answer).
+    /// How long a callback's results are applied before the rest is recorded in the inbox and
+    /// the callback answered (`--callback-apply-ms`, [`APPLY_WITHIN`] by default).
+    pub fn set_apply_within(&self, within: Duration) {
+        let micros = u64::try_from(within.as_micros()).unwrap_or(u64::MAX);
+        self.inner.apply_within_us.store(micros, Ordering::Relaxed);
+    }
+
+    /// How long a callback whose rest the inbox cannot take is applied before it is answered,
+    /// the rest left for the executor to send again ([`ANSWER_WITHIN`] by default; a test sets
+    /// 0 to see the answer).
     pub fn set_answer_within(&self, within: Duration) {
         let micros = u64::try_from(within.as_micros()).unwrap_or(u64::MAX);
         self.inner.answer_within_us.store(micros, Ordering::Relaxed);

@@ -175,6 +175,16 @@ pub(super) async fn run(
         ),
     }
     crate::metrics::admin().partitions_held.set(0);
+    // The callbacks it recorded and may not have applied: the next sweep of any admin (this
+    // one's next incarnation too) takes them, not only once their time runs out.
+    match state.db.release_callbacks(state.dispatcher.owner()).await {
+        Ok(0) => {}
+        Ok(released) => tracing::info!("gave back {released} recorded callbacks"),
+        Err(error) => tracing::warn!(
+            %error,
+            "giving back the recorded callbacks failed: they are taken when their time runs out"
+        ),
+    }
     // Only now, its partitions given back: the others see the session end.
     drop(sessions);
 }

@@ -6,6 +6,7 @@ mod accounts;
 mod alarms;
 mod backfills;
 mod calendars;
+mod callbacks;
 mod caps;
 mod partitions;
 mod workflows;

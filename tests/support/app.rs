@@ -248,6 +248,7 @@ pub fn admin_config(database_url: String) -> AdminConfig {
         },
         max_versions_per_job: 30,
         max_unfinished_runs: Some(10_000),
+        callback_apply_within: wasmjob::admin::APPLY_WITHIN,
     }
 }
 

@@ -85,6 +85,11 @@ impl Proc {
         Proc::new(name.to_owned(), port, args, dir)
     }
 
+    /// Adds `args` to its command line, from its next start.
+    pub fn add_args(&mut self, args: &[&str]) {
+        self.args.extend(args.iter().map(|arg| (*arg).to_owned()));
+    }
+
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
@@ -195,6 +200,11 @@ impl Proc {
     }
 
     /// The last lines of its log, for failure messages.
+    /// Its whole log, every incarnation's.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();

@@ -3,8 +3,14 @@
 //! An XXL-JOB executor waits at most 3 s for the answer to `/api/callback` and, without one,
 //! keeps the whole batch and sends it again later; after an outage its batch holds everything it
 //! kept meanwhile, tens of thousands of results. So a callback is applied a chunk at a time
-//! ([`CHUNK`] results: one read, then their writes sharing the database's group commits), and
-//! no chunk starts once [`ANSWER_WITHIN`] has passed. The first chunk is waited for up to
+//! ([`CHUNK`] results: one read, then their writes sharing the database's group commits) for
+//! the admin's apply time (`--callback-apply-ms`, [`super::APPLY_WITHIN`] by default). What is
+//! left then is recorded in the inbox (`inbox.rs`), applied right after in the background, and
+//! the callback is acknowledged: a burst's callback of thousands of results is answered in
+//! about that time, not in the time its results take to apply.
+//!
+//! When the inbox has no room (or cannot record in time), no chunk starts once
+//! [`ANSWER_WITHIN`] has passed. The first chunk is then waited for up to
 //! [`FIRST_CHUNK_WITHIN`], so that a small callback is not sent back for want of a few
 //! milliseconds, and no longer: the answer never takes much more than a second, at any load. A
 //! chunk still in flight at the answer goes on to its end, so a loaded database still records
@@ -13,6 +19,8 @@
 //! recorded before are ignored when the batch comes again.
 
 use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::Instrument;
@@ -24,55 +32,86 @@ use crate::model::{RunRecord, TriggerType};
 use crate::protocol::HandleCallbackParam;
 
 /// The most results applied together: one read of their runs, their writes in flight at once.
-const CHUNK: usize = 512;
-/// A callback is answered within this much time of its parse, at any load: no chunk starts
-/// after it, and a chunk still in flight then is left to finish on its own (a chunk whose
-/// writes take longer than this still makes progress, one chunk per callback).
+pub(super) const CHUNK: usize = 512;
+/// When the rest of a callback cannot be recorded, it is answered within this much time of its
+/// parse: no chunk starts after it, and a chunk still in flight then is left to finish on its
+/// own (a chunk whose writes take longer than this still makes progress, one chunk per
+/// callback).
 pub const ANSWER_WITHIN: Duration = Duration::from_millis(800);
-/// How long the first chunk is waited for, past [`ANSWER_WITHIN`] when it must: the answer
-/// comes within a second of the parse, well inside XXL-JOB's 3 s client timeout.
+/// How long the first chunk is waited for, past [`ANSWER_WITHIN`] when it must, and how long the
+/// rest of a callback may take to record: the answer comes within a second of the parse, well
+/// inside XXL-JOB's 3 s client timeout.
 pub const FIRST_CHUNK_WITHIN: Duration = Duration::from_millis(950);
 
 /// What came of a callback's results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applied {
-    /// Every result was applied (or had nothing to apply to).
+    /// Every result was applied (or had nothing to apply to), or recorded to be applied.
     All,
     /// Some could not be applied (an error); the executor should send them again.
     Failed,
-    /// [`ANSWER_WITHIN`] passed with `recorded` of the results applied; the executor should
-    /// send the rest again.
+    /// The callback's time passed with `recorded` of the results applied, and the rest could
+    /// not be recorded; the executor should send the rest again.
     Partly { recorded: usize },
 }
 
 impl Dispatcher {
-    /// Applies one callback's results. Each result is applied on its own, so one that cannot
-    /// be applied does not hold back the others, and a chunk's all at once, so that their writes
-    /// share the database's group commits.
-    pub async fn apply_results(&self, results: &[HandleCallbackParam]) -> Applied {
+    /// Applies one callback's results, from `body`, within its time, and records the rest.
+    /// Each result is applied on its own, so one that cannot be applied does not hold back the
+    /// others, and a chunk's all at once, so that their writes share the database's group
+    /// commits.
+    pub async fn apply_results(&self, body: &[u8], results: Vec<HandleCallbackParam>) -> Applied {
         crate::metrics::admin().callback_batch_size.observe(results.len() as f64);
         let started = tokio::time::Instant::now();
-        let deadline = started + self.answer_within();
-        let first_deadline = deadline.max(started + FIRST_CHUNK_WITHIN);
+        let results: Arc<[HandleCallbackParam]> = results.into();
+        let recordable = self.inner.inbox.has_room(results.len(), body.len());
+        let deadline =
+            started + if recordable { self.apply_within() } else { self.answer_within() };
+        let first_deadline = match recordable {
+            true => deadline,
+            false => deadline.max(started + FIRST_CHUNK_WITHIN),
+        };
         let mut outcome = Applied::All;
         let mut recorded = 0;
-        for (at, chunk) in results.chunks(CHUNK).enumerate() {
-            if tokio::time::Instant::now() >= deadline {
-                return Applied::Partly { recorded };
-            }
+        let mut at = 0;
+        let mut in_flight = None;
+        while at < results.len() && tokio::time::Instant::now() < deadline {
+            let end = (at + CHUNK).min(results.len());
+            let mut chunk = tokio::spawn(self.clone().apply_range(results.clone(), at..end));
             let until = if at == 0 { first_deadline } else { deadline };
-            match tokio::time::timeout_at(until, self.apply_chunk(chunk)).await {
-                Ok(true) => recorded += chunk.len(),
-                Ok(false) => outcome = Applied::Failed,
-                Err(_) => return Applied::Partly { recorded },
+            match tokio::time::timeout_at(until, &mut chunk).await {
+                Ok(Ok(true)) => recorded += end - at,
+                Ok(_) => outcome = Applied::Failed,
+                Err(_) => {
+                    in_flight = Some(chunk);
+                    break;
+                }
             }
+            at = end;
         }
-        outcome
+        if at == results.len() {
+            return outcome;
+        }
+        let answer_by = started + FIRST_CHUNK_WITHIN;
+        if recordable && self.record_rest(body, results, at, in_flight, answer_by).await {
+            return outcome;
+        }
+        Applied::Partly { recorded }
     }
 
-    /// Applies `results` together; whether all were applied. Dropped before the end (the
-    /// callback's time is up), the results in flight are still applied.
-    async fn apply_chunk(&self, results: &[HandleCallbackParam]) -> bool {
+    /// How long a callback's results are applied before the rest is recorded.
+    fn apply_within(&self) -> Duration {
+        Duration::from_micros(self.inner.apply_within_us.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// [`Dispatcher::apply_chunk`] of `results[range]`, as a task of its own: a callback
+    /// answered before it ends leaves it to run on.
+    async fn apply_range(self, results: Arc<[HandleCallbackParam]>, range: Range<usize>) -> bool {
+        self.apply_chunk(&results[range]).await
+    }
+
+    /// Applies `results` together; whether all were applied.
+    pub(super) async fn apply_chunk(&self, results: &[HandleCallbackParam]) -> bool {
         // One read for the whole chunk; a run that changed since is read again on its own.
         let ids: Vec<i64> = results.iter().map(|result| result.log_id).collect();
         let (mut runs, read): (HashMap<i64, RunRecord>, bool) = match self
@@ -153,11 +192,9 @@ impl Dispatcher {
                 .instrument(span),
             );
         }
-        // Dropped at the callback's deadline, the set's tasks are left to finish.
-        let mut applying = DetachOnDrop(applying);
         let mut all_applied = all_read;
         let mut done = 0;
-        while let Some(joined) = applying.0.join_next().await {
+        while let Some(joined) = applying.join_next().await {
             done += 1;
             if done == 1 && results.len() > 1 {
                 failpoint::hit("callback.mid_batch");
@@ -171,14 +208,5 @@ impl Dispatcher {
             all_applied = false;
         }
         all_applied
-    }
-}
-
-/// A set of tasks that run to their end even when the set is dropped.
-struct DetachOnDrop<T: 'static>(tokio::task::JoinSet<T>);
-
-impl<T: 'static> Drop for DetachOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.detach_all();
     }
 }

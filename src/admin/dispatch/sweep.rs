@@ -10,8 +10,8 @@
 //! dispatcher's lease ran out; ends runs past the admin's deadline as timed out; ends runs
 //! whose executor went offline as lost; raises an alarm for an executor that stopped beating;
 //! forgets long-silent executors; starts the workflow nodes whose start was decided and not
-//! carried out (`workflows.rs`); and deletes ended runs
-//! past the retention, in bounded batches. Every scan goes through an index on the run's state
+//! carried out (`workflows.rs`); takes recorded callbacks whose admin's time to apply them ran
+//! out (`inbox.rs`); and deletes ended runs past the retention, in bounded batches. Every scan goes through an index on the run's state
 //! and is bounded, so a pass costs what there is to do, not the size of the history, and one
 //! run that cannot be handled is logged and skipped, never stopping the pass.
 
@@ -57,6 +57,7 @@ impl Dispatcher {
         let mut duties = vec![
             ("sending abandoned runs", self.send_abandoned(now, &held).await),
             ("ending runs past their deadline", self.end_overdue(now, &held).await),
+            ("taking over recorded callbacks", self.take_over_callbacks(&[]).await),
         ];
         if self.inner.partitions.leads() {
             duties.extend([
@@ -98,6 +99,10 @@ impl Dispatcher {
     /// whose target it recorded goes only there (`lifecycle::before_send`), where the executor
     /// takes a `logId` once.
     pub(crate) async fn take_over_sends(self, gone: Vec<String>) {
+        // Their recorded callbacks too, which would otherwise wait for their time to run out.
+        if let Err(error) = self.take_over_callbacks(&gone).await {
+            tracing::error!(error = format!("{error:#}"), "taking over recorded callbacks failed");
+        }
         let now = now_ms();
         let expired = match self.inner.db.expire_dispatch_leases(&gone, now).await {
             Ok(expired) => expired,

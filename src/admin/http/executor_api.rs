@@ -167,15 +167,15 @@ async fn callback(State(state): State<AppState>, body: Bytes) -> axum::Json<Retu
     for refused in &callbacks.refused {
         tracing::warn!("callback entry refused: {refused}");
     }
-    let applied = state.dispatcher.apply_results(&callbacks.results).await;
+    let total = callbacks.results.len();
+    let applied = state.dispatcher.apply_results(&body, callbacks.results).await;
     match (applied, callbacks.refused.is_empty()) {
         (Applied::All, true) => axum::Json(ReturnT::success()),
         // Not acknowledged: the executor keeps the results and sends them again, so the entries
         // that were applied are ignored the second time (a result applies once).
         (Applied::Failed, _) => axum::Json(ReturnT::fail("callback failed: internal error")),
         (Applied::Partly { recorded }, _) => axum::Json(ReturnT::fail(format!(
-            "{CALLBACK_BUSY} {recorded} of {} results recorded; send the batch again later",
-            callbacks.results.len()
+            "{CALLBACK_BUSY} {recorded} of {total} results recorded; send the batch again later"
         ))),
         (Applied::All, false) => axum::Json(ReturnT::fail(format!(
             "callback entries refused: {}",

@@ -231,9 +231,9 @@ pub struct StandaloneArgs {
     #[arg(long, env = "WASMJOB_MAX_UNFINISHED_RUNS", default_value_t = 10_000)]
     pub max_unfinished_runs: u64,
     /// How long, in ms, an executor's callback is applied before the rest of its results is
-    /// recorded (applied right after) and the callback answered; 0 records every callback's
-    /// results before applying them.
-    #[arg(long, env = "WASMJOB_CALLBACK_APPLY_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=900))]
+    /// recorded (applied right after) and the callback answered, at most 500; 0 records every
+    /// callback's results before applying them.
+    #[arg(long, env = "WASMJOB_CALLBACK_APPLY_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=500))]
     pub callback_apply_ms: u64,
     #[command(flatten)]
     pub limits: LimitArgs,
@@ -291,9 +291,9 @@ pub struct AdminArgs {
     #[arg(long, env = "WASMJOB_MAX_UNFINISHED_RUNS", default_value_t = 10_000)]
     pub max_unfinished_runs: u64,
     /// How long, in ms, an executor's callback is applied before the rest of its results is
-    /// recorded (applied right after) and the callback answered; 0 records every callback's
-    /// results before applying them.
-    #[arg(long, env = "WASMJOB_CALLBACK_APPLY_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=900))]
+    /// recorded (applied right after) and the callback answered, at most 500; 0 records every
+    /// callback's results before applying them.
+    #[arg(long, env = "WASMJOB_CALLBACK_APPLY_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=500))]
     pub callback_apply_ms: u64,
     /// This admin's URL as its executors are given it (`--admin-url`); default: the listen
     /// address, unless that is every interface. Runs name it, and an executor given it sends

@@ -361,6 +361,19 @@ mod tests {
     }
 
     #[test]
+    fn the_callback_apply_time_is_read_and_bounded() {
+        let keys = ["callback_apply_ms"];
+        assert_eq!(settings(&["admin"], None, &keys), "callback_apply_ms = 100 # default");
+        let file = "callback_apply_ms = 0\n";
+        assert_eq!(settings(&["admin"], Some(file), &keys), "callback_apply_ms = 0 # config file");
+        let refused = settings(&["standalone", "--callback-apply-ms", "501"], None, &keys);
+        assert!(
+            refused.starts_with("error: invalid value '501' for '--callback-apply-ms <CALLBACK_APPLY_MS>': 501 is not in 0..=500"),
+            "{refused}"
+        );
+    }
+
+    #[test]
     fn secrets_come_from_their_files_once_and_are_redacted() {
         let keys = ["admin_token", "admin_token_file", "access_token", "database_url", "smtp_url"];
         expect![[r#"

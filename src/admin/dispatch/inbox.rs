@@ -35,18 +35,16 @@ use crate::protocol::{HandleCallbackParam, parse_callbacks};
 /// How long a callback's results are applied before the rest is recorded and the callback
 /// answered, by default.
 pub const APPLY_WITHIN: Duration = Duration::from_millis(100);
-/// The most results that this admin holds recorded and not yet applied. Low enough that an
-/// admin whose results come back faster than it applies them soon stops recording and applies
-/// each callback for up to [`super::ANSWER_WITHIN`] again, which slows the executors' callbacks
-/// to its pace: recording every callback past its apply time added a write and a delete to each,
-/// and at 10,000 jobs a second (`cargo bench --bench e2e -- --workload x`) an admin with room for
-/// 200,000 fired 2,720 a second where one without an inbox fired 4,349.
+/// The most results that this admin holds recorded and not yet applied: a few seconds of
+/// results at the rates workload (x) of `cargo bench --bench e2e` measures. An admin whose
+/// results come back faster than it applies them soon stops recording, and applies each
+/// callback for up to [`super::ANSWER_WITHIN`] again, which slows the executors' callbacks to
+/// its pace.
 pub const LIMIT: usize = 20_000;
 /// The most bytes of callback bodies that this admin holds recorded and not yet applied.
 pub const LIMIT_BYTES: usize = 128 * 1024 * 1024;
 /// How long a recorded callback is its recorder's (or taker's) to apply before any admin may
-/// take it. Applying 200,000 results takes well under this, at the rates workload (x) of
-/// `cargo bench --bench e2e` measures.
+/// take it: far longer than applying [`LIMIT`] results takes.
 pub const TAKEN_FOR_MS: i64 = 60_000;
 /// The most rows one look at the inbox takes.
 const TAKE_BATCH: i64 = 100;

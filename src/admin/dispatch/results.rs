@@ -66,8 +66,7 @@ impl Dispatcher {
         let results: Arc<[HandleCallbackParam]> = results.into();
         // A callback of one chunk is applied as it comes, unless the apply time is none:
         // recording it would add a write and a delete to what it saves, and a loaded admin gets
-        // many such callbacks (at 10,000 jobs a second, `cargo bench --bench e2e -- --workload
-        // x`, recording them all cost a third of the fires).
+        // many such callbacks.
         let apply_within = self.apply_within();
         let recordable = (results.len() > CHUNK || apply_within.is_zero())
             && self.inner.inbox.has_room(results.len(), body.len());

@@ -20,6 +20,7 @@ mod batch;
 mod calendars;
 mod callbacks;
 mod caps;
+mod contention;
 mod fires;
 mod groups;
 mod job_rows;

@@ -807,8 +807,19 @@ async fn start_jobs(api: &Api, jobs: &[i64]) -> Vec<(i64, i64)> {
 async fn stop_jobs(api: &Api, started: Vec<(i64, i64)>, cron: &str) -> Vec<Window> {
     let mut windows = Vec::new();
     for (job_id, started_ms) in started {
-        let stopped_ms = now_ms();
-        let (status, job) = api.post(&format!("/api/v1/jobs/{job_id}/stop"), json!({})).await;
+        let mut stopped_ms = now_ms();
+        let mut stop = api.post(&format!("/api/v1/jobs/{job_id}/stop"), json!({})).await;
+        // Answered 503 while the database is busy with the same rows: sent again after a
+        // while, as a client should.
+        for _ in 0..5 {
+            if stop.0 != 503 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            stopped_ms = now_ms();
+            stop = api.post(&format!("/api/v1/jobs/{job_id}/stop"), json!({})).await;
+        }
+        let (status, job) = stop;
         assert_eq!(status, 200, "{job}");
         windows.push(Window { job_id, cron: cron.to_owned(), started_ms, stopped_ms });
     }

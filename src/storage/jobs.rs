@@ -186,15 +186,21 @@ impl Db {
         next_fire_ms: Option<i64>,
         now_ms: i64,
     ) -> Result<bool> {
-        let done = query(
-            "update jobs set running = $1, next_fire_ms = $2, updated_at = $3,
-                revision = revision + 1 where id = $4",
-        )
-        .bind(i64::from(next_fire_ms.is_some()))
-        .bind(next_fire_ms.unwrap_or(0))
-        .bind(now_ms)
-        .bind(id)
-        .execute(self.writer())
+        // A start or a stop, while fires lock the job's row: on MariaDB, seen chosen as a
+        // deadlock's victim.
+        let done = super::contention::retrying_transient(|| async {
+            let done = query(
+                "update jobs set running = $1, next_fire_ms = $2, updated_at = $3,
+                    revision = revision + 1 where id = $4",
+            )
+            .bind(i64::from(next_fire_ms.is_some()))
+            .bind(next_fire_ms.unwrap_or(0))
+            .bind(now_ms)
+            .bind(id)
+            .execute(self.writer())
+            .await?;
+            Ok(done)
+        })
         .await?;
         Ok(done.rows_affected() == 1)
     }

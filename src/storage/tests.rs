@@ -8,6 +8,7 @@ mod backfills;
 mod calendars;
 mod callbacks;
 mod caps;
+mod contention;
 mod partitions;
 mod workflows;
 

@@ -62,7 +62,8 @@ pub enum ApiError {
     /// 502: an executor did not answer as it should.
     #[error("{0}")]
     BadGateway(String),
-    /// 503 with `Retry-After`: too many runs are unfinished to admit more now.
+    /// 503 with `Retry-After`: too many runs are unfinished to admit more now, or the
+    /// database is busy with other writes to the same rows.
     #[error("{0}")]
     Overloaded(String),
     /// 500: our fault; logged, never shown.
@@ -117,7 +118,16 @@ impl ApiError {
 }
 
 impl From<StorageError> for ApiError {
+    /// A 500, unless the database refused the statement for a moment's contention (a
+    /// deadlock's victim, a lock wait that timed out): then a 503 to try again after
+    /// `Retry-After`.
     fn from(error: StorageError) -> ApiError {
+        if error.is_transient() {
+            tracing::warn!(%error, "a request met contention in the database: answered 503");
+            return ApiError::Overloaded(
+                "the database is busy with other writes to the same rows: try again".to_owned(),
+            );
+        }
         ApiError::Internal(error.into())
     }
 }
@@ -158,5 +168,26 @@ impl<T> ResultExt<T> for Result<T, StorageError> {
                 ApiError::from(error)
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contention_in_the_database_is_a_503_to_retry_and_other_failures_a_500() {
+        let busy = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            None,
+        );
+        let corrupt = StorageError::Corrupt("a strategy it does not know".to_owned());
+        let table = [(StorageError::Sqlite(busy), 503, Some("1")), (corrupt, 500, None)];
+        for (error, status, retry_after) in table {
+            let response = ApiError::from(error).into_response();
+            assert_eq!(response.status().as_u16(), status);
+            let header = response.headers().get(axum::http::header::RETRY_AFTER);
+            assert_eq!(header.and_then(|value| value.to_str().ok()), retry_after);
+        }
     }
 }

@@ -171,6 +171,29 @@ async fn fire_in(
     Ok(all_fired)
 }
 
+/// [`move_fires`]'s statement of `shape` rows, with placeholders `p`. Each job is found by its
+/// id, one row of the values at a time: the values' columns are compared as expressions
+/// (`+ 0`), so that SQLite cannot index them: compared bare, from 64 rows SQLite indexed the
+/// values and read every running job (`storage::tests::plans`).
+pub(super) fn move_fires_sql(p: fn(usize) -> String, shape: usize) -> String {
+    let values = (0..shape)
+        .map(|row| {
+            let cells = (2..=5).map(|n| format!("cast({} as bigint)", p(row * 4 + n)));
+            format!("({})", cells.collect::<Vec<_>>().join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "update jobs set next_fire_ms = v.column3, running = v.column4,
+            revision = jobs.revision + 1 - v.column4,
+            updated_at = case when v.column4 = 0 then {} else jobs.updated_at end
+         from (values {values}) as v
+         where jobs.id = v.column1 + 0 and jobs.running = 1 and jobs.next_fire_ms = v.column2 + 0
+         returning id",
+        p(1)
+    )
+}
+
 /// Moves each of `fires` (of distinct jobs) to its next fire if the job is still at the fire it
 /// was read at, in one statement of `shape` rows (those past the fires' all null, matching no
 /// job); the ids of the jobs moved.
@@ -195,23 +218,7 @@ async fn move_fires(
         return super::mysql_writes::move_fires(conn, &moves, now_ms).await;
     }
     let sql = super::statement::shaped(exec, "move fires", shape, || {
-        let p = exec.placeholder();
-        let values = (0..shape)
-            .map(|row| {
-                let cells = (2..=5).map(|n| format!("cast({} as bigint)", p(row * 4 + n)));
-                format!("({})", cells.collect::<Vec<_>>().join(", "))
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        format!(
-            "update jobs set next_fire_ms = v.column3, running = v.column4,
-                revision = jobs.revision + 1 - v.column4,
-                updated_at = case when v.column4 = 0 then {} else jobs.updated_at end
-             from (values {values}) as v
-             where jobs.id = v.column1 and jobs.running = 1 and jobs.next_fire_ms = v.column2
-             returning id",
-            p(1)
-        )
+        move_fires_sql(exec.placeholder(), shape)
     });
     let mut statement = Statement::new(sql);
     statement.bind(now_ms);

@@ -10,6 +10,7 @@ mod callbacks;
 mod caps;
 mod contention;
 mod partitions;
+mod plans;
 mod workflows;
 
 use super::*;

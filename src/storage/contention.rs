@@ -26,6 +26,13 @@ impl StorageError {
             _ => false,
         }
     }
+
+    /// A busy SQLite file's error: contention, for the tests of what callers make of it.
+    #[cfg(test)]
+    pub(crate) fn busy() -> StorageError {
+        let code = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY);
+        StorageError::Sqlite(rusqlite::Error::SqliteFailure(code, None))
+    }
 }
 
 /// Runs `statement` until it succeeds or fails for more than a moment's contention

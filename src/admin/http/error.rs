@@ -177,12 +177,8 @@ mod tests {
 
     #[test]
     fn contention_in_the_database_is_a_503_to_retry_and_other_failures_a_500() {
-        let busy = rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
-            None,
-        );
         let corrupt = StorageError::Corrupt("a strategy it does not know".to_owned());
-        let table = [(StorageError::Sqlite(busy), 503, Some("1")), (corrupt, 500, None)];
+        let table = [(StorageError::busy(), 503, Some("1")), (corrupt, 500, None)];
         for (error, status, retry_after) in table {
             let response = ApiError::from(error).into_response();
             assert_eq!(response.status().as_u16(), status);

@@ -27,16 +27,28 @@ impl StorageError {
         }
     }
 
+    /// Whether sending the same statement again at once may succeed: contention between
+    /// statements, but not a pool with no connection free, whose every try would wait out the
+    /// pool's whole acquire timeout again.
+    fn is_worth_resending(&self) -> bool {
+        self.is_transient() && !matches!(self, StorageError::Sqlx(sqlx::Error::PoolTimedOut))
+    }
+
     /// A busy SQLite file's error: contention, for the tests of what callers make of it.
     #[cfg(test)]
     pub(crate) fn busy() -> StorageError {
-        let code = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY);
-        StorageError::Sqlite(rusqlite::Error::SqliteFailure(code, None))
+        StorageError::sqlite(rusqlite::ffi::SQLITE_BUSY)
+    }
+
+    /// A SQLite error with result code `code`, as rusqlite reports one, for tests.
+    #[cfg(test)]
+    pub(crate) fn sqlite(code: std::ffi::c_int) -> StorageError {
+        StorageError::Sqlite(rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None))
     }
 }
 
-/// Runs `statement` until it succeeds or fails for more than a moment's contention
-/// ([`StorageError::is_transient`]), at most [`TRANSIENT_TRIES`] times: for a single statement,
+/// Runs `statement` until it succeeds or fails for more than a moment's contention between
+/// statements ([`StorageError::is_transient`], less a pool with no connection free), at most [`TRANSIENT_TRIES`] times: for a single statement,
 /// which a deadlock aborts whole, so that sending it again is safe.
 pub(super) async fn retrying_transient<T, F, Fut>(mut statement: F) -> Result<T>
 where
@@ -46,7 +58,7 @@ where
     let mut tries = 1;
     loop {
         match statement().await {
-            Err(error) if error.is_transient() && tries < TRANSIENT_TRIES => {
+            Err(error) if error.is_worth_resending() && tries < TRANSIENT_TRIES => {
                 tracing::debug!(%error, "a statement met contention: sending it again");
                 tokio::time::sleep(std::time::Duration::from_millis(10 << tries)).await;
                 tries += 1;

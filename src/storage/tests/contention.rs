@@ -4,11 +4,6 @@
 use super::*;
 use crate::storage::contention::{TRANSIENT_TRIES, retrying_transient};
 
-/// A SQLite error with `code`, as rusqlite reports one.
-fn sqlite_error(code: std::ffi::c_int) -> StorageError {
-    StorageError::Sqlite(rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None))
-}
-
 #[tokio::test]
 async fn a_statement_is_sent_again_only_while_it_meets_contention() {
     let table = [
@@ -24,13 +19,23 @@ async fn a_statement_is_sent_again_only_while_it_meets_contention() {
         let made = std::sync::atomic::AtomicU32::new(0);
         let outcome = retrying_transient(|| async {
             let call = made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if call < failures { Err(sqlite_error(code)) } else { Ok(call) }
+            if call < failures { Err(StorageError::sqlite(code)) } else { Ok(call) }
         })
         .await;
         let case = format!("{failures} failures of {code}");
         assert_eq!(made.into_inner(), calls, "{case}");
         assert_eq!(outcome.is_ok(), succeeded, "{case}");
     }
+    // No pool connection free in time is contention to the caller (a 503), but the statement is
+    // not sent again: every try would wait out the pool's whole acquire timeout.
+    let made = std::sync::atomic::AtomicU32::new(0);
+    let outcome: Result<()> = retrying_transient(|| async {
+        made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Err(StorageError::Sqlx(sqlx::Error::PoolTimedOut))
+    })
+    .await;
+    assert_eq!(made.into_inner(), 1);
+    assert!(outcome.unwrap_err().is_transient());
 }
 
 #[tokio::test]

@@ -86,6 +86,7 @@ impl AppState {
             policy: Some(config.network.executor_policy.clone()),
             pull: Some(Arc::default()),
             resolve: None,
+            keep_alive: true,
         };
         let client = protocol::Client::with_options(
             &config.access_token,

@@ -19,6 +19,7 @@
 
 mod body;
 mod client;
+mod keepalive;
 pub mod pull;
 mod workflow;
 

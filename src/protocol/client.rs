@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::keepalive::{self, Connections, causes};
 use super::pull::{PullError, PullHub, is_pull_address};
 use super::{ACCESS_TOKEN_HEADER, APP_NAME_HEADER, ReturnT};
 use crate::netpolicy::AddressPolicy;
@@ -83,6 +84,17 @@ pub enum ProtocolError {
         /// Why.
         reason: String,
     },
+    /// A call on a kept-alive connection (`keepalive.rs`) that had no reply: the connection
+    /// failed (nothing was sent unless `sent`), or the peer did not answer in time.
+    #[error("{url}: {reason}")]
+    Connection {
+        /// What was called.
+        url: String,
+        /// What went wrong.
+        reason: String,
+        /// Whether the request may have reached the peer.
+        sent: bool,
+    },
     /// A pull executor that does not poll this admin now: nothing was delivered.
     #[error("{url}: the pull executor is not connected to this admin")]
     NotConnected {
@@ -98,26 +110,11 @@ impl ProtocolError {
     pub fn unreachable(&self) -> bool {
         match self {
             ProtocolError::Transport { source, .. } => source.is_connect(),
+            ProtocolError::Connection { sent, .. } => !sent,
             ProtocolError::NotConnected { .. } => true,
             _ => false,
         }
     }
-}
-
-/// An error and its causes on one line (reqwest's own message omits them: "error sending
-/// request" says nothing of a refused connection or a refused address).
-fn causes(error: &reqwest::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// How a [`Client`] connects, beyond its token and timeout.
@@ -132,6 +129,9 @@ pub struct ClientOptions {
     /// A host name and the address to connect to for it instead of resolving it (a pull
     /// executor's poll of one admin among those a name resolves to). TLS still checks the name.
     pub resolve: Option<(String, SocketAddr)>,
+    /// Calls to `http://IP:port` go over kept-alive connections of this client's own
+    /// (`keepalive.rs`), not through the general HTTP client.
+    pub keep_alive: bool,
 }
 
 /// An HTTP client for the protocol, carrying the access token.
@@ -146,6 +146,8 @@ pub struct Client {
     timeout: Duration,
     /// The URLs called, parsed.
     urls: Arc<ParsedUrls>,
+    /// [`ClientOptions::keep_alive`]'s connections.
+    connections: Option<Arc<Connections>>,
 }
 
 /// The URLs a client has called, parsed once: a run's send would otherwise parse its executor's
@@ -214,7 +216,8 @@ impl Client {
         let http = builder.build()?;
         let pull = options.pull.clone();
         let access_token = access_token.to_owned();
-        Ok(Client { http, access_token, policy, pull, timeout, urls: Arc::default() })
+        let connections = options.keep_alive.then(Arc::default);
+        Ok(Client { http, access_token, policy, pull, timeout, urls: Arc::default(), connections })
     }
 
     /// The hub calls to pull executors wait in, if this client calls them.
@@ -256,6 +259,16 @@ impl Client {
         }
         self.check(base)?;
         let url = join_url(base, path);
+        if let Some(connections) = &self.connections
+            && let Some(to) = keepalive::plain_address(base)
+        {
+            let body = serde_json::to_vec(body).map_err(|error| ProtocolError::NotAllowed {
+                reason: format!("{url}: the body cannot be written: {error}"),
+            })?;
+            let (token, timeout) = (self.access_token.as_str(), self.timeout);
+            let call = keepalive::call(connections, to, &url, path, body, token, app_name, timeout);
+            return payload(url.clone(), 200, &call.await?);
+        }
         let request = match self.urls.get(&url) {
             Some(parsed) => self.http.post(parsed),
             None => self.http.post(&url),

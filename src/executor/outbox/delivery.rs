@@ -267,7 +267,9 @@ impl Outbox {
             };
             match sent {
                 Ok(_) => return Sent::Acknowledged,
-                Err(error @ ProtocolError::Transport { .. }) => {
+                Err(
+                    error @ (ProtocolError::Transport { .. } | ProtocolError::Connection { .. }),
+                ) => {
                     if index == first && first != 0 {
                         self.pass_over(index);
                     }

@@ -188,9 +188,16 @@ impl Dispatcher {
                     let (handle_code, message) = result.code_and_msg();
                     let started_at_ms = result.started_at;
                     let event = Event::Result { handle_code, message, started_at_ms, accepted };
-                    let applied = this
-                        .apply_to(result.log_id, Some(run), None, event, None, result.fuel_used)
-                        .await;
+                    // On the heap, not inline: the task stays small to spawn.
+                    let apply = this.apply_to(
+                        result.log_id,
+                        Some(run),
+                        None,
+                        event,
+                        None,
+                        result.fuel_used,
+                    );
+                    let applied = Box::pin(apply).await;
                     (result.log_id, applied)
                 }
                 .instrument(span),

@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
@@ -172,7 +173,11 @@ fn sqlite_fetch_all(conn: &rusqlite::Connection, statement: &Statement<'_>) -> R
     while let Some(row) = rows.next()? {
         let values = (0..columns.len()).map(|at| row.get::<_, Value>(at));
         let values = values.collect::<rusqlite::Result<Vec<Value>>>()?;
-        read.push(Row::Sqlite(ValueRow { columns: columns.clone(), values }));
+        read.push(Row::Sqlite(ValueRow {
+            columns: columns.clone(),
+            values,
+            next: AtomicUsize::new(0),
+        }));
     }
     Ok(read)
 }
@@ -187,11 +192,21 @@ pub(super) enum Row {
 pub(super) struct ValueRow {
     columns: Arc<[String]>,
     values: Vec<Value>,
+    /// Where the next column is looked for first: right after the last one read, since a row is
+    /// mostly read in the order of its columns (a run's 37, say, which a search from the first
+    /// for each would compare some 700 names to find).
+    next: AtomicUsize,
 }
 
 impl ValueRow {
     fn value(&self, column: &str) -> Result<&Value> {
-        let at = self.columns.iter().position(|name| name == column);
+        let start = self.next.load(Ordering::Relaxed).min(self.columns.len());
+        let (wrapped, ahead) = self.columns.split_at(start);
+        let at = ahead.iter().position(|name| name == column).map(|at| start + at);
+        let at = at.or_else(|| wrapped.iter().position(|name| name == column));
+        if let Some(at) = at {
+            self.next.store(at + 1, Ordering::Relaxed);
+        }
         at.and_then(|at| self.values.get(at))
             .ok_or_else(|| StorageError::Corrupt(format!("no column `{column}` in the row")))
     }
@@ -258,5 +273,40 @@ impl Cells for Row {
             Row::Any(row) => row.text(column),
             Row::Sqlite(row) => row.text(column),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rows_columns_are_found_in_any_order() {
+        let columns: Arc<[String]> = ["id", "state", "note"].map(str::to_owned).into();
+        let values = vec![Value::Integer(7), Value::Text("running".to_owned()), Value::Null];
+        let row = ValueRow { columns, values, next: AtomicUsize::new(0) };
+        // In order, backwards, again, and one that is not there, each read as it comes.
+        let reads = [
+            ("id", Some("7")),
+            ("state", Some("running")),
+            ("note", None),
+            ("state", Some("running")),
+            ("id", Some("7")),
+            ("id", Some("7")),
+            ("note", None),
+            ("other", None),
+            ("state", Some("running")),
+        ];
+        for (column, expected) in reads {
+            let read = match row.value(column) {
+                Ok(Value::Integer(value)) => Some(value.to_string()),
+                Ok(Value::Text(value)) => Some(value.clone()),
+                Ok(_) => None,
+                Err(_) if column == "other" => None,
+                Err(error) => panic!("{column}: {error}"),
+            };
+            assert_eq!(read.as_deref(), expected, "{column}");
+        }
+        assert!(row.value("other").is_err());
     }
 }

@@ -21,14 +21,14 @@ mod body;
 mod client;
 mod keepalive;
 pub mod pull;
+mod text;
 mod workflow;
 
 use serde::{Deserialize, Serialize};
 
 pub use self::body::ProtocolJson;
-pub use self::client::{
-    Client, ClientOptions, EXCERPT_CHARS, MAX_REPLY_BYTES, ProtocolError, excerpt, join_url,
-};
+pub use self::client::{Client, ClientOptions, MAX_REPLY_BYTES, ProtocolError, join_url};
+pub use self::text::{EXCERPT_CHARS, excerpt};
 pub use self::workflow::{NodeOutputParam, ShardOutputParam, WORKFLOW_INPUTS_LINE};
 
 /// The header that carries the access token.

@@ -36,16 +36,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::keepalive::{self, Connections, causes};
+use super::keepalive::{self, Connections, Failure, Reply};
 use super::pull::{PullError, PullHub, is_pull_address};
+use super::text::{causes, excerpt};
 use super::{ACCESS_TOKEN_HEADER, APP_NAME_HEADER, ReturnT};
 use crate::netpolicy::AddressPolicy;
 
 /// The largest reply body read from a peer (a page of a run's log is at most 256 KiB of text).
 pub const MAX_REPLY_BYTES: usize = 8 * 1024 * 1024;
-
-/// The most characters of a peer's text shown in an error.
-pub const EXCERPT_CHARS: usize = 100;
 
 /// Why a protocol call failed.
 #[derive(Debug, thiserror::Error)]
@@ -265,9 +263,12 @@ impl Client {
             let body = serde_json::to_vec(body).map_err(|error| ProtocolError::NotAllowed {
                 reason: format!("{url}: the body cannot be written: {error}"),
             })?;
-            let (token, timeout) = (self.access_token.as_str(), self.timeout);
-            let call = keepalive::call(connections, to, &url, path, body, token, app_name, timeout);
-            return payload(url.clone(), 200, &call.await?);
+            let request = keepalive::request(to, path, body, &self.access_token, app_name);
+            let reply = match request {
+                Ok(request) => connections.send(to, request, MAX_REPLY_BYTES, self.timeout).await,
+                Err(failure) => Err(failure),
+            };
+            return payload(url.clone(), 200, &kept_reply(&url, reply)?);
         }
         let request = match self.urls.get(&url) {
             Some(parsed) => self.http.post(parsed),
@@ -413,6 +414,35 @@ impl Client {
     }
 }
 
+/// The body of a reply over a kept-alive connection (`keepalive.rs`) that answered 200, or why
+/// there is none, as [`Client::call_as`] tells it for any other reply.
+fn kept_reply(url: &str, reply: Result<Reply, Failure>) -> Result<bytes::Bytes, ProtocolError> {
+    let url = url.to_owned();
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(Failure { reason, sent }) => {
+            return Err(ProtocolError::Connection { url, reason, sent });
+        }
+    };
+    let status = reply.status;
+    match reply.body {
+        Some(body) if status == 200 => Ok(body),
+        None => {
+            let body = format!("the reply is larger than {MAX_REPLY_BYTES} bytes");
+            Err(ProtocolError::BadReply { url, status, body })
+        }
+        // Not the protocol: say what came, and follow no redirect.
+        Some(body) => {
+            let body = excerpt(&String::from_utf8_lossy(&body));
+            let body = match reply.redirect && (300..400).contains(&status) {
+                true => format!("a redirect, not followed {body}").trim_end().to_owned(),
+                false => body,
+            };
+            Err(ProtocolError::BadReply { url, status, body })
+        }
+    }
+}
+
 /// The payload of a reply's envelope, or why there is none.
 fn payload<T: serde::de::DeserializeOwned + Clone>(
     url: String,
@@ -529,22 +559,6 @@ impl reqwest::dns::Resolve for CheckedResolver {
     }
 }
 
-/// A peer's text as it may be shown to an operator: control characters dropped, at most
-/// [`EXCERPT_CHARS`] characters, and `…` when it was cut.
-pub fn excerpt(text: &str) -> String {
-    let mut shown = text.chars().filter(|c| !c.is_control() && !is_invisible(*c));
-    let mut kept: String = shown.by_ref().take(EXCERPT_CHARS).collect();
-    if shown.next().is_some() {
-        kept.push('…');
-    }
-    kept
-}
-
-/// Format characters that reorder or hide text (bidirectional overrides, zero-width marks).
-fn is_invisible(c: char) -> bool {
-    matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
-}
-
 /// Joins a base URL and a path with exactly one slash.
 pub fn join_url(base: &str, path: &str) -> String {
     format!("{}/{}", base.trim_end_matches('/'), path.trim_start_matches('/'))
@@ -568,22 +582,5 @@ mod tests {
         }
         let kept = urls.0.lock().unwrap().len();
         assert!((1..=ParsedUrls::MOST).contains(&kept), "{kept} kept");
-    }
-
-    #[test]
-    fn excerpts_are_short_and_printable() {
-        let table = [
-            ("plain", "plain"),
-            ("line\nbreak\r\ttab\u{1b}[31mred\u{0}", "linebreaktab[31mred"),
-            ("a\u{202e}desrever\u{200b}", "adesrever"),
-        ];
-        for (text, expected) in table {
-            assert_eq!(excerpt(text), expected, "{text:?}");
-        }
-        let long = "é".repeat(500);
-        let cut = excerpt(&long);
-        assert_eq!(cut.chars().count(), EXCERPT_CHARS + 1);
-        assert!(cut.ends_with('…'));
-        assert_eq!(excerpt(&"x".repeat(EXCERPT_CHARS)), "x".repeat(EXCERPT_CHARS));
     }
 }

@@ -20,7 +20,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 
-use super::client::{MAX_REPLY_BYTES, ProtocolError, excerpt};
+use super::text::causes;
 use super::{ACCESS_TOKEN_HEADER, APP_NAME_HEADER};
 
 /// How long connecting may take (a peer that is down refuses at once; one that is gone may not
@@ -153,18 +153,14 @@ async fn connect(
 }
 
 /// `POST {path}` of `body` (JSON) to `to`, with the access token and, when given, the
-/// application's name: the reply's body when it answered 200, else why not.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn call(
-    connections: &Connections,
+/// application's name (XXL-JOB 3.5 wants it).
+pub(super) fn request(
     to: SocketAddr,
-    url: &str,
     path: &str,
     body: Vec<u8>,
     access_token: &str,
     app_name: Option<&str>,
-    timeout: Duration,
-) -> Result<Bytes, ProtocolError> {
+) -> Result<hyper::Request<Full<Bytes>>, Failure> {
     let mut request = hyper::Request::post(format!("/{}", path.trim_start_matches('/')))
         .header(hyper::header::HOST, to.to_string())
         .header(hyper::header::CONTENT_TYPE, "application/json")
@@ -172,48 +168,10 @@ pub(super) async fn call(
     if let Some(app_name) = app_name {
         request = request.header(APP_NAME_HEADER, app_name);
     }
-    let request = request.body(Full::new(Bytes::from(body))).map_err(|error| {
-        ProtocolError::NotAllowed { reason: format!("{}: {error}", excerpt(url)) }
-    })?;
-    let reply = match connections.send(to, request, MAX_REPLY_BYTES, timeout).await {
-        Ok(reply) => reply,
-        Err(Failure { reason, sent }) => {
-            return Err(ProtocolError::Connection { url: url.to_owned(), reason, sent });
-        }
-    };
-    let (url, status) = (url.to_owned(), reply.status);
-    match reply.body {
-        Some(body) if status == 200 => Ok(body),
-        None => {
-            let body = format!("the reply is larger than {MAX_REPLY_BYTES} bytes");
-            Err(ProtocolError::BadReply { url, status, body })
-        }
-        // Not the protocol: say what came, and follow no redirect.
-        Some(body) => {
-            let body = excerpt(&String::from_utf8_lossy(&body));
-            let body = match reply.redirect && (300..400).contains(&status) {
-                true => format!("a redirect, not followed {body}").trim_end().to_owned(),
-                false => body,
-            };
-            Err(ProtocolError::BadReply { url, status, body })
-        }
-    }
-}
-
-/// An error and its causes on one line (an HTTP client's own message omits them: "error
-/// sending request" says nothing of a refused connection or a refused address).
-pub(super) fn causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+    request.body(Full::new(Bytes::from(body))).map_err(|error| Failure {
+        reason: format!("the request cannot be made: {error}"),
+        sent: false,
+    })
 }
 
 #[cfg(test)]
@@ -223,12 +181,9 @@ mod tests {
 
     use super::*;
 
-    /// A request for `path` at `to`, as [`super::super::Client`] builds one.
+    /// A request for `path` at `to`, as [`super::super::Client`] makes one.
     fn post(to: SocketAddr, path: &str) -> hyper::Request<Full<Bytes>> {
-        hyper::Request::post(path)
-            .header(hyper::header::HOST, to.to_string())
-            .body(Full::new(Bytes::from_static(b"{}")))
-            .unwrap()
+        request(to, path, b"{}".to_vec(), "token", None).unwrap()
     }
 
     /// A server on 127.0.0.1 answering `reply(path)` to every request, counting connections;

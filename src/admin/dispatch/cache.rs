@@ -440,4 +440,4 @@ fn remember<T>(cache: &Mutex<HashMap<i64, Cached<T>>>, id: i64, now_ms: i64, val
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

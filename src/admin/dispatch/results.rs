@@ -116,19 +116,23 @@ impl Dispatcher {
 
     /// Applies `results` together; whether all were applied.
     pub(super) async fn apply_chunk(&self, results: &[HandleCallbackParam]) -> bool {
-        // One read for the whole chunk; a run that changed since is read again on its own.
+        // The runs this admin is posting are taken as it posted them, and the others read in
+        // one read; a run that changed since is read again on its own.
         let ids: Vec<i64> = results.iter().map(|result| result.log_id).collect();
-        let (mut runs, read): (HashMap<i64, RunRecord>, bool) = match self
-            .inner
-            .db
-            .get_runs(&ids)
-            .await
-        {
-            Ok(runs) => (runs.into_iter().map(|run| (run.id, run)).collect(), true),
-            Err(error) => {
-                tracing::warn!(%error, "reading a batch of runs failed: reading them one by one");
-                (HashMap::new(), false)
-            }
+        let mut runs: HashMap<i64, RunRecord> = self.take_posted_runs(&ids);
+        let unread: Vec<i64> = ids.into_iter().filter(|id| !runs.contains_key(id)).collect();
+        let read = match unread.is_empty() {
+            true => true,
+            false => match self.inner.db.get_runs(&unread).await {
+                Ok(read) => {
+                    runs.extend(read.into_iter().map(|run| (run.id, run)));
+                    true
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "reading a batch of runs failed: reading them one by one");
+                    false
+                }
+            },
         };
         let mut applying = tokio::task::JoinSet::new();
         let mut all_read = true;

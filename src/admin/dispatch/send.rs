@@ -4,6 +4,7 @@
 //! lease is renewed, and the handshake with the result: an accepted send is recorded with the
 //! run's result when that comes within [`SENT_RECORD_WAIT`], in one write.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -42,6 +43,11 @@ pub(super) struct Unrecorded {
     wake: Option<tokio::sync::oneshot::Sender<()>>,
     /// A kill asked for it to be recorded without waiting.
     record_now: bool,
+    /// The run as this admin posted it, until a result takes it
+    /// ([`Dispatcher::take_posted_runs`]) to be judged without reading it again: the result's
+    /// write compares the run's state, kill request and lease with the stored ones, and reads
+    /// the run again if any changed meanwhile.
+    run: Option<Box<RunRecord>>,
 }
 
 impl Dispatcher {
@@ -201,13 +207,27 @@ impl Dispatcher {
     }
 
     /// Notes that run `run_id` is being posted to `address`, so that a result that arrives
-    /// before the executor's answer is read records the send with itself.
-    fn hold_send(&self, run_id: i64, address: &str) {
-        let posting =
-            Unrecorded { address: address.to_owned(), at_ms: None, wake: None, record_now: false };
+    /// before the executor's answer is read records the send with itself; `run` is the run as
+    /// stored, for the result to start from.
+    fn hold_send(&self, run_id: i64, address: &str, run: Option<Box<RunRecord>>) {
+        let posting = Unrecorded {
+            address: address.to_owned(),
+            at_ms: None,
+            wake: None,
+            record_now: false,
+            run,
+        };
         if let Ok(mut sends) = self.inner.unrecorded.lock() {
             sends.insert(run_id, posting);
         }
+    }
+
+    /// Takes, of runs `ids`, those this admin is posting or holds the acceptance of, as it
+    /// posted them: the results of its own sends need not read them.
+    pub(super) fn take_posted_runs(&self, ids: &[i64]) -> HashMap<i64, RunRecord> {
+        let Ok(mut sends) = self.inner.unrecorded.lock() else { return HashMap::new() };
+        let taken = ids.iter().filter_map(|id| sends.get_mut(id)?.run.take());
+        taken.map(|run| (run.id, *run)).collect()
     }
 
     /// Forgets the send of run `run_id` (not accepted: its outcome is recorded as it is).
@@ -321,7 +341,9 @@ impl Dispatcher {
             }
         }
         failpoint::hit("dispatch.before_send");
-        self.hold_send(run.id, &address);
+        // As stored: the executor is recorded by now.
+        let posted = RunRecord { executor_address: Some(address.clone()), ..run.clone() };
+        self.hold_send(run.id, &address, Some(Box::new(posted)));
         match self.inner.senders.post(&address, param).await {
             Ok(reply) => {
                 failpoint::hit("dispatch.after_send");
@@ -464,7 +486,7 @@ mod tests {
     /// Posts `run_id` and, once its executor accepted it at 500, holds back the record; returns
     /// once it is held.
     async fn held(dispatcher: &Dispatcher, run_id: i64) -> tokio::task::JoinHandle<bool> {
-        dispatcher.hold_send(run_id, "http://e:1");
+        dispatcher.hold_send(run_id, "http://e:1", None);
         let sender = dispatcher.clone();
         let waiting = tokio::spawn(async move { sender.await_result(run_id, 500).await });
         let accepted = |sends: &HashMap<i64, Unrecorded>| sends[&run_id].at_ms.is_some();
@@ -496,6 +518,50 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_result_starts_from_the_run_as_posted_and_reads_it_again_if_it_changed() {
+        let (dispatcher, _dir) = dispatcher().await;
+        let db = &dispatcher.inner.db;
+        let group = db.ensure_group("default", "Default", 0).await.unwrap();
+        let spec = crate::admin::dispatch::cache::tests::job_spec(group.id);
+        let job = db.create_job(&spec, 0).await.unwrap();
+        let new = crate::storage::NewRun {
+            job_id: job.id,
+            trigger_type: TriggerType::Manual,
+            trigger_time_ms: 1_000,
+            fire_time_ms: None,
+            param: String::new(),
+            executor_address: None,
+            shard_index: 0,
+            shard_total: 1,
+            sharding_items: Vec::new(),
+            attempt: 0,
+            version: None,
+            parent_run_id: None,
+            node: None,
+        };
+        let id = db.create_run(&new, 1_000).await.unwrap().unwrap();
+        let posted = db.claim_run(id, "admin-a", 1_000, i64::MAX).await.unwrap().unwrap().run;
+        let result = |code: i32, message: &str| {
+            let json = serde_json::json!({"logId": id, "logDateTim": 1_000, "handleCode": code,
+                "handleMsg": message});
+            serde_json::from_value::<crate::protocol::HandleCallbackParam>(json).unwrap()
+        };
+        // Posted: the run is held as posted, for its result to take once.
+        dispatcher.hold_send(id, "http://e:1", Some(Box::new(posted.clone())));
+        let taken = dispatcher.take_posted_runs(&[id, id + 1]);
+        assert_eq!(taken.into_iter().collect::<Vec<_>>(), vec![(id, posted.clone())]);
+        assert!(dispatcher.take_posted_runs(&[id]).is_empty());
+        assert!(dispatcher.take_unrecorded_send(id, None).is_some());
+        // A result ends the run; another, for a copy held from before, finds the run changed
+        // since it was posted, reads it again, and changes nothing.
+        assert!(dispatcher.apply_chunk(&[result(500, "first")]).await);
+        dispatcher.hold_send(id, "http://e:1", Some(Box::new(posted)));
+        assert!(dispatcher.apply_chunk(&[result(200, "second")]).await);
+        let stored = db.get_run(id).await.unwrap().unwrap();
+        assert_eq!((stored.handle_code, stored.handle_msg.as_str()), (500, "first"));
+    }
+
+    #[tokio::test]
     async fn an_accepted_send_is_recorded_unless_its_result_takes_it() {
         let (dispatcher, _dir) = dispatcher().await;
         // The result comes first: it takes the acceptance, and the sender records nothing.
@@ -505,12 +571,12 @@ mod tests {
         assert!(!waiting.await.unwrap());
         // The result comes before the executor's answer is read: it records the send, as of
         // the run's start, and the sender, once it reads the answer, records nothing.
-        dispatcher.hold_send(5, "http://e:1");
+        dispatcher.hold_send(5, "http://e:1", None);
         let taken = dispatcher.take_unrecorded_send(5, Some(700));
         assert_eq!(taken, Some(("http://e:1".to_owned(), 700)));
         assert!(!dispatcher.await_result(5, 800).await);
         // A kill during the post has the acceptance recorded as soon as it is read.
-        dispatcher.hold_send(6, "http://e:1");
+        dispatcher.hold_send(6, "http://e:1", None);
         dispatcher.record_send_now(6);
         assert!(dispatcher.await_result(6, 800).await);
         // A kill has it recorded now; a result after that finds nothing to take.

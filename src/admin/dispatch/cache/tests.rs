@@ -22,7 +22,7 @@ async fn cache_on_sqlite(dir: &tempfile::TempDir) -> (Db, Cache, i64) {
 }
 
 /// A job of `group_id` that never fires.
-fn job_spec(group_id: i64) -> JobSpec {
+pub(in crate::admin::dispatch) fn job_spec(group_id: i64) -> JobSpec {
     JobSpec {
         group_id,
         name: String::new(),

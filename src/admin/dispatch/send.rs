@@ -45,7 +45,7 @@ pub(super) struct Unrecorded {
     record_now: bool,
     /// The run as this admin posted it, until a result takes it
     /// ([`Dispatcher::take_posted_runs`]) to be judged without reading it again: the result's
-    /// write compares the run's state, kill request and lease with the stored ones, and reads
+    /// write compares the run's state and kill request with the stored ones, and reads
     /// the run again if any changed meanwhile.
     run: Option<Box<RunRecord>>,
 }

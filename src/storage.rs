@@ -530,6 +530,18 @@ fn distinct_rounds(keys: impl IntoIterator<Item = i64>) -> Vec<Vec<usize>> {
     rounds
 }
 
+/// Placeholder `n` of a generated `values` list (`p` from [`placeholder`]) as a value of SQL
+/// type `kind`: cast where placeholders are numbered (PostgreSQL, which must know the type of
+/// each column of the list), and bare on SQLite (`?`), where a value keeps the type it was
+/// bound with and a cast to text copies the text (some 5 % of a run update's cost there).
+fn typed(p: fn(usize) -> String, n: usize, kind: &str) -> String {
+    let placeholder = p(n);
+    match placeholder.as_str() {
+        "?" => placeholder,
+        _ => format!("cast({placeholder} as {kind})"),
+    }
+}
+
 /// The placeholder of the `n`th bind (from 1) of a generated statement on `conn`: `$n` on
 /// PostgreSQL, and on SQLite an anonymous `?`, because SQLite finds a numbered parameter by
 /// walking all of them, which makes binding a statement of thousands of them quadratic. Each

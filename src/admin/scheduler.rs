@@ -35,6 +35,7 @@
 //! fires only the due jobs with no run in flight, and looks again after [`HELD_FOR_MS`].
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,8 +46,9 @@ use super::dispatch::PlannedTrigger;
 use super::{AppState, now_ms};
 use crate::model::DEFAULT_MISFIRE_THRESHOLD_MS;
 use crate::model::Job;
+use crate::model::ScheduleType;
 use crate::schedule::calendar::{self, CalendarDecision};
-use crate::schedule::{FireDecision, NextFire, Schedule, decide};
+use crate::schedule::{FireDecision, NextFire, Schedule, ScheduleError, decide};
 use crate::storage::{DueJob, Fire};
 
 /// How far ahead of its instant a fire is committed, so that sending can start on time.
@@ -60,8 +62,9 @@ const HELD_FOR_MS: i64 = 100;
 
 /// Runs the loop until `shutdown`.
 pub async fn run(state: AppState, shutdown: CancellationToken) {
+    let mut schedules = Schedules::default();
     loop {
-        let next = match pass(&state).await {
+        let next = match pass(&state, &mut schedules).await {
             Ok(next) => {
                 state.scheduler_pulse.beat(now_ms());
                 next
@@ -156,7 +159,7 @@ async fn workflow_pass(state: &AppState) -> anyhow::Result<Option<i64>> {
 }
 
 /// Fires every due job once, in one transaction; returns the earliest next fire.
-async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
+async fn pass(state: &AppState, schedules: &mut Schedules) -> anyhow::Result<Option<i64>> {
     let now = now_ms();
     let lease = state.dispatcher.partitions().held();
     let mut due = state.db.due_jobs(now + LOOKAHEAD_MS, BATCH, &lease).await?;
@@ -181,7 +184,7 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     let due = resolve(state, due).await?;
     let mut fires = Vec::with_capacity(due.len());
     for (row, job) in &due {
-        match plan(state, job, row.next_fire_ms, now).await {
+        match plan(state, schedules, job, row.next_fire_ms, now).await {
             Ok(Some(fire)) => fires.push(fire),
             Ok(None) => {}
             Err(error) => tracing::error!(
@@ -192,7 +195,7 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
             ),
         }
     }
-    let planned: Vec<Fire> = fires.iter().map(|(fire, _)| fire.clone()).collect();
+    let (planned, fire_at): (Vec<Fire>, Vec<i64>) = fires.into_iter().unzip();
     if planned.is_empty() && held {
         return Ok(Some(now + LOOKAHEAD_MS + HELD_FOR_MS));
     }
@@ -225,9 +228,9 @@ async fn pass(state: &AppState) -> anyhow::Result<Option<i64>> {
     if committed.iter().any(|ids| !ids.is_empty()) {
         crate::failpoint::hit("scheduler.after_fire_commit");
     }
-    for ((_, fire_at), fired) in fires.iter().zip(committed) {
+    for (fire_at, fired) in fire_at.into_iter().zip(committed) {
         for run in fired {
-            state.dispatcher.send_created_at(run, *fire_at);
+            state.dispatcher.send_created_at(run, fire_at);
         }
     }
     if held {
@@ -275,14 +278,17 @@ async fn resolve(state: &AppState, due: Vec<DueJob>) -> anyhow::Result<Vec<(DueJ
 /// no longer parses.
 async fn plan(
     state: &AppState,
+    schedules: &mut Schedules,
     job: &Job,
     next_fire_ms: i64,
     now: i64,
 ) -> anyhow::Result<Option<(Fire, i64)>> {
-    let schedule = match Schedule::parse(
-        job.spec.schedule_type,
-        &job.spec.schedule_conf,
-        job.spec.time_zone.as_deref(),
+    let spec = &job.spec;
+    let schedule = match schedules.of(
+        job.id,
+        spec.schedule_type,
+        &spec.schedule_conf,
+        &spec.time_zone,
     ) {
         Ok(schedule) => schedule,
         Err(error) => {
@@ -295,7 +301,7 @@ async fn plan(
     };
     let (misfire, threshold) = (job.spec.misfire_strategy, job.spec.misfire_threshold_ms);
     let decision = match job.spec.calendar.as_deref() {
-        None => decide(&schedule, misfire, threshold, next_fire_ms, now),
+        None => decide(schedule, misfire, threshold, next_fire_ms, now),
         Some(name) => {
             let Some(calendar) = state.cache.calendar(name).await? else {
                 tracing::error!(
@@ -306,7 +312,7 @@ async fn plan(
                 state.db.set_job_running(job.id, None, now).await?;
                 return Ok(None);
             };
-            match calendar::decide(&calendar, &schedule, misfire, threshold, next_fire_ms, now) {
+            match calendar::decide(&calendar, schedule, misfire, threshold, next_fire_ms, now) {
                 CalendarDecision::Decided(decision) => decision,
                 CalendarDecision::Excluded { exclusion, next } => {
                     tracing::debug!(
@@ -356,4 +362,99 @@ async fn plan(
     let fire =
         Fire { job_id: job.id, expected_fire_ms: next_fire_ms, next: decision.next, runs, claim };
     Ok(Some((fire, fire_at)))
+}
+
+/// The schedules of the jobs the loop fires, each parsed once: parsing a cron expression at
+/// every fire was about 1 % of the admin's instructions per fire. A job's entry is parsed again
+/// when its schedule changes, and the whole is dropped past [`Schedules::MOST`] entries, so
+/// that deleted jobs do not pile up.
+#[derive(Default)]
+struct Schedules {
+    parsed: HashMap<i64, Parsed>,
+}
+
+/// A job's schedule, with what it was parsed from.
+struct Parsed {
+    kind: ScheduleType,
+    conf: String,
+    time_zone: Option<String>,
+    schedule: Schedule,
+}
+
+impl Schedules {
+    /// The most jobs whose schedules are kept.
+    const MOST: usize = 100_000;
+
+    /// Job `job_id`'s schedule (`kind`, `conf`, `time_zone`), parsed now only if it was not, or
+    /// changed since.
+    fn of(
+        &mut self,
+        job_id: i64,
+        kind: ScheduleType,
+        conf: &str,
+        time_zone: &Option<String>,
+    ) -> Result<&Schedule, ScheduleError> {
+        if self.parsed.len() >= Self::MOST && !self.parsed.contains_key(&job_id) {
+            self.parsed.clear();
+        }
+        let parsed = match self.parsed.entry(job_id) {
+            Entry::Occupied(entry) if entry.get().is_of(kind, conf, time_zone) => entry.into_mut(),
+            entry => {
+                let schedule = Schedule::parse(kind, conf, time_zone.as_deref())?;
+                let parsed =
+                    Parsed { kind, conf: conf.to_owned(), time_zone: time_zone.clone(), schedule };
+                entry.insert_entry(parsed).into_mut()
+            }
+        };
+        Ok(&parsed.schedule)
+    }
+}
+
+impl Parsed {
+    /// Whether this was parsed from schedule `kind`, `conf`, `time_zone`.
+    fn is_of(&self, kind: ScheduleType, conf: &str, time_zone: &Option<String>) -> bool {
+        self.kind == kind && self.conf == conf && self.time_zone == *time_zone
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jobs_schedule_is_kept_until_it_changes() {
+        let mut schedules = Schedules::default();
+        let utc = None;
+        let paris = Some("Europe/Paris".to_owned());
+        let every_minute = "0 * * * * ?";
+        let at_nine = "0 0 9 * * ?";
+        // 2026-01-01T00:00:30Z.
+        let at = 1_767_225_630_000;
+        let next = |schedules: &mut Schedules, job, conf, zone: &Option<String>| {
+            let schedule = schedules.of(job, ScheduleType::Cron, conf, zone);
+            schedule.map(|schedule| schedule.next_after(at))
+        };
+        // Each row: job, its schedule now, and its next fire after `at`.
+        let rows = [
+            (1, every_minute, &utc, Ok(Some(at + 30_000))),
+            (2, at_nine, &utc, Ok(Some(at + 9 * 3_600_000 - 30_000))),
+            (1, every_minute, &utc, Ok(Some(at + 30_000))),
+            // Changed: its conf, then its zone, then back.
+            (1, at_nine, &utc, Ok(Some(at + 9 * 3_600_000 - 30_000))),
+            (1, at_nine, &paris, Ok(Some(at + 8 * 3_600_000 - 30_000))),
+            (1, at_nine, &utc, Ok(Some(at + 9 * 3_600_000 - 30_000))),
+            (2, at_nine, &utc, Ok(Some(at + 9 * 3_600_000 - 30_000))),
+        ];
+        for (job, conf, zone, expected) in rows {
+            assert_eq!(
+                next(&mut schedules, job, conf, zone),
+                expected,
+                "job {job}: {conf} {zone:?}"
+            );
+        }
+        // One that no longer parses is an error, not the schedule it had.
+        assert!(next(&mut schedules, 2, "0 0 25 * * ?", &utc).is_err());
+        assert!(next(&mut schedules, 2, at_nine, &Some("Mars/Olympus".to_owned())).is_err());
+        assert_eq!(schedules.parsed.len(), 2);
+    }
 }

@@ -178,7 +178,7 @@ async fn fire_in(
 pub(super) fn move_fires_sql(p: fn(usize) -> String, shape: usize) -> String {
     let values = (0..shape)
         .map(|row| {
-            let cells = (2..=5).map(|n| format!("cast({} as bigint)", p(row * 4 + n)));
+            let cells = (2..=5).map(|n| super::typed(p, row * 4 + n, "bigint"));
             format!("({})", cells.collect::<Vec<_>>().join(", "))
         })
         .collect::<Vec<_>>()

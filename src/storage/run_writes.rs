@@ -226,9 +226,10 @@ async fn update_rows(
 pub(super) fn update_runs_sql(p: fn(usize) -> String, shape: usize) -> String {
     let values = (0..shape)
         .map(|row| {
-            let cells = TYPES.iter().enumerate().map(|(column, kind)| {
-                format!("cast({} as {kind})", p(row * UPDATE_PARAMS + column + 1))
-            });
+            let cells = TYPES
+                .iter()
+                .enumerate()
+                .map(|(column, kind)| super::typed(p, row * UPDATE_PARAMS + column + 1, kind));
             format!("({})", cells.collect::<Vec<_>>().join(", "))
         })
         .collect::<Vec<_>>()

@@ -65,8 +65,10 @@ impl Dispatcher {
         let this = self.clone();
         let run_id = run.id();
         // The job and the executor are recorded once known (`send_claimed`), so that every
-        // line of the run's dispatch names them.
-        let span = tracing::info_span!(
+        // line of the run's dispatch names them. A span per run, like a line per run, is at
+        // `debug`: at `info` its fields were formatted for every run, about 1 % of the
+        // admin's instructions per fire, and each line of a dispatch names its run and job.
+        let span = tracing::debug_span!(
             "dispatch",
             run.id = run_id,
             job.id = tracing::field::Empty,

@@ -8,15 +8,14 @@ use super::*;
 async fn multi_row_updates_find_each_row_by_id_and_scan_no_table() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::connect(&format!("sqlite:{}", dir.path().join("t.db").display())).await.unwrap();
+    // As SQLite runs them (bare `?`), and with numbered placeholders, whose values are cast.
     let numbered: fn(usize) -> String = |n| format!("${n}");
-    for shape in (0..=10).map(|power| 1_usize << power) {
+    let bare: fn(usize) -> String = |_| "?".to_owned();
+    let shapes = (0..=10).map(|power| 1_usize << power);
+    for (p, shape) in shapes.flat_map(|shape| [(bare, shape), (numbered, shape)]) {
         let statements = [
-            (
-                "runs",
-                run_writes::update_runs_sql(numbered, shape),
-                shape * run_writes::UPDATE_PARAMS,
-            ),
-            ("jobs", fires::move_fires_sql(numbered, shape), shape * 4 + 1),
+            ("runs", run_writes::update_runs_sql(p, shape), shape * run_writes::UPDATE_PARAMS),
+            ("jobs", fires::move_fires_sql(p, shape), shape * 4 + 1),
         ];
         for (table, sql, args) in statements {
             let plan = sqlite_plan(&db, &sql, args).await;

@@ -518,7 +518,7 @@ fn statement_shapes(rows: usize, max: usize, pad: bool) -> Vec<(usize, usize)> {
 /// first round, its second in the second, and so on.
 fn distinct_rounds(keys: impl IntoIterator<Item = i64>) -> Vec<Vec<usize>> {
     let mut rounds: Vec<Vec<usize>> = Vec::new();
-    let mut seen = std::collections::HashMap::new();
+    let mut seen = foldhash::HashMap::default();
     for (index, key) in keys.into_iter().enumerate() {
         let round = seen.entry(key).or_insert(0_usize);
         if *round == rounds.len() {

@@ -34,7 +34,7 @@
 //! woken by a job change. While the bound on unfinished runs is reached (`admission`), a pass
 //! fires only the due jobs with no run in flight, and looks again after [`HELD_FOR_MS`].
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 use std::time::Duration;

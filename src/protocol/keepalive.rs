@@ -10,7 +10,7 @@
 //! is never sent twice. Nothing else is retried: a refused connection means nothing was sent
 //! ([`Failure::sent`] is false), any other failure that it may have arrived.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;

@@ -10,7 +10,7 @@
 //! commit, never what commits together: each write (a transition with its follow-up runs, say)
 //! is still all or nothing.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use sqlx::{AnyConnection, AnyPool};

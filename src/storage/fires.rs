@@ -6,7 +6,9 @@
 //! whenever another connection has committed since its last transaction; with the fires
 //! committed through the sqlx writer, the group commit read its pages again after every fire.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
+
+use foldhash::HashSet;
 
 use super::partitions::held_now;
 use super::reports::Deltas;

@@ -7,7 +7,7 @@
 //! unprepared: each batch's text is new, and preparing it would cost a round trip and a
 //! statement kept for nothing.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::fmt::Write as _;
 
 use sqlx::{AnyConnection, Row as _};

@@ -3,7 +3,7 @@
 //! the HTTP handlers (through `AppState`), so that a handler that changes a job forgets the copy
 //! the dispatcher would send with.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -224,7 +224,7 @@ impl Dispatcher {
         if let (true, Some(job)) = (transition.children, job) {
             // The API refuses duplicates and more than `MAX_CHILD_JOBS`; a row written before
             // it did still creates no more.
-            let mut seen = std::collections::HashSet::new();
+            let mut seen = foldhash::HashSet::default();
             let children = job.spec.child_job_ids.iter().filter(|id| seen.insert(**id));
             for child_id in children.take(MAX_CHILD_JOBS) {
                 let Some(child) = self.inner.db.get_job(*child_id).await? else {
@@ -337,7 +337,7 @@ impl Dispatcher {
         let now = now_ms();
         let believed =
             self.inner.db.running_run_ids_on(address, now - RECONCILE_GRACE_MS, 10_000).await?;
-        let held: std::collections::HashSet<i64> = held.iter().copied().collect();
+        let held: foldhash::HashSet<i64> = held.iter().copied().collect();
         let mut lost = 0;
         for run_id in believed.into_iter().filter(|run_id| !held.contains(run_id)) {
             let reason = format!("lost: its executor {address} no longer holds it");

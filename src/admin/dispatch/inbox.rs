@@ -18,7 +18,7 @@
 //! [`super::ANSWER_WITHIN`] and answered with what it applied and "send again", as an admin
 //! without an inbox would: results then come back no faster than they are applied.
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -21,7 +21,7 @@
 //! The sender reads the memory without waiting (`Peers::get`); `Dispatcher::peer` is the read
 //! that refreshes it, and the dispatcher calls it before every send.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Mutex;
 
 use super::Dispatcher;

@@ -18,7 +18,7 @@
 //! them and "send again" ([`protocol::CALLBACK_BUSY`]). A result applies once, so the ones
 //! recorded before are ignored when the batch comes again.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! lease is renewed, and the handshake with the result: an accepted send is recorded with the
 //! run's result when that comes within [`SENT_RECORD_WAIT`], in one write.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -468,8 +468,6 @@ fn trigger_param(job: &Job, run: &RunRecord) -> anyhow::Result<TriggerParam> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use super::*;
     use crate::admin::dispatch::Cache;
     use crate::protocol;

@@ -16,7 +16,7 @@
 //!
 //! It does not decide what an answer means for a run: `send_to_executor` does.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

@@ -68,7 +68,8 @@ pub(super) enum Write {
         now_ms: i64,
     },
     Apply {
-        id: i64,
+        /// The run as read before the transition was judged.
+        run: Box<RunRecord>,
         transition: Transition,
         lease: Option<(String, i64)>,
         fuel_used: Option<i64>,
@@ -316,7 +317,7 @@ async fn run_grouped(
     audit::insert_many(exec, &entries).await?;
     // The workflow runs a run of this batch ended in, to decide for once their runs ended.
     let mut workflows = Vec::new();
-    for round in super::distinct_rounds(plain.iter().map(|(_, update)| update.id)) {
+    for round in super::distinct_rounds(plain.iter().map(|(_, update)| update.run.id)) {
         let updates: Vec<Update<'_>> = round.iter().map(|&at| plain[at].1).collect();
         let updated = run_writes::update_many_with(exec, &updates, &mut deltas).await?;
         workflows.extend(updated.iter().filter_map(ended_in_workflow));
@@ -324,7 +325,7 @@ async fn run_grouped(
             updated.into_iter().map(|run| (run.id, run)).collect();
         for at in round {
             let (index, update) = plain[at];
-            let run = updated.remove(&update.id);
+            let run = updated.remove(&update.run.id);
             answers[index] = Some(Written::Applied(run.map(|run| (run, Vec::new()))));
         }
     }
@@ -391,10 +392,8 @@ async fn record_creation_audit(
 /// The existing run `write` changes, if it changes one.
 fn changed_run(write: &Write) -> Option<i64> {
     match write {
-        Write::Claim { id, .. }
-        | Write::Renew { id, .. }
-        | Write::Target { id, .. }
-        | Write::Apply { id, .. } => Some(*id),
+        Write::Claim { id, .. } | Write::Renew { id, .. } | Write::Target { id, .. } => Some(*id),
+        Write::Apply { run, .. } => Some(run.id),
         Write::CreateRuns { .. } | Write::CreateClaimed { .. } | Write::Audit { .. } => None,
     }
 }
@@ -407,14 +406,14 @@ fn created_ids(created: &[Option<Claim>]) -> Vec<i64> {
 /// `write` as an update for [`run_writes::update_many`], if it is a transition without follow-up
 /// runs, a next fire to set or an alarm to raise.
 fn plain_update(write: &Write) -> Option<Update<'_>> {
-    let Write::Apply { id, transition, lease, fuel_used, follow_ups, now_ms } = write else {
+    let Write::Apply { run, transition, lease, fuel_used, follow_ups, now_ms } = write else {
         return None;
     };
     if !follow_ups.is_empty() || transition.next_fire_delay_ms.is_some() || transition.alarm {
         return None;
     }
     let lease = lease.as_ref().map(|(owner, fence)| (owner.as_str(), *fence));
-    Some(Update { id: *id, transition, lease, fuel_used: *fuel_used, now_ms: *now_ms })
+    Some(Update { run, transition, lease, fuel_used: *fuel_used, now_ms: *now_ms })
 }
 
 /// Runs each write in its own savepoint of one transaction, so a failed write rolls back alone.
@@ -488,10 +487,9 @@ async fn execute(conn: &mut AnyConnection, write: &Write) -> Result<Written> {
             audit::insert_many(&mut Exec::Sqlx(conn), &[(entry, *now_ms)]).await?;
             Written::Done(true)
         }
-        Write::Apply { id, transition, lease, fuel_used, follow_ups, now_ms } => {
+        Write::Apply { run, transition, lease, fuel_used, follow_ups, now_ms } => {
             let lease = lease.as_ref().map(|(owner, fence)| (owner.as_str(), *fence));
-            let update =
-                Update { id: *id, transition, lease, fuel_used: *fuel_used, now_ms: *now_ms };
+            let update = Update { run, transition, lease, fuel_used: *fuel_used, now_ms: *now_ms };
             Written::Applied(run_writes::apply(conn, &update, follow_ups).await?)
         }
     })

@@ -14,7 +14,7 @@ use sqlx::{AnyConnection, Row as _};
 
 use super::Result;
 use super::query::{fetch_text, int_literal, text_literal};
-use super::runs::{COLUMNS, Update};
+use super::runs::{CHANGING, Update};
 use super::statement::Row;
 
 /// One job's move to its next fire: a fire's compare-and-set.
@@ -81,7 +81,7 @@ pub(super) async fn update_runs(
     conn: &mut AnyConnection,
     updates: &[Update<'_>],
 ) -> Result<Vec<Row>> {
-    let ids = id_list(updates.iter().map(|update| update.id));
+    let ids = id_list(updates.iter().map(|update| update.run.id));
     let rows = fetch_text(
         conn,
         &format!(
@@ -100,7 +100,7 @@ pub(super) async fn update_runs(
     let holding: Vec<&Update<'_>> = updates
         .iter()
         .filter(|update| {
-            let Some((state, kill_requested, owner, fence)) = current.get(&update.id) else {
+            let Some((state, kill_requested, owner, fence)) = current.get(&update.run.id) else {
                 return false;
             };
             let transition = update.transition;
@@ -141,10 +141,10 @@ pub(super) async fn update_runs(
         ),
     )
     .await?;
-    let ids = id_list(holding.iter().map(|update| update.id));
+    let ids = id_list(holding.iter().map(|update| update.run.id));
     let rows = fetch_text(
         conn,
-        &format!("select {COLUMNS}, created_at from runs where id in ({ids}) order by id"),
+        &format!("select {CHANGING}, created_at from runs where id in ({ids}) order by id"),
     )
     .await?;
     Ok(rows.into_iter().map(Row::Any).collect())
@@ -159,7 +159,7 @@ fn update_cells(update: &Update<'_>) -> Vec<(&'static str, String)> {
     };
     let (dispatched_at, deadline) = transition.dispatched.unzip();
     vec![
-        ("id", int_literal(Some(update.id))),
+        ("id", int_literal(Some(update.run.id))),
         ("state", text_literal(Some(transition.to.as_str()))),
         ("trigger_code", int_literal(transition.trigger_code.map(i64::from))),
         ("trigger_msg", text_literal(transition.trigger_msg.as_deref())),

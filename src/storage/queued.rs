@@ -115,9 +115,8 @@ impl Db {
     }
 
     /// Applies `transition` to run `id` and creates `follow_ups` (its retry or child runs), in
-    /// one transaction. The run must still be in `transition.from` and, with `lease`, still be
-    /// held by that owner and fence. Returns the updated run and the new runs' ids, or `None`
-    /// (and changes nothing) when the compare failed.
+    /// one transaction: [`apply_to`](Self::apply_to) the run as read now. `None` also when
+    /// there is no run `id`.
     pub async fn apply_transition(
         &self,
         id: i64,
@@ -127,8 +126,26 @@ impl Db {
         follow_ups: &[NewRun],
         now_ms: i64,
     ) -> Result<Option<(RunRecord, Vec<i64>)>> {
+        let Some(run) = self.get_run(id).await? else { return Ok(None) };
+        self.apply_to(run, transition, lease, fuel_used, follow_ups, now_ms).await
+    }
+
+    /// Applies `transition` to `run` and creates `follow_ups` (its retry or child runs), in one
+    /// transaction. The run must still be in `transition.from` and, with `lease`, still be held
+    /// by that owner and fence; `run` may be older in its other columns, of which the write
+    /// reads back those that change. Returns the updated run and the new runs' ids, or `None`
+    /// (and changes nothing) when the compare failed.
+    pub async fn apply_to(
+        &self,
+        run: RunRecord,
+        transition: &Transition,
+        lease: Option<(&str, i64)>,
+        fuel_used: Option<i64>,
+        follow_ups: &[NewRun],
+        now_ms: i64,
+    ) -> Result<Option<(RunRecord, Vec<i64>)>> {
         let write = Write::Apply {
-            id,
+            run: Box::new(run),
             transition: transition.clone(),
             lease: lease.map(|(owner, fence)| (owner.to_owned(), fence)),
             fuel_used,

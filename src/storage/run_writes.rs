@@ -2,12 +2,16 @@
 //! targets and transitions as updates, many rows to a statement, and new runs as inserts, each
 //! told apart in a multi-row insert by its identity.
 
-use super::query::query;
+use foldhash::HashMap;
+
 use sqlx::{AnyConnection, Row};
 
+use super::query::query;
 use super::reports::Deltas;
 pub(super) use super::runs::Update;
-use super::runs::{COLUMNS, Claim, NewRun, UNFINISHED, format_items, run_from_row};
+use super::runs::{
+    CHANGING, COLUMNS, Claim, NewRun, UNFINISHED, changed_run, format_items, run_from_row,
+};
 use super::statement::{Arg, Cells, Exec, Statement};
 use super::{Result, parse_column};
 use crate::model::{RunRecord, RunState, TriggerType};
@@ -200,7 +204,7 @@ async fn update_rows(
         && super::query::is_mysql(conn)
     {
         let rows = super::mysql_writes::update_runs(conn, updates).await?;
-        return ended_rows(&rows, deltas);
+        return changed_rows(&rows, updates, deltas);
     }
     let sql = super::statement::shaped(exec, "update runs", shape, || {
         update_runs_sql(exec.placeholder(), shape)
@@ -215,7 +219,7 @@ async fn update_rows(
         }
     }
     let rows = exec.fetch_all(&statement).await?;
-    ended_rows(&rows, deltas)
+    changed_rows(&rows, updates, deltas)
 }
 
 /// [`update_rows`]'s statement of `shape` rows, with placeholders `p`. Each run is found by its
@@ -256,17 +260,37 @@ pub(super) fn update_runs_sql(p: fn(usize) -> String, shape: usize) -> String {
          where runs.id = v.column1 + 0 and runs.state = v.column13 || ''
             and runs.kill_requested = v.column16 + 0
             and (v.column14 = '' or (runs.lease_owner = v.column14 and runs.fence = v.column15))
-         returning {COLUMNS}, created_at"
+         returning {CHANGING}, created_at"
     )
 }
 
-/// The runs `rows` hold, the ended ones counted in `deltas`.
-fn ended_rows(rows: &[super::statement::Row], deltas: &mut Deltas) -> Result<Vec<RunRecord>> {
-    let runs = rows.iter().map(run_from_row).collect::<Result<Vec<_>>>()?;
-    // A transition never leaves an ended state: each ended run here ended in this statement.
-    let created_at = rows.iter().map(|row| row.required_int("created_at"));
-    let ended = created_at.zip(&runs).map(|(at, run)| Ok((at?, run.state, run.job_id)));
-    deltas.ended(ended.collect::<Result<Vec<_>>>()?);
+/// The runs of `updates` that `rows` (their [`CHANGING`] columns and `created_at`) hold, the
+/// ended ones counted in `deltas`.
+fn changed_rows(
+    rows: &[super::statement::Row],
+    updates: &[Update<'_>],
+    deltas: &mut Deltas,
+) -> Result<Vec<RunRecord>> {
+    // Rows come back in no promised order, and the updates are of distinct runs.
+    let known: HashMap<i64, &RunRecord> =
+        updates.iter().map(|update| (update.run.id, update.run)).collect();
+    let mut runs = Vec::with_capacity(rows.len());
+    let mut ended = Vec::new();
+    for row in rows {
+        let id = row.required_int("id")?;
+        let Some(run) = known.get(&id) else {
+            return Err(super::StorageError::Corrupt(format!(
+                "updated run {id} matches no update"
+            )));
+        };
+        let run = changed_run(run, row)?;
+        // A transition never leaves an ended state: each ended run here ended in this statement.
+        if run.state.is_terminal() {
+            ended.push((row.required_int("created_at")?, run.state, run.job_id));
+        }
+        runs.push(run);
+    }
+    deltas.ended(ended);
     Ok(runs)
 }
 
@@ -280,7 +304,7 @@ fn bind_update<'a>(statement: &mut Statement<'a>, update: &'a Update<'_>) {
     let (dispatched_at, deadline) = transition.dispatched.unzip();
     let (owner, fence) = update.lease.unzip();
     statement
-        .bind(update.id)
+        .bind(update.run.id)
         .bind(transition.to.as_str())
         .bind(transition.trigger_code.map(i64::from))
         .bind(transition.trigger_msg.as_deref())

@@ -24,6 +24,15 @@ pub(super) const COLUMNS: &str = "id, job_id, executor_address, trigger_type, tr
     fuel_used, state, parent_run_id, kill_requested, dispatched_at, started_at, claimed_at,
     fire_time, sharding_items, held, workflow_run_id, workflow_node, workflow_round";
 
+/// The columns of [`COLUMNS`] that a write may change once the run is inserted, with its id: a
+/// transition, a claim, a target, a hold. The others (its job, fire, trigger, parameter,
+/// shards, attempt, version, parent and workflow node) are written once, by its insert, so a
+/// write that holds the run as read returns only these and takes the rest from it
+/// ([`changed_run`]).
+pub(super) const CHANGING: &str = "id, executor_address, trigger_code, trigger_msg, handle_time,
+    handle_code, handle_msg, fuel_used, state, kill_requested, dispatched_at, started_at, claimed_at,
+    held";
+
 /// SQL for "the run has ended".
 const TERMINAL: &str = "state in ('success', 'failed', 'timed_out', 'killed', 'lost', 'skipped')";
 /// SQL for "the run has not ended".
@@ -334,7 +343,8 @@ impl Db {
 /// One run's transition to record: the compare-and-set of `run_writes::update_many`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Update<'a> {
-    pub id: i64,
+    /// The run as read before: its columns that no write changes are taken from it.
+    pub run: &'a RunRecord,
     pub transition: &'a Transition,
     /// The lease (owner, fence) the run must still be under.
     pub lease: Option<(&'a str, i64)>,
@@ -342,11 +352,53 @@ pub(super) struct Update<'a> {
     pub now_ms: i64,
 }
 
+/// Run `known` as `row` holds it now: its [`CHANGING`] columns read from `row`, the others
+/// taken from `known`, which must be the same run.
+pub(super) fn changed_run(known: &RunRecord, row: &impl Cells) -> Result<RunRecord> {
+    let id = row.required_int("id")?;
+    if id != known.id {
+        return Err(super::StorageError::Corrupt(format!("row of run {id} for run {}", known.id)));
+    }
+    let code = |column: &str| code_column(row, column);
+    Ok(RunRecord {
+        executor_address: row.text("executor_address")?,
+        trigger_code: code("trigger_code")?,
+        trigger_msg: row.required_text("trigger_msg")?,
+        handle_time_ms: row.required_int("handle_time")?,
+        handle_code: code("handle_code")?,
+        handle_msg: row.required_text("handle_msg")?,
+        fuel_used: row.int("fuel_used")?,
+        state: parse_column(row, "state")?,
+        kill_requested: row.required_int("kill_requested")? != 0,
+        dispatched_at_ms: row.required_int("dispatched_at")?,
+        started_at_ms: row.required_int("started_at")?,
+        first_claimed_at_ms: row.required_int("claimed_at")?,
+        held: row.required_int("held")? != 0,
+        id,
+        job_id: known.job_id,
+        trigger_type: known.trigger_type,
+        trigger_time_ms: known.trigger_time_ms,
+        fire_time_ms: known.fire_time_ms,
+        param: known.param.clone(),
+        shard_index: known.shard_index,
+        shard_total: known.shard_total,
+        sharding_items: known.sharding_items.clone(),
+        attempt: known.attempt,
+        version: known.version,
+        sha256: known.sha256.clone(),
+        parent_run_id: known.parent_run_id,
+        node: known.node,
+    })
+}
+
+/// A result code column, which fits an `i32`.
+fn code_column(row: &impl Cells, column: &str) -> Result<i32> {
+    let value = row.required_int(column)?;
+    i32::try_from(value).map_err(|_| super::StorageError::Corrupt(format!("{column}: {value}")))
+}
+
 pub(super) fn run_from_row(row: &impl Cells) -> Result<RunRecord> {
-    let code = |column: &str| -> Result<i32> {
-        let value = row.required_int(column)?;
-        i32::try_from(value).map_err(|_| super::StorageError::Corrupt(format!("{column}: {value}")))
-    };
+    let code = |column: &str| code_column(row, column);
     Ok(RunRecord {
         id: row.required_int("id")?,
         job_id: row.required_int("job_id")?,

@@ -17,7 +17,7 @@ use super::*;
 use crate::lifecycle::{self, Event, JobFacts, RunFacts, Transition};
 use crate::model::{
     AddressType, BlockStrategy, GlueType, Job, JobSpec, Language, MisfireStrategy, RouteStrategy,
-    RunState, ScheduleType, ShardingItem, ShardingStrategy, TriggerType,
+    RunRecord, RunState, ScheduleType, ShardingItem, ShardingStrategy, TriggerType,
 };
 use crate::schedule::NextFire;
 
@@ -702,6 +702,32 @@ async fn runs_move_through_their_lifecycle_once() {
     .await;
 }
 
+/// A transition returns only the columns a write may change and takes the others from the run
+/// as its caller read it: a run read before its claim and its target comes back as stored.
+#[tokio::test]
+async fn a_transition_reads_back_what_changed_since_the_run_was_read() {
+    each_backend("read_back", |db| async move {
+        let mut new = fire(1, 500, 0);
+        new.sharding_items = vec![ShardingItem { item: 0, parameter: "a".to_owned() }];
+        new.param = "the parameter".to_owned();
+        let id = db.create_run(&new, 1).await.unwrap().unwrap();
+        let read = db.get_run(id).await.unwrap().unwrap();
+        assert_eq!((read.state, read.executor_address.as_deref()), (RunState::Pending, None));
+
+        let claim = db.claim_run(id, "admin-1", 100, 200).await.unwrap().unwrap();
+        assert!(db.set_run_target(id, "admin-1", claim.fence, "http://e:9999").await.unwrap());
+        let lease = Some(("admin-1", claim.fence));
+        let sent = sent("http://e:9999", 150, 5);
+        let (run, _) = db.apply_to(read, &sent, lease, None, &[], 150).await.unwrap().unwrap();
+        assert_eq!(Some(&run), db.get_run(id).await.unwrap().as_ref());
+        assert_eq!(run.state, RunState::Running);
+        assert_eq!(run.executor_address.as_deref(), Some("http://e:9999"));
+        assert_eq!((run.first_claimed_at_ms, run.dispatched_at_ms), (100, 150));
+        assert_eq!((run.param.as_str(), run.sharding_items.len()), ("the parameter", 1));
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn runs_are_listed_between_two_trigger_times() {
     each_backend("runs_by_time", |db| async move {
@@ -973,12 +999,27 @@ async fn claimed_fires(db: &Db, count: i64) -> Vec<i64> {
     ids
 }
 
+/// Runs `ids` as read now, for the transitions a test asks for.
+async fn read_runs(db: &Db, ids: &[i64]) -> Vec<RunRecord> {
+    let mut runs = Vec::new();
+    for &id in ids {
+        runs.push(db.get_run(id).await.unwrap().unwrap());
+    }
+    runs
+}
+
+/// Run `id` of `runs`, boxed for a [`batch::Write::Apply`].
+fn as_read(runs: &[RunRecord], id: i64) -> Box<RunRecord> {
+    Box::new(runs.iter().find(|run| run.id == id).unwrap().clone())
+}
+
 #[tokio::test]
 async fn a_batch_records_plain_transitions_in_one_statement_with_each_compare_its_own() {
     each_backend("merged_updates", |db| async move {
         let ids = claimed_fires(&db, 5).await;
+        let read = read_runs(&db, &ids).await;
         let apply = |id: i64, fence: i64, follow_ups: Vec<NewRun>| batch::Write::Apply {
-            id,
+            run: as_read(&read, id),
             transition: sent("http://e:9999", 50, 5),
             lease: Some(("admin-1".to_owned(), fence)),
             fuel_used: None,
@@ -1030,12 +1071,13 @@ async fn a_batch_records_plain_transitions_in_one_statement_with_each_compare_it
 async fn padded_statements_change_only_the_rows_they_carry() {
     each_backend("padded_statements", |db| async move {
         let ids = claimed_fires(&db, 23).await;
+        let read = read_runs(&db, &ids).await;
         // Every fifth compare fails (a stale fence): 23 updates, of which 5 apply nothing.
         let writes = ids
             .iter()
             .enumerate()
             .map(|(at, &id)| batch::Write::Apply {
-                id,
+                run: as_read(&read, id),
                 transition: sent("http://e:9999", 50, 5),
                 lease: Some(("admin-1".to_owned(), if at % 5 == 0 { 7 } else { 1 })),
                 fuel_used: None,
@@ -1110,8 +1152,9 @@ async fn a_batch_of_grouped_writes_commits_as_one_and_a_failed_write_fails_alone
     // group commit's own connection in one call, on PostgreSQL through sqlx.
     each_backend("grouped_batch", |db| async move {
         let ids = claimed_fires(&db, 3).await;
+        let read = read_runs(&db, &ids).await;
         let apply = |id: i64, fence: i64| batch::Write::Apply {
-            id,
+            run: as_read(&read, id),
             transition: sent("http://e:9999", 50, 5),
             lease: Some(("admin-1".to_owned(), fence)),
             fuel_used: None,

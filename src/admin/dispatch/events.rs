@@ -98,9 +98,7 @@ impl Dispatcher {
             };
             let follow_ups = self.follow_ups(&run, job.as_deref(), &transition).await?;
             let now = now_ms();
-            let applied = db
-                .apply_transition(run_id, &transition, lease, fuel_used, &follow_ups, now)
-                .await?;
+            let applied = db.apply_to(run, &transition, lease, fuel_used, &follow_ups, now).await?;
             // The run changed since it was read (a kill request, a result, another dispatcher):
             // read it again and judge the event anew.
             let Some((run, ids)) = applied else { continue };

@@ -533,7 +533,7 @@ fn distinct_rounds(keys: impl IntoIterator<Item = i64>) -> Vec<Vec<usize>> {
 /// Placeholder `n` of a generated `values` list (`p` from [`placeholder`]) as a value of SQL
 /// type `kind`: cast where placeholders are numbered (PostgreSQL, which must know the type of
 /// each column of the list), and bare on SQLite (`?`), where a value keeps the type it was
-/// bound with and a cast to text copies the text (some 5 % of a run update's cost there).
+/// bound with and a cast to text copies the text (some 7 % of a run update's cost there).
 fn typed(p: fn(usize) -> String, n: usize, kind: &str) -> String {
     let placeholder = p(n);
     match placeholder.as_str() {

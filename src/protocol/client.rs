@@ -23,6 +23,10 @@
 //! [`super::pull::PullHub`] until the executor polls for it, and its answer is read as an HTTP
 //! reply's would be.
 //!
+//! An admin's call to an executor addressed as `http://IP:port` goes over the admin's own
+//! kept-alive connections ([`super::keepalive`]), and any other through reqwest; both are read by
+//! the same rules, and a reply that is not the protocol is told the same way ([`refused`]).
+//!
 //! TLS is rustls with the webpki roots, plus the certificates of an optional CA file.
 //!
 //! It is the one HTTP client the admin calls executors with: `tests/tidy.rs` refuses another
@@ -286,28 +290,17 @@ impl Client {
             .map_err(|source| ProtocolError::Transport { url: url.clone(), source })?;
         let status = reply.status().as_u16();
         if status != 200 {
-            // Not the protocol: say what came, and read no further.
-            let body = match reply.chunk().await {
-                Ok(Some(chunk)) => excerpt(&String::from_utf8_lossy(&chunk)),
-                _ => String::new(),
-            };
-            let body = match reply.headers().get(reqwest::header::LOCATION) {
-                Some(_) if (300..400).contains(&status) => {
-                    format!("a redirect, not followed {body}").trim_end().to_owned()
-                }
-                _ => body,
-            };
-            return Err(ProtocolError::BadReply { url, status, body });
+            // Read no further than the first chunk.
+            let redirect = reply.headers().contains_key(reqwest::header::LOCATION);
+            let chunk = reply.chunk().await.ok().flatten().unwrap_or_default();
+            return Err(refused(url, status, &chunk, redirect));
         }
         let bytes = match read_capped(&mut reply, MAX_REPLY_BYTES).await {
             Ok(bytes) => bytes,
             Err(ReadError::Transport(source)) => {
                 return Err(ProtocolError::Transport { url, source });
             }
-            Err(ReadError::TooLarge) => {
-                let body = format!("the reply is larger than {MAX_REPLY_BYTES} bytes");
-                return Err(ProtocolError::BadReply { url, status, body });
-            }
+            Err(ReadError::TooLarge) => return Err(too_large(url, status)),
         };
         payload(url, status, &bytes)
     }
@@ -427,20 +420,26 @@ fn kept_reply(url: &str, reply: Result<Reply, Failure>) -> Result<bytes::Bytes, 
     let status = reply.status;
     match reply.body {
         Some(body) if status == 200 => Ok(body),
-        None => {
-            let body = format!("the reply is larger than {MAX_REPLY_BYTES} bytes");
-            Err(ProtocolError::BadReply { url, status, body })
-        }
-        // Not the protocol: say what came, and follow no redirect.
-        Some(body) => {
-            let body = excerpt(&String::from_utf8_lossy(&body));
-            let body = match reply.redirect && (300..400).contains(&status) {
-                true => format!("a redirect, not followed {body}").trim_end().to_owned(),
-                false => body,
-            };
-            Err(ProtocolError::BadReply { url, status, body })
-        }
+        None => Err(too_large(url, status)),
+        Some(body) => Err(refused(url, status, &body, reply.redirect)),
     }
+}
+
+/// A reply of `status` other than 200, not the protocol: what came (an excerpt of `body`), and
+/// that a redirect (`redirect`: it names a location) was not followed.
+fn refused(url: String, status: u16, body: &[u8], redirect: bool) -> ProtocolError {
+    let body = excerpt(&String::from_utf8_lossy(body));
+    let body = match redirect && (300..400).contains(&status) {
+        true => format!("a redirect, not followed {body}").trim_end().to_owned(),
+        false => body,
+    };
+    ProtocolError::BadReply { url, status, body }
+}
+
+/// A reply whose body was given up past [`MAX_REPLY_BYTES`].
+fn too_large(url: String, status: u16) -> ProtocolError {
+    let body = format!("the reply is larger than {MAX_REPLY_BYTES} bytes");
+    ProtocolError::BadReply { url, status, body }
 }
 
 /// The payload of a reply's envelope, or why there is none.

@@ -47,10 +47,14 @@
 //!   `trigger_to_end_p50_ms`/`_p99_ms`, `node_lateness_p50_ms`/`_p99_ms` (a node's last upstream
 //!   run's end to its first run's start) and `admin_cpu_ms_per_node`;
 //!
+//! - (m) no platform: what the machine charges for a system call, a clock read, a thread's
+//!   wake-up and a loopback round trip, and its processor and clock source (`e2e/machine.rs`),
+//!   printed as `machine.*` beside a workload's figures to compare two machines' runs;
+//!
 //! and for each, `admin_rss_mb` and `executor_rss_mb` (peak resident memory). `--standalone`
 //! runs one `wasmjob standalone` process instead, as the README's first command does (SQLite
 //! only): its figures are then `standalone_cpu_us_per_run` and `standalone_rss_mb`.
-//! `--workload` picks some of `a`, `b`, `c`, `w`, `x` (default `abc`); `--binary` runs another build of
+//! `--workload` picks some of `a`, `b`, `c`, `m`, `w`, `x` (default `abc`); `--binary` runs another build of
 //! wasmjob, so that two versions can be measured side by side (its database schema must have
 //! `handle_time`, `trigger_time` and `fire_time`; figures the older schema lacks print as `n/a`).
 //! `--sample` names the sample job the jobs run (default `hello`): `legacy_hello` (the crate
@@ -100,6 +104,9 @@
 /// `--admins` and `--kill-admin-at`: admins that share the database and the schedule.
 #[path = "e2e/admins.rs"]
 mod admins;
+/// Workload (m): the machine's own costs.
+#[path = "e2e/machine.rs"]
+mod machine;
 #[path = "../tests/support/sample_jobs.rs"]
 mod sample_jobs;
 /// Workload (w): a workflow of levels of nodes.
@@ -232,6 +239,10 @@ fn main() {
             return xxl::against_other_admin(&args).await;
         }
         for workload in args.workloads.chars() {
+            if workload == 'm' {
+                machine::report();
+                continue;
+            }
             let platform = Platform::start(&args, workload).await;
             match workload {
                 'a' => {
@@ -249,7 +260,7 @@ fn main() {
                 'c' => manual(&platform, args.triggers, args.clients).await,
                 'x' => fired_to_xxl(&platform, args.jobs, args.secs).await,
                 'w' => workflow::dag(&platform, args.levels, args.width, args.repeats).await,
-                other => panic!("unknown workload `{other}`: use a, b, c, w or x"),
+                other => panic!("unknown workload `{other}`: use a, b, c, m, w or x"),
             }
             platform.report_memory(&workload.to_string());
             platform.stop().await;

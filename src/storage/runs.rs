@@ -352,13 +352,9 @@ pub(super) struct Update<'a> {
     pub now_ms: i64,
 }
 
-/// Run `known` as `row` holds it now: its [`CHANGING`] columns read from `row`, the others
-/// taken from `known`, which must be the same run.
+/// Run `known` as `row`, the same run's, holds it now: its [`CHANGING`] columns read from
+/// `row`, the others taken from `known`.
 pub(super) fn changed_run(known: &RunRecord, row: &impl Cells) -> Result<RunRecord> {
-    let id = row.required_int("id")?;
-    if id != known.id {
-        return Err(super::StorageError::Corrupt(format!("row of run {id} for run {}", known.id)));
-    }
     let code = |column: &str| code_column(row, column);
     Ok(RunRecord {
         executor_address: row.text("executor_address")?,
@@ -374,7 +370,7 @@ pub(super) fn changed_run(known: &RunRecord, row: &impl Cells) -> Result<RunReco
         started_at_ms: row.required_int("started_at")?,
         first_claimed_at_ms: row.required_int("claimed_at")?,
         held: row.required_int("held")? != 0,
-        id,
+        id: known.id,
         job_id: known.job_id,
         trigger_type: known.trigger_type,
         trigger_time_ms: known.trigger_time_ms,

@@ -32,6 +32,7 @@ mod query;
 mod queued;
 mod registry;
 mod reports;
+mod run_inserts;
 mod run_writes;
 mod runs;
 mod sqlite_writer;

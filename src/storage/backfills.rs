@@ -13,7 +13,7 @@
 use super::query::query;
 use sqlx::Row;
 
-use super::run_writes::{Insert, insert_many};
+use super::run_inserts::{Insert, insert_many};
 use super::runs::{Claim, NewRun, UNFINISHED};
 use super::statement::Cells;
 use super::{Db, Result, StorageError, parse_column};

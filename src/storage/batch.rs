@@ -18,7 +18,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::audit::{self, AuditEntry};
 use super::reports::Deltas;
-use super::run_writes::{self, Insert, Update};
+use super::run_inserts::{self, Insert};
+use super::run_writes::{self, Update};
 use super::runs::{Claim, NewRun};
 use super::sqlite_writer::{self, SqliteWriter};
 use super::statement::Exec;
@@ -298,7 +299,7 @@ async fn run_grouped(
     run_writes::lock_in_order(exec, writes.iter().filter_map(changed_run)).await?;
     // The report's changes of the inserts and the updates are one statement, after both.
     let mut deltas = Deltas::default();
-    let mut created = run_writes::insert_many_with(exec, &inserts, &mut deltas).await?.into_iter();
+    let mut created = run_inserts::insert_many_with(exec, &inserts, &mut deltas).await?.into_iter();
     let mut trigger_entries = Vec::new();
     for (index, count, claimed) in creators {
         let runs: Vec<Option<Claim>> = created.by_ref().take(count).collect();
@@ -462,7 +463,7 @@ async fn execute(conn: &mut AnyConnection, write: &Write) -> Result<Written> {
         Write::CreateRuns { runs, now_ms, .. } => {
             let inserts: Vec<_> =
                 runs.iter().map(|run| Insert { run, claim: None, now_ms: *now_ms }).collect();
-            let created = run_writes::insert_many(conn, &inserts).await?;
+            let created = run_inserts::insert_many(conn, &inserts).await?;
             record_creation_audit(conn, write, &created).await?;
             Written::Ids(created.into_iter().map(|created| created.map(|c| c.run.id)).collect())
         }
@@ -470,7 +471,7 @@ async fn execute(conn: &mut AnyConnection, write: &Write) -> Result<Written> {
             let claim = Some((owner.as_str(), *lease_until_ms));
             let inserts: Vec<_> =
                 runs.iter().map(|run| Insert { run, claim, now_ms: *now_ms }).collect();
-            let created = run_writes::insert_many(conn, &inserts).await?;
+            let created = run_inserts::insert_many(conn, &inserts).await?;
             record_creation_audit(conn, write, &created).await?;
             Written::Claims(created)
         }

@@ -12,7 +12,7 @@ use foldhash::HashSet;
 
 use super::partitions::held_now;
 use super::reports::Deltas;
-use super::run_writes::{Insert, insert_many_with};
+use super::run_inserts::{Insert, insert_many_with};
 use super::runs::{Claim, NewRun};
 use super::sqlite_writer;
 use super::statement::{Arg, Cells, Exec, Statement};

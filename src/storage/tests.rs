@@ -984,6 +984,22 @@ async fn created_runs_are_answered_as_stored() {
             let stored = db.get_run(claim.run.id).await.unwrap().unwrap();
             assert_eq!(claim.run, stored);
         }
+        // Many rows of one statement, each answered with its own id; then a statement of
+        // which one row is skipped by its fire's key, and the others still answered as stored.
+        let many: Vec<NewRun> = (0..40).map(|n| manual(&format!("run {n}"))).collect();
+        let skipped = [manual("before"), fire(job.id, 2_000, 0), manual("after")];
+        for (runs, skips) in [(&many[..], None), (&skipped[..], Some(1))] {
+            let created = db.create_claimed_runs(runs, "admin-a", 13, 16_000, None).await.unwrap();
+            assert_eq!(created.len(), runs.len());
+            for (at, (run, claim)) in runs.iter().zip(created).enumerate() {
+                let Some(claim) = claim else {
+                    assert_eq!(Some(at), skips, "only the fire that exists is skipped");
+                    continue;
+                };
+                assert_eq!(claim.run.param, run.param);
+                assert_eq!(claim.run, db.get_run(claim.run.id).await.unwrap().unwrap());
+            }
+        }
     })
     .await;
 }

@@ -23,7 +23,7 @@ use super::query::query;
 use sqlx::{AnyConnection, Row};
 
 use super::partitions::held_now;
-use super::run_writes::{Insert, insert_many};
+use super::run_inserts::{Insert, insert_many};
 use super::runs::{NewRun, UNFINISHED};
 use super::statement::{Cells, Exec, Statement};
 use super::workflows::{Workflow, node_index, parse_spec, spec_text, stored_state};

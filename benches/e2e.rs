@@ -48,7 +48,8 @@
 //!   run's end to its first run's start) and `admin_cpu_ms_per_node`;
 //!
 //! - (m) no platform: what the machine charges for a system call, a clock read, a thread's
-//!   wake-up and a loopback round trip, and its processor and clock source (`e2e/machine.rs`),
+//!   wake-up, a loopback round trip and a load from its caches and its memory, and its
+//!   processor and clock source (`e2e/machine.rs`),
 //!   printed as `machine.*` beside a workload's figures to compare two machines' runs;
 //!
 //! and for each, `admin_rss_mb` and `executor_rss_mb` (peak resident memory). `--standalone`

@@ -15,7 +15,12 @@
 //! - `syscall_ns`: one `getpid` (`std::process::id`, a system call on glibc since 2.25);
 //! - `clock_ns`: one `Instant::now`;
 //! - `thread_wake_us`: a round trip between two threads that each block until woken;
-//! - `tcp_round_trip_us`: a byte sent to a thread over loopback TCP and echoed back.
+//! - `tcp_round_trip_us`: a byte sent to a thread over loopback TCP and echoed back;
+//! - `load_ns_1mib` to `load_ns_256mib`: one load that waits for the one before
+//!   (a walk of a random cycle through 1, 4, 16 and 256 MiB): the caches' and the memory's
+//!   latency, address translation included, which the integer loop does not see. The admin's steps touch many small objects (futures,
+//!   rows, buffers, SQLite's pages), so two machines whose loops run alike can still charge it
+//!   differently.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -41,6 +46,9 @@ pub fn report() {
     );
     println!("machine.thread_wake_us: {:.2}", thread_round_trip() * 1e6);
     println!("machine.tcp_round_trip_us: {:.2}", tcp_round_trip() * 1e6);
+    for mib in [1, 4, 16, 256] {
+        println!("machine.load_ns_{mib}mib: {:.1}", dependent_load(mib << 20) * 1e9);
+    }
 }
 
 fn cpu_name() -> String {
@@ -116,5 +124,28 @@ fn tcp_round_trip() -> f64 {
     });
     drop(stream);
     echo.join().unwrap();
+    seconds
+}
+
+/// Seconds per load of a walk through a random cycle over `bytes` of memory, each load's
+/// address read by the one before.
+fn dependent_load(bytes: usize) -> f64 {
+    let slots = bytes / std::mem::size_of::<usize>();
+    // Sattolo's shuffle makes one cycle through every slot; xorshift is random enough here.
+    let mut next: Vec<usize> = (0..slots).collect();
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    for at in (1..slots).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let other = usize::try_from(state % at as u64).unwrap_or(0);
+        next.swap(at, other);
+    }
+    const LOADS: u32 = 10_000_000;
+    let mut at = 0;
+    let seconds = per_call(LOADS, || {
+        at = std::hint::black_box(next[at]);
+    });
+    std::hint::black_box(at);
     seconds
 }

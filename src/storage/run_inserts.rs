@@ -5,10 +5,10 @@
 //! writer's connection an insert returns nothing: SQLite numbers a statement's new rows one after
 //! another, in the order of its values, each past every id the table has had (`runs.id` is
 //! `autoincrement`), so when every row of the statement was inserted their ids are the last
-//! `n` up to the connection's last inserted id. Returning the rows cost a fifth of the insert
-//! (SQLite gathers them in a table of their own) and a read of each of them. When the key of
-//! one fire skipped a row, the rows inserted are read back, the newest of the table, and matched
-//! as on the other databases.
+//! `n` up to the connection's last inserted id. Returning the rows cost nearly a quarter of
+//! the insert (SQLite gathers them in a table of their own) and a read of each of them. When
+//! the key of one fire skipped a row, the rows inserted are read back, the newest of the table,
+//! and matched as on the other databases.
 
 use sqlx::AnyConnection;
 

@@ -26,6 +26,11 @@ pub fn manual_run(job_id: i64, at_ms: i64) -> NewRun {
 
 /// A run that `address` accepted at `at_ms`, as a dispatcher records it, for a job with
 /// `timeout_secs`.
+///
+/// The test's own admin is running and may take a new pending run for itself before this
+/// claims it (the run is due at once); such a run is left to that admin and another created.
+/// The claim's lease outlasts the test's next steps, so that admin cannot take the run over
+/// between the claim and the send; a sent run holds no lease.
 pub async fn running_run(
     db: &Db,
     run: &NewRun,
@@ -33,20 +38,27 @@ pub async fn running_run(
     at_ms: i64,
     timeout_secs: i64,
 ) -> i64 {
-    let id = db.create_run(run, at_ms).await.unwrap().unwrap();
-    let claim = db.claim_run(id, "dead-admin", at_ms, at_ms).await.unwrap().unwrap();
-    let facts = RunFacts {
-        state: claim.run.state,
-        attempt: claim.run.attempt,
-        kill_requested: false,
-        trigger_type: claim.run.trigger_type,
-        from_fire: claim.run.fire_time_ms.is_some(),
-    };
-    let sent = Event::Sent { address: address.to_owned(), at_ms, timeout_secs, grace_ms: 0 };
-    let transition = lifecycle::transition(&facts, None, &sent).unwrap();
-    let lease = Some(("dead-admin", claim.fence));
-    db.apply_transition(id, &transition, lease, None, &[], at_ms).await.unwrap().unwrap();
-    id
+    let lease_until = at_ms.max(chrono::Utc::now().timestamp_millis()) + 600_000;
+    for _ in 0..20 {
+        let id = db.create_run(run, at_ms).await.unwrap().unwrap();
+        let Some(claim) = db.claim_run(id, "dead-admin", at_ms, lease_until).await.unwrap() else {
+            continue;
+        };
+        let facts = RunFacts {
+            state: claim.run.state,
+            attempt: claim.run.attempt,
+            kill_requested: false,
+            trigger_type: claim.run.trigger_type,
+            from_fire: claim.run.fire_time_ms.is_some(),
+        };
+        let sent = Event::Sent { address: address.to_owned(), at_ms, timeout_secs, grace_ms: 0 };
+        let transition = lifecycle::transition(&facts, None, &sent).unwrap();
+        let lease = Some(("dead-admin", claim.fence));
+        let applied = db.apply_transition(id, &transition, lease, None, &[], at_ms).await.unwrap();
+        assert!(applied.is_some(), "run {id}: no one else may take a run under a live lease");
+        return id;
+    }
+    panic!("the test's admin took each of 20 new runs before they could be claimed");
 }
 
 /// An RFC 3339 time of a run's JSON, in ms.

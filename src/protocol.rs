@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 mod body;
+mod callbacks;
 mod client;
 mod keepalive;
 pub mod pull;
@@ -27,6 +28,7 @@ mod workflow;
 use serde::{Deserialize, Serialize};
 
 pub use self::body::ProtocolJson;
+pub use self::callbacks::{Callbacks, parse_callbacks};
 pub use self::client::{Client, ClientOptions, MAX_REPLY_BYTES, ProtocolError, join_url};
 pub use self::text::{EXCERPT_CHARS, excerpt};
 pub use self::workflow::{NodeOutputParam, ShardOutputParam, WORKFLOW_INPUTS_LINE};
@@ -493,97 +495,6 @@ impl CallbackBody {
             CallbackBody::List(list) | CallbackBody::Wrapped { callback_list: list } => list,
         }
     }
-}
-
-/// The entries of one `/api/callback` body, each parsed on its own.
-#[derive(Debug, Clone, Default)]
-pub struct Callbacks {
-    /// The entries that parsed.
-    pub results: Vec<HandleCallbackParam>,
-    /// Why each other entry was refused.
-    pub refused: Vec<String>,
-}
-
-/// Reads an `/api/callback` body (a bare array or `{callbackList: [...]}`) so that one bad entry
-/// cannot sink the batch: invalid UTF-8 and lone UTF-16 surrogate escapes (which a strict parser
-/// refuses for the whole document) become U+FFFD, and each entry is parsed alone. `Err` only
-/// when the body as a whole is not a batch.
-pub fn parse_callbacks(body: &[u8]) -> Result<Callbacks, String> {
-    let lossy = String::from_utf8_lossy(body);
-    let text = repair_surrogates(&lossy);
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|error| format!("invalid request body: {error}"))?;
-    let entries = match value {
-        serde_json::Value::Array(entries) => entries,
-        serde_json::Value::Object(mut object) => match object.remove("callbackList") {
-            Some(serde_json::Value::Array(entries)) => entries,
-            _ => {
-                return Err(
-                    "invalid request body: expected an array or {callbackList: [...]}".into()
-                );
-            }
-        },
-        _ => return Err("invalid request body: expected an array or {callbackList: [...]}".into()),
-    };
-    let mut callbacks = Callbacks::default();
-    for entry in entries {
-        let log_id = entry.get("logId").cloned();
-        match serde_json::from_value::<HandleCallbackParam>(entry) {
-            Ok(result) => callbacks.results.push(result),
-            Err(error) => {
-                let log_id = log_id.map_or_else(|| "?".to_owned(), |id| id.to_string());
-                callbacks.refused.push(format!("logId {log_id}: {error}"));
-            }
-        }
-    }
-    Ok(callbacks)
-}
-
-/// Replaces `\uXXXX` escapes of UTF-16 surrogates that do not form a pair with `\ufffd`.
-fn repair_surrogates(text: &str) -> std::borrow::Cow<'_, str> {
-    fn escape_at(bytes: &[u8], at: usize) -> Option<u16> {
-        let hex = bytes.get(at..at + 6)?;
-        if &hex[..2] != b"\\u" {
-            return None;
-        }
-        u16::from_str_radix(std::str::from_utf8(&hex[2..]).ok()?, 16).ok()
-    }
-    if !text.contains("\\u") {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut copied = 0;
-    let mut at = 0;
-    while at < bytes.len() {
-        if bytes[at] != b'\\' {
-            at += 1;
-            continue;
-        }
-        let Some(unit) = escape_at(bytes, at) else {
-            // Another escape (`\\`, `\"`, …): skip it whole so its second byte is not read
-            // as the start of an escape.
-            at += 2;
-            continue;
-        };
-        let paired = match unit {
-            0xD800..=0xDBFF => {
-                escape_at(bytes, at + 6).is_some_and(|low| (0xDC00..=0xDFFF).contains(&low))
-            }
-            0xDC00..=0xDFFF => false,
-            _ => true,
-        };
-        if paired {
-            at += if (0xD800..=0xDBFF).contains(&unit) { 12 } else { 6 };
-            continue;
-        }
-        out.push_str(&text[copied..at]);
-        out.push_str("\\ufffd");
-        at += 6;
-        copied = at;
-    }
-    out.push_str(&text[copied..]);
-    std::borrow::Cow::Owned(out)
 }
 
 #[cfg(test)]

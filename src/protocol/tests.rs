@@ -104,6 +104,42 @@ fn one_bad_callback_entry_does_not_sink_the_batch() {
     assert!(parse_callbacks(b"{\"x\":1}").is_err());
 }
 
+/// Which bodies are a batch, and how many of their entries are read and refused.
+#[test]
+fn a_callback_body_is_a_batch_only_as_an_array_or_a_callback_list() {
+    let table: [(&str, Result<(usize, usize), &str>); 12] = [
+        ("[]", Ok((0, 0))),
+        (" \n [{\"logId\":1,\"handleCode\":200}] ", Ok((1, 0))),
+        (r#"{"callbackList":[{"logId":1},{"logId":[]},{"logId":3}],"x":1}"#, Ok((2, 1))),
+        (r#"{"x":[1],"callbackList":[]}"#, Ok((0, 0))),
+        (r#"[1, "two", {"logId":3}]"#, Ok((1, 2))),
+        (r#"{"callbackList":null}"#, Err("expected an array or {callbackList")),
+        (r#"{"callbackList":{"logId":1}}"#, Err("expected an array or {callbackList")),
+        ("{}", Err("expected an array or {callbackList")),
+        ("42", Err("expected an array or {callbackList")),
+        (r#""[]""#, Err("expected an array or {callbackList")),
+        ("[{\"logId\":1}", Err("invalid request body: EOF")),
+        ("", Err("invalid request body: EOF")),
+    ];
+    for (body, expected) in table {
+        let parsed = parse_callbacks(body.as_bytes());
+        match (parsed, expected) {
+            (Ok(parsed), Ok((results, refused))) => {
+                assert_eq!(
+                    (parsed.results.len(), parsed.refused.len()),
+                    (results, refused),
+                    "{body}"
+                );
+            }
+            (Err(reason), Err(expected)) => assert!(reason.contains(expected), "{body}: {reason}"),
+            (parsed, expected) => panic!("{body}: {parsed:?}, expected {expected:?}"),
+        }
+    }
+    let parsed = parse_callbacks(br#"[{"logId":"seven"},{"handleCode":1}]"#).unwrap();
+    assert!(parsed.refused[0].starts_with(r#"logId "seven": invalid type"#), "{parsed:?}");
+    assert_eq!(parsed.results[0].log_id, 0, "a missing field takes its default, as before");
+}
+
 #[test]
 fn envelope_payload_from_content_or_data() {
     let old: ReturnT<i32> = serde_json::from_str(r#"{"code":200,"content":3}"#).unwrap();

@@ -260,20 +260,27 @@ impl Client {
             return self.call_pulled(base, path, body, app_name).await;
         }
         self.check(base)?;
-        let url = join_url(base, path);
         if let Some(connections) = &self.connections
             && let Some(to) = keepalive::plain_address(base)
         {
-            let body = serde_json::to_vec(body).map_err(|error| ProtocolError::NotAllowed {
-                reason: format!("{url}: the body cannot be written: {error}"),
+            // Written out only for an error.
+            let url = JoinedUrl(base, path);
+            // A trigger's body is some hundreds of bytes: written without growing its buffer.
+            let mut written = Vec::with_capacity(1024);
+            serde_json::to_writer(&mut written, body).map_err(|error| {
+                ProtocolError::NotAllowed {
+                    reason: format!("{url}: the body cannot be written: {error}"),
+                }
             })?;
+            let body = written;
             let request = keepalive::request(to, path, body, &self.access_token, app_name);
             let reply = match request {
                 Ok(request) => connections.send(to, request, MAX_REPLY_BYTES, self.timeout).await,
                 Err(failure) => Err(failure),
             };
-            return payload(url.clone(), 200, &kept_reply(&url, reply)?);
+            return payload(&url, 200, &kept_reply(&url, reply)?);
         }
+        let url = join_url(base, path);
         let request = match self.urls.get(&url) {
             Some(parsed) => self.http.post(parsed),
             None => self.http.post(&url),
@@ -302,7 +309,7 @@ impl Client {
             }
             Err(ReadError::TooLarge) => return Err(too_large(url, status)),
         };
-        payload(url, status, &bytes)
+        payload(&url, status, &bytes)
     }
 
     /// [`Client::call_as`] to a pull executor: the call waits in this client's [`PullHub`] until
@@ -334,7 +341,7 @@ impl Client {
             let body = excerpt(&answer.body);
             return Err(ProtocolError::BadReply { url, status: answer.status, body });
         }
-        payload(url, answer.status, answer.body.as_bytes())
+        payload(&url, answer.status, answer.body.as_bytes())
     }
 
     /// `GET {base}/{path}` of raw bytes (module downloads), at most `max_bytes`.
@@ -409,19 +416,21 @@ impl Client {
 
 /// The body of a reply over a kept-alive connection (`keepalive.rs`) that answered 200, or why
 /// there is none, as [`Client::call_as`] tells it for any other reply.
-fn kept_reply(url: &str, reply: Result<Reply, Failure>) -> Result<bytes::Bytes, ProtocolError> {
-    let url = url.to_owned();
+fn kept_reply(
+    url: &impl std::fmt::Display,
+    reply: Result<Reply, Failure>,
+) -> Result<bytes::Bytes, ProtocolError> {
     let reply = match reply {
         Ok(reply) => reply,
         Err(Failure { reason, sent }) => {
-            return Err(ProtocolError::Connection { url, reason, sent });
+            return Err(ProtocolError::Connection { url: url.to_string(), reason, sent });
         }
     };
     let status = reply.status;
     match reply.body {
         Some(body) if status == 200 => Ok(body),
-        None => Err(too_large(url, status)),
-        Some(body) => Err(refused(url, status, &body, reply.redirect)),
+        None => Err(too_large(url.to_string(), status)),
+        Some(body) => Err(refused(url.to_string(), status, &body, reply.redirect)),
     }
 }
 
@@ -444,7 +453,7 @@ fn too_large(url: String, status: u16) -> ProtocolError {
 
 /// The payload of a reply's envelope, or why there is none.
 fn payload<T: serde::de::DeserializeOwned + Clone>(
-    url: String,
+    url: &impl std::fmt::Display,
     status: u16,
     bytes: &[u8],
 ) -> Result<Option<T>, ProtocolError> {
@@ -452,12 +461,12 @@ fn payload<T: serde::de::DeserializeOwned + Clone>(
         Ok(envelope) => envelope,
         Err(_) => {
             let body = excerpt(&String::from_utf8_lossy(bytes));
-            return Err(ProtocolError::BadReply { url, status, body });
+            return Err(ProtocolError::BadReply { url: url.to_string(), status, body });
         }
     };
     if envelope.code != 200 {
         let msg = excerpt(envelope.msg.as_deref().unwrap_or_default());
-        return Err(ProtocolError::Refused { url, code: envelope.code, msg });
+        return Err(ProtocolError::Refused { url: url.to_string(), code: envelope.code, msg });
     }
     Ok(envelope.into_payload())
 }
@@ -560,7 +569,16 @@ impl reqwest::dns::Resolve for CheckedResolver {
 
 /// Joins a base URL and a path with exactly one slash.
 pub fn join_url(base: &str, path: &str) -> String {
-    format!("{}/{}", base.trim_end_matches('/'), path.trim_start_matches('/'))
+    JoinedUrl(base, path).to_string()
+}
+
+/// `path` under `base`, as [`join_url`] writes it, written only when shown.
+struct JoinedUrl<'a>(&'a str, &'a str);
+
+impl std::fmt::Display for JoinedUrl<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.0.trim_end_matches('/'), self.1.trim_start_matches('/'))
+    }
 }
 
 #[cfg(test)]

@@ -107,7 +107,7 @@ fn one_bad_callback_entry_does_not_sink_the_batch() {
 /// Which bodies are a batch, and how many of their entries are read and refused.
 #[test]
 fn a_callback_body_is_a_batch_only_as_an_array_or_a_callback_list() {
-    let table: [(&str, Result<(usize, usize), &str>); 12] = [
+    let table = [
         ("[]", Ok((0, 0))),
         (" \n [{\"logId\":1,\"handleCode\":200}] ", Ok((1, 0))),
         (r#"{"callbackList":[{"logId":1},{"logId":[]},{"logId":3}],"x":1}"#, Ok((2, 1))),

@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 
 pub use self::body::ProtocolJson;
 pub use self::callbacks::{Callbacks, parse_callbacks};
-pub use self::client::{Client, ClientOptions, MAX_REPLY_BYTES, ProtocolError, join_url};
-pub use self::text::{EXCERPT_CHARS, excerpt};
+pub use self::client::{Client, ClientOptions, MAX_REPLY_BYTES, ProtocolError};
+pub use self::text::{EXCERPT_CHARS, excerpt, join_url};
 pub use self::workflow::{NodeOutputParam, ShardOutputParam, WORKFLOW_INPUTS_LINE};
 
 /// The header that carries the access token.

@@ -42,7 +42,7 @@ use serde::Serialize;
 
 use super::keepalive::{self, Connections, Failure, Reply};
 use super::pull::{PullError, PullHub, is_pull_address};
-use super::text::{causes, excerpt};
+use super::text::{JoinedUrl, causes, excerpt, join_url};
 use super::{ACCESS_TOKEN_HEADER, APP_NAME_HEADER, ReturnT};
 use crate::netpolicy::AddressPolicy;
 
@@ -565,20 +565,6 @@ impl reqwest::dns::Resolve for CheckedResolver {
             let addresses: reqwest::dns::Addrs = Box::new(allowed.into_iter());
             Ok(addresses)
         })
-    }
-}
-
-/// Joins a base URL and a path with exactly one slash.
-pub fn join_url(base: &str, path: &str) -> String {
-    JoinedUrl(base, path).to_string()
-}
-
-/// `path` under `base`, as [`join_url`] writes it, written only when shown.
-struct JoinedUrl<'a>(&'a str, &'a str);
-
-impl std::fmt::Display for JoinedUrl<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.0.trim_end_matches('/'), self.1.trim_start_matches('/'))
     }
 }
 

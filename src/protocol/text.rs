@@ -1,5 +1,5 @@
 //! How a peer's text and a call's errors are shown: a peer's text only as a short, printable
-//! excerpt, and an error with its causes on one line.
+//! excerpt, an error with its causes on one line, and the URL a call went to.
 
 /// The most characters of a peer's text shown in an error.
 pub const EXCERPT_CHARS: usize = 100;
@@ -34,6 +34,20 @@ pub(super) fn causes(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// Joins a base URL and a path with exactly one slash.
+pub fn join_url(base: &str, path: &str) -> String {
+    JoinedUrl(base, path).to_string()
+}
+
+/// `path` under `base`, as [`join_url`] writes it, written only when shown.
+pub(super) struct JoinedUrl<'a>(pub(super) &'a str, pub(super) &'a str);
+
+impl std::fmt::Display for JoinedUrl<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.0.trim_end_matches('/'), self.1.trim_start_matches('/'))
+    }
 }
 
 #[cfg(test)]

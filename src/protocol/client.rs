@@ -273,8 +273,7 @@ impl Client {
                     reason: format!("{url}: the body cannot be written: {error}"),
                 }
             })?;
-            let body = written;
-            let request = keepalive::request(to, path, body, &self.access_token, app_name);
+            let request = keepalive::request(to, path, written, &self.access_token, app_name);
             let reply = match request {
                 Ok(request) => connections.send(to, request, MAX_REPLY_BYTES, self.timeout).await,
                 Err(failure) => Err(failure),

@@ -196,7 +196,7 @@ const ACCESS_TOKEN: HeaderName = HeaderName::from_static("xxl-job-access-token")
 const APP_NAME: HeaderName = HeaderName::from_static("xxl-job-appname");
 
 /// The `Host` of a request to `to`: `127.0.0.1:9999`, `[::1]:9999`. An IPv4 address is written
-/// digit by digit, which costs a tenth of its `Display` (the formatting machinery, once a call).
+/// digit by digit, without the formatting machinery that its `Display` goes through.
 fn host(to: SocketAddr) -> String {
     match to {
         SocketAddr::V4(v4) => {

@@ -173,11 +173,12 @@ async fn fire_in(
     Ok(all_fired)
 }
 
-/// [`move_fires`]'s statement of `shape` rows, with placeholders `p`. Each job is found by its
-/// id, one row of the values at a time: the values' columns are compared as expressions
-/// (`+ 0`), so that SQLite cannot index them: compared bare, from 64 rows SQLite indexed the
-/// values and read every running job (`storage::tests::plans`).
-pub(super) fn move_fires_sql(p: fn(usize) -> String, shape: usize) -> String {
+/// [`move_fires`]'s statement of `shape` rows, with placeholders `p`, returning the ids of the
+/// jobs it moved when `returning`. Each job is found by its id, one row of the values at a
+/// time: the values' columns are compared as expressions (`+ 0`), so that SQLite cannot index
+/// them: compared bare, from 64 rows SQLite indexed the values and read every running job
+/// (`storage::tests::plans`).
+pub(super) fn move_fires_sql(p: fn(usize) -> String, shape: usize, returning: bool) -> String {
     let values = (0..shape)
         .map(|row| {
             let cells = (2..=5).map(|n| super::typed(p, row * 4 + n, "bigint"));
@@ -191,8 +192,9 @@ pub(super) fn move_fires_sql(p: fn(usize) -> String, shape: usize) -> String {
             updated_at = case when v.column4 = 0 then {} else jobs.updated_at end
          from (values {values}) as v
          where jobs.id = v.column1 + 0 and jobs.running = 1 and jobs.next_fire_ms = v.column2 + 0
-         returning id",
-        p(1)
+         {}",
+        p(1),
+        if returning { "returning id" } else { "" }
     )
 }
 
@@ -219,9 +221,20 @@ async fn move_fires(
             .collect();
         return super::mysql_writes::move_fires(conn, &moves, now_ms).await;
     }
-    let sql = super::statement::shaped(exec, "move fires", shape, || {
-        move_fires_sql(exec.placeholder(), shape)
-    });
+    let p = exec.placeholder();
+    let returning = |exec: &Exec<'_>| {
+        super::statement::shaped(exec, "move fires", shape, || move_fires_sql(p, shape, true))
+    };
+    // On the SQLite writer's connection the moves are counted rather than returned: SQLite
+    // gathers a statement's returned rows in a temporary table, most of what returning a row
+    // costs, and a fire's jobs are all moved but when a pass raced another.
+    let counted = matches!(exec, Exec::Sqlite(_));
+    let sql = match counted {
+        true => super::statement::shaped(exec, "move fires, counted", shape, || {
+            move_fires_sql(p, shape, false)
+        }),
+        false => returning(exec),
+    };
     let mut statement = Statement::new(sql);
     statement.bind(now_ms);
     for fire in fires {
@@ -234,6 +247,33 @@ async fn move_fires(
     for _ in fires.len() * 4..shape * 4 {
         statement.bind(Arg::Int(None));
     }
+    if let Exec::Sqlite(conn) = exec {
+        if moved_all(conn, &statement, fires.len())? {
+            return Ok(fires.iter().map(|fire| fire.job_id).collect());
+        }
+        // Undone: run again, returning which jobs it moved.
+        statement.sql = returning(exec);
+    }
     let rows = exec.fetch_all(&statement).await?;
     rows.iter().map(|row| row.required_int("id")).collect()
+}
+
+/// Runs `statement`, a move of `fires` jobs returning nothing, in a savepoint of the SQLite
+/// writer's transaction: kept when it moved every job, undone when it moved fewer (and then
+/// nothing tells which it moved).
+fn moved_all(
+    conn: &mut rusqlite::Connection,
+    statement: &Statement<'_>,
+    fires: usize,
+) -> Result<bool> {
+    conn.prepare_cached("savepoint move_fires")?.execute([])?;
+    let moved =
+        conn.prepare_cached(&statement.sql)?.execute(rusqlite::params_from_iter(&statement.args));
+    let all = matches!(moved, Ok(count) if count == fires);
+    if !all {
+        conn.prepare_cached("rollback to move_fires")?.execute([])?;
+    }
+    conn.prepare_cached("release move_fires")?.execute([])?;
+    moved?;
+    Ok(all)
 }

@@ -10,7 +10,9 @@ use super::query::query;
 use super::reports::Deltas;
 use super::run_inserts::insert_run;
 pub(super) use super::runs::Update;
-use super::runs::{CHANGING, COLUMNS, Claim, NewRun, UNFINISHED, changed_run, run_from_row};
+use super::runs::{
+    CHANGING, COLUMNS, Claim, NewRun, UNFINISHED, changed_run, run_from_row, transitioned,
+};
 use super::statement::{Arg, Cells, Exec, Statement};
 use crate::model::RunRecord;
 
@@ -204,8 +206,14 @@ async fn update_rows(
         let rows = super::mysql_writes::update_runs(conn, updates).await?;
         return changed_rows(&rows, updates, deltas);
     }
+    if let Exec::Sqlite(conn) = exec
+        && shape == updates.len()
+        && let Some(runs) = counted_update(conn, updates, deltas)?
+    {
+        return Ok(runs);
+    }
     let sql = super::statement::shaped(exec, "update runs", shape, || {
-        update_runs_sql(exec.placeholder(), shape)
+        update_runs_sql(exec.placeholder(), shape, false)
     });
     let mut statement = Statement::new(sql);
     for update in updates {
@@ -220,22 +228,125 @@ async fn update_rows(
     changed_rows(&rows, updates, deltas)
 }
 
-/// [`update_rows`]'s statement of `shape` rows, with placeholders `p`. Each run is found by its
-/// id, one row of the values at a time: the values' columns are compared as expressions
-/// (`+ 0`, `|| ''`), so that SQLite cannot index them. Compared bare, from 256 rows on SQLite
-/// indexed the values and scanned every run kept instead, tens of milliseconds a statement at
-/// a few hundred thousand runs (`storage::tests::plans`).
-pub(super) fn update_runs_sql(p: fn(usize) -> String, shape: usize) -> String {
+/// Records `updates` as [`update_rows`] does, on the SQLite writer's connection, in a statement
+/// that returns nothing (SQLite gathers a statement's returned rows in a temporary table, most
+/// of what returning a row costs). Each row also compares the run's executor, hold and first
+/// claim with the run as read ([`COUNTED_PARAMS`]): the other columns that a transition may
+/// leave as they were change only with the run's state or its kill request, which every row
+/// compares and which never return to an earlier value. So when every run matched, each is as
+/// [`transitioned`] computes it; when one did not (or an update's compare is not the run as
+/// read), nothing tells which, and the statement is undone: `None`, for the caller to run the
+/// statement that returns the runs.
+fn counted_update(
+    conn: &mut rusqlite::Connection,
+    updates: &[Update<'_>],
+    deltas: &mut Deltas,
+) -> Result<Option<Vec<RunRecord>>> {
+    let as_read = |update: &Update<'_>| {
+        update.transition.from == update.run.state
+            && update.transition.kill_requested_before == update.run.kill_requested
+    };
+    if !updates.iter().all(as_read) {
+        return Ok(None);
+    }
+    let shape = updates.len();
+    let sql = super::statement::shaped_as("update runs, counted", shape, true, || {
+        update_runs_sql(|_| "?".to_owned(), shape, true)
+    });
+    let mut statement = Statement::new(sql);
+    for update in updates {
+        bind_update(&mut statement, update);
+        statement
+            .bind(update.run.executor_address.as_deref())
+            .bind(i64::from(update.run.held))
+            .bind(update.run.first_claimed_at_ms);
+    }
+    conn.prepare_cached("savepoint update_runs")?.execute([])?;
+    let updated =
+        conn.prepare_cached(&statement.sql)?.execute(rusqlite::params_from_iter(&statement.args));
+    let all = matches!(updated, Ok(count) if count == shape);
+    if !all {
+        conn.prepare_cached("rollback to update_runs")?.execute([])?;
+    }
+    conn.prepare_cached("release update_runs")?.execute([])?;
+    updated?;
+    if !all {
+        return Ok(None);
+    }
+    #[cfg(test)]
+    COUNTED_UPDATES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let runs: Vec<RunRecord> = updates.iter().map(transitioned).collect();
+    // A transition never leaves an ended state: each ended run here ended in this statement.
+    let ended: Vec<&RunRecord> = runs.iter().filter(|run| run.state.is_terminal()).collect();
+    if !ended.is_empty() {
+        let created = created_at(conn, ended.iter().map(|run| run.id))?;
+        let mut counted = Vec::with_capacity(ended.len());
+        for run in ended {
+            let Some(&created_at) = created.get(&run.id) else {
+                let message = format!("updated run {} has no created_at", run.id);
+                return Err(super::StorageError::Corrupt(message));
+            };
+            counted.push((created_at, run.state, run.job_id));
+        }
+        deltas.ended(counted);
+    }
+    Ok(Some(runs))
+}
+
+/// How many statements [`counted_update`] kept, for the tests to see that it did.
+#[cfg(test)]
+pub(super) static COUNTED_UPDATES: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// The `created_at` of runs `ids`, by id, on the SQLite writer's connection.
+fn created_at(
+    conn: &rusqlite::Connection,
+    ids: impl ExactSizeIterator<Item = i64>,
+) -> Result<HashMap<i64, i64>> {
+    let mut sql = String::from("select id, created_at from runs where id in (?");
+    sql.push_str(&", ?".repeat(ids.len().saturating_sub(1)));
+    sql.push(')');
+    let mut statement = conn.prepare_cached(&sql)?;
+    let rows = statement.query_map(rusqlite::params_from_iter(ids), |row| {
+        Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The arguments a row of [`counted_update`]'s statement has past [`UPDATE_PARAMS`]: the run's
+/// executor, hold and first claim as read.
+pub(super) const COUNTED_PARAMS: [&str; 3] = ["text", "bigint", "bigint"];
+
+/// [`update_rows`]'s statement of `shape` rows, with placeholders `p`, or when `counted`
+/// [`counted_update`]'s. Each run is found by its id, one row of the values at a time: the
+/// values' columns are compared as expressions (`+ 0`, `|| ''`), so that SQLite cannot index
+/// them. Compared bare, from 256 rows on SQLite indexed the values and scanned every run kept
+/// instead, tens of milliseconds a statement at a few hundred thousand runs
+/// (`storage::tests::plans`).
+pub(super) fn update_runs_sql(p: fn(usize) -> String, shape: usize, counted: bool) -> String {
+    let extra: &[&str] = if counted { &COUNTED_PARAMS } else { &[] };
+    let width = UPDATE_PARAMS + extra.len();
     let values = (0..shape)
         .map(|row| {
             let cells = TYPES
                 .iter()
+                .chain(extra)
                 .enumerate()
-                .map(|(column, kind)| super::typed(p, row * UPDATE_PARAMS + column + 1, kind));
+                .map(|(column, kind)| super::typed(p, row * width + column + 1, kind));
             format!("({})", cells.collect::<Vec<_>>().join(", "))
         })
         .collect::<Vec<_>>()
         .join(", ");
+    // 18 executor as read, 19 held as read, 20 first claim as read: compared as expressions
+    // too (`is` matches an executor read as none).
+    let (compare_read, returning) = match counted {
+        true => (
+            "and runs.executor_address is (v.column18 || '') and runs.held = v.column19 + 0
+            and runs.claimed_at = v.column20 + 0",
+            String::new(),
+        ),
+        false => ("", format!("returning {CHANGING}, created_at")),
+    };
     // v.column1 id, 2 to, 3 trigger code, 4 trigger msg, 5 executor, 6 dispatched at,
     // 7 deadline, 8 handle code, 9 handle msg, 10 now, 11 fuel used, 12 request kill,
     // 13 from, 14 lease owner ('' for none), 15 fence, 16 kill requested before, 17 started
@@ -258,7 +369,8 @@ pub(super) fn update_runs_sql(p: fn(usize) -> String, shape: usize) -> String {
          where runs.id = v.column1 + 0 and runs.state = v.column13 || ''
             and runs.kill_requested = v.column16 + 0
             and (v.column14 = '' or (runs.lease_owner = v.column14 and runs.fence = v.column15))
-         returning {CHANGING}, created_at"
+            {compare_read}
+         {returning}"
     )
 }
 

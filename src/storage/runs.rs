@@ -387,6 +387,40 @@ pub(super) fn changed_run(known: &RunRecord, row: &impl Cells) -> Result<RunReco
     })
 }
 
+/// Run `update.run` as `update` leaves it when it applies and the run's columns that it leaves
+/// as they were still hold what the caller read: the assignments of `update_runs_sql`
+/// (`run_writes.rs`), in Rust.
+pub(super) fn transitioned(update: &Update<'_>) -> RunRecord {
+    let transition = update.transition;
+    let mut run = update.run.clone();
+    run.state = transition.to;
+    if let Some(code) = transition.trigger_code {
+        run.trigger_code = code;
+    }
+    if let Some(message) = &transition.trigger_msg {
+        run.trigger_msg.clone_from(message);
+    }
+    if let Some(address) = &transition.executor_address {
+        run.executor_address = Some(address.clone());
+    }
+    if let Some((at_ms, _deadline)) = transition.dispatched {
+        run.dispatched_at_ms = at_ms;
+    }
+    if let Some((code, message)) = &transition.handle {
+        run.handle_code = *code;
+        run.handle_msg.clone_from(message);
+        run.handle_time_ms = update.now_ms;
+    }
+    if update.fuel_used.is_some() {
+        run.fuel_used = update.fuel_used;
+    }
+    run.kill_requested |= transition.request_kill;
+    if let Some(at_ms) = transition.started_at {
+        run.started_at_ms = at_ms;
+    }
+    run
+}
+
 /// A result code column, which fits an `i32`.
 fn code_column(row: &impl Cells, column: &str) -> Result<i32> {
     let value = row.required_int(column)?;

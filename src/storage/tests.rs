@@ -11,6 +11,7 @@ mod caps;
 mod contention;
 mod partitions;
 mod plans;
+mod transitions;
 mod workflows;
 
 use super::*;

@@ -14,8 +14,18 @@ async fn multi_row_updates_find_each_row_by_id_and_scan_no_table() {
     let shapes = (0..=10).map(|power| 1_usize << power);
     for (p, shape) in shapes.flat_map(|shape| [(bare, shape), (numbered, shape)]) {
         let statements = [
-            ("runs", run_writes::update_runs_sql(p, shape), shape * run_writes::UPDATE_PARAMS),
-            ("jobs", fires::move_fires_sql(p, shape), shape * 4 + 1),
+            (
+                "runs",
+                run_writes::update_runs_sql(p, shape, false),
+                shape * run_writes::UPDATE_PARAMS,
+            ),
+            (
+                "runs",
+                run_writes::update_runs_sql(p, shape, true),
+                shape * (run_writes::UPDATE_PARAMS + run_writes::COUNTED_PARAMS.len()),
+            ),
+            ("jobs", fires::move_fires_sql(p, shape, true), shape * 4 + 1),
+            ("jobs", fires::move_fires_sql(p, shape, false), shape * 4 + 1),
         ];
         for (table, sql, args) in statements {
             let plan = sqlite_plan(&db, &sql, args).await;

@@ -267,8 +267,9 @@ fn moved_all(
     fires: usize,
 ) -> Result<bool> {
     conn.prepare_cached("savepoint move_fires")?.execute([])?;
-    let moved =
-        conn.prepare_cached(&statement.sql)?.execute(rusqlite::params_from_iter(&statement.args));
+    let moved = conn
+        .prepare_cached(&statement.sql)
+        .and_then(|mut prepared| prepared.execute(rusqlite::params_from_iter(&statement.args)));
     let all = matches!(moved, Ok(count) if count == fires);
     if !all {
         conn.prepare_cached("rollback to move_fires")?.execute([])?;

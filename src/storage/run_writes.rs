@@ -262,8 +262,9 @@ fn counted_update(
             .bind(update.run.first_claimed_at_ms);
     }
     conn.prepare_cached("savepoint update_runs")?.execute([])?;
-    let updated =
-        conn.prepare_cached(&statement.sql)?.execute(rusqlite::params_from_iter(&statement.args));
+    let updated = conn
+        .prepare_cached(&statement.sql)
+        .and_then(|mut prepared| prepared.execute(rusqlite::params_from_iter(&statement.args)));
     let all = matches!(updated, Ok(count) if count == shape);
     if !all {
         conn.prepare_cached("rollback to update_runs")?.execute([])?;

@@ -225,9 +225,8 @@ async fn move_fires(
     let returning = |exec: &Exec<'_>| {
         super::statement::shaped(exec, "move fires", shape, || move_fires_sql(p, shape, true))
     };
-    // On the SQLite writer's connection the moves are counted rather than returned: SQLite
-    // gathers a statement's returned rows in a temporary table, most of what returning a row
-    // costs, and a fire's jobs are all moved but when a pass raced another.
+    // On the SQLite writer's connection the moves are counted rather than returned
+    // (`sqlite_writer::changed_all`): a fire's jobs all move but when a pass raced another.
     let counted = matches!(exec, Exec::Sqlite(_));
     let sql = match counted {
         true => super::statement::shaped(exec, "move fires, counted", shape, || {
@@ -248,7 +247,7 @@ async fn move_fires(
         statement.bind(Arg::Int(None));
     }
     if let Exec::Sqlite(conn) = exec {
-        if moved_all(conn, &statement, fires.len())? {
+        if sqlite_writer::changed_all(conn, &statement, fires.len())? {
             return Ok(fires.iter().map(|fire| fire.job_id).collect());
         }
         // Undone: run again, returning which jobs it moved.
@@ -256,25 +255,4 @@ async fn move_fires(
     }
     let rows = exec.fetch_all(&statement).await?;
     rows.iter().map(|row| row.required_int("id")).collect()
-}
-
-/// Runs `statement`, a move of `fires` jobs returning nothing, in a savepoint of the SQLite
-/// writer's transaction: kept when it moved every job, undone when it moved fewer (and then
-/// nothing tells which it moved).
-fn moved_all(
-    conn: &mut rusqlite::Connection,
-    statement: &Statement<'_>,
-    fires: usize,
-) -> Result<bool> {
-    conn.prepare_cached("savepoint move_fires")?.execute([])?;
-    let moved = conn
-        .prepare_cached(&statement.sql)
-        .and_then(|mut prepared| prepared.execute(rusqlite::params_from_iter(&statement.args)));
-    let all = matches!(moved, Ok(count) if count == fires);
-    if !all {
-        conn.prepare_cached("rollback to move_fires")?.execute([])?;
-    }
-    conn.prepare_cached("release move_fires")?.execute([])?;
-    moved?;
-    Ok(all)
 }

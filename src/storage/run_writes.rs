@@ -229,8 +229,7 @@ async fn update_rows(
 }
 
 /// Records `updates` as [`update_rows`] does, on the SQLite writer's connection, in a statement
-/// that returns nothing (SQLite gathers a statement's returned rows in a temporary table, most
-/// of what returning a row costs). Each row also compares the run's executor, hold and first
+/// that returns nothing ([`changed_all`](super::sqlite_writer::changed_all)). Each row also compares the run's executor, hold and first
 /// claim with the run as read ([`COUNTED_PARAMS`]): the other columns that a transition may
 /// leave as they were change only with the run's state or its kill request, which every row
 /// compares and which never return to an earlier value. So when every run matched, each is as
@@ -261,17 +260,7 @@ fn counted_update(
             .bind(i64::from(update.run.held))
             .bind(update.run.first_claimed_at_ms);
     }
-    conn.prepare_cached("savepoint update_runs")?.execute([])?;
-    let updated = conn
-        .prepare_cached(&statement.sql)
-        .and_then(|mut prepared| prepared.execute(rusqlite::params_from_iter(&statement.args)));
-    let all = matches!(updated, Ok(count) if count == shape);
-    if !all {
-        conn.prepare_cached("rollback to update_runs")?.execute([])?;
-    }
-    conn.prepare_cached("release update_runs")?.execute([])?;
-    updated?;
-    if !all {
+    if !super::sqlite_writer::changed_all(conn, &statement, shape)? {
         return Ok(None);
     }
     #[cfg(test)]

@@ -130,6 +130,29 @@ pub(super) fn ready<T>(future: impl std::future::Future<Output = Result<T>>) -> 
     }
 }
 
+/// Runs `statement`, which returns nothing, in a savepoint of the transaction on `conn`: kept
+/// when it changed `rows` rows, undone when it changed fewer (or failed). Whether it was kept.
+/// SQLite gathers the rows a statement returns in a temporary table, most of what returning a
+/// row costs; a statement whose rows are known when each matched runs so, and runs again
+/// returning them when one did not.
+pub(super) fn changed_all(
+    conn: &mut Connection,
+    statement: &Statement<'_>,
+    rows: usize,
+) -> Result<bool> {
+    conn.prepare_cached("savepoint counted")?.execute([])?;
+    let changed = conn
+        .prepare_cached(&statement.sql)
+        .and_then(|mut prepared| prepared.execute(rusqlite::params_from_iter(&statement.args)));
+    let all = matches!(changed, Ok(count) if count == rows);
+    if !all {
+        conn.prepare_cached("rollback to counted")?.execute([])?;
+    }
+    conn.prepare_cached("release counted")?.execute([])?;
+    changed?;
+    Ok(all)
+}
+
 /// Runs a transaction on `conn`: `work` between `begin immediate` and `commit`, rolled back
 /// when it fails.
 pub(super) fn transaction<T>(

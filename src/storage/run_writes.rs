@@ -2,6 +2,7 @@
 //! targets and transitions as updates, many rows to a statement. New runs are `run_inserts.rs`.
 
 use foldhash::HashMap;
+use std::sync::Arc;
 
 use sqlx::{AnyConnection, Row};
 
@@ -206,11 +207,15 @@ async fn update_rows(
         let rows = super::mysql_writes::update_runs(conn, updates).await?;
         return changed_rows(&rows, updates, deltas);
     }
-    if let Exec::Sqlite(conn) = exec
-        && shape == updates.len()
-        && let Some(runs) = counted_update(conn, updates, deltas)?
-    {
-        return Ok(runs);
+    if matches!(exec, Exec::Sqlite(_)) && shape == updates.len() {
+        let counted = super::statement::shaped(exec, "update runs, counted", shape, || {
+            update_runs_sql(exec.placeholder(), shape, true)
+        });
+        if let Exec::Sqlite(conn) = exec
+            && let Some(runs) = counted_update(conn, counted, updates, deltas)?
+        {
+            return Ok(runs);
+        }
     }
     let sql = super::statement::shaped(exec, "update runs", shape, || {
         update_runs_sql(exec.placeholder(), shape, false)
@@ -228,16 +233,18 @@ async fn update_rows(
     changed_rows(&rows, updates, deltas)
 }
 
-/// Records `updates` as [`update_rows`] does, on the SQLite writer's connection, in a statement
-/// that returns nothing ([`changed_all`](super::sqlite_writer::changed_all)). Each row also compares the run's executor, hold and first
-/// claim with the run as read ([`COUNTED_PARAMS`]): the other columns that a transition may
-/// leave as they were change only with the run's state or its kill request, which every row
-/// compares and which never return to an earlier value. So when every run matched, each is as
-/// [`transitioned`] computes it; when one did not (or an update's compare is not the run as
-/// read), nothing tells which, and the statement is undone: `None`, for the caller to run the
-/// statement that returns the runs.
+/// Records `updates` as [`update_rows`] does, on the SQLite writer's connection, in `sql` (the
+/// statement of [`update_runs_sql`] that returns nothing, run by
+/// [`changed_all`](super::sqlite_writer::changed_all)). Each row also compares the run's
+/// executor, hold and first claim with the run as read ([`COUNTED_PARAMS`]): the other columns
+/// that a transition may leave as they were change only with the run's state or its kill
+/// request, which every row compares and which never return to an earlier value. So when every
+/// run matched, each is as [`transitioned`] computes it; when one did not (or an update's
+/// compare is not the run as read), nothing tells which, and the statement is undone: `None`,
+/// for the caller to run the statement that returns the runs.
 fn counted_update(
     conn: &mut rusqlite::Connection,
+    sql: Arc<str>,
     updates: &[Update<'_>],
     deltas: &mut Deltas,
 ) -> Result<Option<Vec<RunRecord>>> {
@@ -248,10 +255,6 @@ fn counted_update(
     if !updates.iter().all(as_read) {
         return Ok(None);
     }
-    let shape = updates.len();
-    let sql = super::statement::shaped_as("update runs, counted", shape, true, || {
-        update_runs_sql(|_| "?".to_owned(), shape, true)
-    });
     let mut statement = Statement::new(sql);
     for update in updates {
         bind_update(&mut statement, update);
@@ -260,7 +263,7 @@ fn counted_update(
             .bind(i64::from(update.run.held))
             .bind(update.run.first_claimed_at_ms);
     }
-    if !super::sqlite_writer::changed_all(conn, &statement, shape)? {
+    if !super::sqlite_writer::changed_all(conn, &statement, updates.len())? {
         return Ok(None);
     }
     #[cfg(test)]

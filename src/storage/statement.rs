@@ -93,19 +93,9 @@ pub(super) fn shaped(
     rows: usize,
     build: impl FnOnce() -> String,
 ) -> Arc<str> {
-    shaped_as(name, rows, exec.placeholder()(1) == "?", build)
-}
-
-/// [`shaped`], for placeholders that are bare (`?`) or not.
-pub(super) fn shaped_as(
-    name: &'static str,
-    rows: usize,
-    bare: bool,
-    build: impl FnOnce() -> String,
-) -> Arc<str> {
     type Shapes = HashMap<(&'static str, usize, bool), Arc<str>>;
     static SHAPES: LazyLock<Mutex<Shapes>> = LazyLock::new(Mutex::default);
-    let key = (name, rows, bare);
+    let key = (name, rows, exec.placeholder()(1) == "?");
     let cached = SHAPES.lock().ok().and_then(|shapes| shapes.get(&key).cloned());
     if let Some(text) = cached {
         return text;

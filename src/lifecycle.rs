@@ -24,7 +24,7 @@
 //! an event happens (the dispatcher, the sweep and the executor API do).
 #![warn(missing_docs)]
 
-use crate::model::{RunState, TriggerType, code};
+use crate::model::{RunRecord, RunState, TriggerType, code};
 
 pub mod caps;
 pub mod retry;
@@ -101,6 +101,19 @@ pub struct RunFacts {
     pub trigger_type: TriggerType,
     /// Whether it belongs to a schedule fire (a fire's run, or a retry of one).
     pub from_fire: bool,
+}
+
+impl RunFacts {
+    /// The facts of `run` as it was read.
+    pub fn of(run: &RunRecord) -> RunFacts {
+        RunFacts {
+            state: run.state,
+            attempt: run.attempt,
+            kill_requested: run.kill_requested,
+            trigger_type: run.trigger_type,
+            from_fire: run.fire_time_ms.is_some(),
+        }
+    }
 }
 
 /// What the transition needs to know about the run's job (`None` when the job was deleted).

@@ -77,13 +77,7 @@ impl Dispatcher {
                 Some(job) => job,
                 None => self.inner.cache.job(run.job_id).await?,
             };
-            let facts = RunFacts {
-                state: run.state,
-                attempt: run.attempt,
-                kill_requested: run.kill_requested,
-                trigger_type: run.trigger_type,
-                from_fire: run.fire_time_ms.is_some(),
-            };
+            let facts = RunFacts::of(&run);
             let job_facts = job.as_ref().map(|job| JobFacts {
                 retry_count: job.spec.retry_count,
                 has_children: !job.spec.child_job_ids.is_empty(),

@@ -8,14 +8,7 @@ use super::*;
 /// The transition of `event` for `run` as read, as the dispatcher computes it (no job: no
 /// retry, alarm or child, so the group commit records it with the batch's other updates).
 fn transition_of(run: &RunRecord, event: &Event) -> Transition {
-    let facts = RunFacts {
-        state: run.state,
-        attempt: run.attempt,
-        kill_requested: run.kill_requested,
-        trigger_type: run.trigger_type,
-        from_fire: run.fire_time_ms.is_some(),
-    };
-    lifecycle::transition(&facts, None, event).unwrap()
+    lifecycle::transition(&RunFacts::of(run), None, event).unwrap()
 }
 
 fn apply(run: &RunRecord, event: Event, lease: Option<(&str, i64)>, now_ms: i64) -> batch::Write {

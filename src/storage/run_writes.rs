@@ -2,7 +2,7 @@
 //! targets and transitions as updates, many rows to a statement. New runs are `run_inserts.rs`.
 
 use foldhash::HashMap;
-use std::sync::Arc;
+use std::borrow::Cow;
 
 use sqlx::{AnyConnection, Row};
 
@@ -185,8 +185,16 @@ pub(super) async fn update_many_with(
     deltas: &mut Deltas,
 ) -> Result<Vec<RunRecord>> {
     let mut updated = Vec::with_capacity(updates.len());
-    let mut rest = updates;
-    for (rows, shape) in super::statement_shapes(updates.len(), MAX_UPDATE_ROWS, exec.pads()) {
+    let returned: Cow<'_, [Update<'_>]> = match exec {
+        Exec::Sqlite(conn) => {
+            let (counted, rest) = counted_updates(conn, updates, deltas)?;
+            updated.extend(counted);
+            Cow::Owned(rest)
+        }
+        Exec::Sqlx(_) => Cow::Borrowed(updates),
+    };
+    let mut rest = &returned[..];
+    for (rows, shape) in super::statement_shapes(rest.len(), MAX_UPDATE_ROWS, exec.pads()) {
         updated.extend(update_rows(exec, &rest[..rows], shape, deltas).await?);
         rest = &rest[rows..];
     }
@@ -194,7 +202,7 @@ pub(super) async fn update_many_with(
 }
 
 /// Records `updates` in one statement of `shape` rows, the rows past theirs padding (all
-/// null, so that no run matches them).
+/// null, so that no run matches them), returning the runs it changed.
 async fn update_rows(
     exec: &mut Exec<'_>,
     updates: &[Update<'_>],
@@ -207,18 +215,8 @@ async fn update_rows(
         let rows = super::mysql_writes::update_runs(conn, updates).await?;
         return changed_rows(&rows, updates, deltas);
     }
-    if matches!(exec, Exec::Sqlite(_)) && shape == updates.len() {
-        let counted = super::statement::shaped(exec, "update runs, counted", shape, || {
-            update_runs_sql(exec.placeholder(), shape, true)
-        });
-        if let Exec::Sqlite(conn) = exec
-            && let Some(runs) = counted_update(conn, counted, updates, deltas)?
-        {
-            return Ok(runs);
-        }
-    }
     let sql = super::statement::shaped(exec, "update runs", shape, || {
-        update_runs_sql(exec.placeholder(), shape, false)
+        update_runs_sql(exec.placeholder(), shape)
     });
     let mut statement = Statement::new(sql);
     for update in updates {
@@ -233,43 +231,50 @@ async fn update_rows(
     changed_rows(&rows, updates, deltas)
 }
 
-/// Records `updates` as [`update_rows`] does, on the SQLite writer's connection, in `sql` (the
-/// statement of [`update_runs_sql`] that returns nothing, run by
-/// [`changed_all`](super::sqlite_writer::changed_all)). Each row also compares the run's
-/// executor, hold and first claim with the run as read ([`COUNTED_PARAMS`]): the other columns
-/// that a transition may leave as they were change only with the run's state or its kill
-/// request, which every row compares and which never return to an earlier value. So when every
-/// run matched, each is as [`transitioned`] computes it; when one did not (or an update's
-/// compare is not the run as read), nothing tells which, and the statement is undone: `None`,
-/// for the caller to run the statement that returns the runs.
-fn counted_update(
+/// Records `updates` on the SQLite writer's connection one run at a time, in the statement of
+/// [`update_run_sql`], which returns nothing: SQLite gathers the rows a statement returns in a
+/// temporary table, and an update joined to a list of values gathers the joined rows in another,
+/// most of what a run's update cost in one statement for many. The runs it changed, and the
+/// updates it left to the statement that returns them.
+///
+/// Each row also compares the run's executor, hold and first claim with the run as read
+/// ([`COUNTED_PARAMS`]): the other columns that a transition may leave as they were change only
+/// with the run's state or its kill request, which every row compares and which never return
+/// to an earlier value. So a run it changed is as [`transitioned`] computes it. An update whose
+/// compare is not the run as read, or that changed nothing (the run changed since it was read,
+/// or its transition no longer applies), is left to the statement that returns what it changed.
+fn counted_updates<'a>(
     conn: &mut rusqlite::Connection,
-    sql: Arc<str>,
-    updates: &[Update<'_>],
+    updates: &[Update<'a>],
     deltas: &mut Deltas,
-) -> Result<Option<Vec<RunRecord>>> {
+) -> Result<(Vec<RunRecord>, Vec<Update<'a>>)> {
     let as_read = |update: &Update<'_>| {
         update.transition.from == update.run.state
             && update.transition.kill_requested_before == update.run.kill_requested
     };
-    if !updates.iter().all(as_read) {
-        return Ok(None);
-    }
-    let mut statement = Statement::new(sql);
+    let mut update_run = conn.prepare_cached(update_run_sql())?;
+    let (mut runs, mut rest) = (Vec::with_capacity(updates.len()), Vec::new());
+    let args = Vec::with_capacity(UPDATE_PARAMS + COUNTED_PARAMS);
+    let mut statement = Statement { sql: update_run_sql().into(), args };
     for update in updates {
+        if !as_read(update) {
+            rest.push(*update);
+            continue;
+        }
+        statement.args.clear();
         bind_update(&mut statement, update);
         statement
             .bind(update.run.executor_address.as_deref())
             .bind(i64::from(update.run.held))
             .bind(update.run.first_claimed_at_ms);
+        if update_run.execute(rusqlite::params_from_iter(&statement.args))? == 0 {
+            rest.push(*update);
+            continue;
+        }
+        runs.push(transitioned(update));
     }
-    if !super::sqlite_writer::changed_all(conn, &statement, updates.len())? {
-        return Ok(None);
-    }
-    #[cfg(test)]
-    COUNTED_UPDATES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let runs: Vec<RunRecord> = updates.iter().map(transitioned).collect();
-    // A transition never leaves an ended state: each ended run here ended in this statement.
+    drop(update_run);
+    // A transition never leaves an ended state: each ended run here ended in its statement.
     let ended: Vec<&RunRecord> = runs.iter().filter(|run| run.state.is_terminal()).collect();
     if !ended.is_empty() {
         let created = created_at(conn, ended.iter().map(|run| run.id))?;
@@ -283,87 +288,124 @@ fn counted_update(
         }
         deltas.ended(counted);
     }
-    Ok(Some(runs))
+    #[cfg(test)]
+    COUNTED_UPDATES.fetch_add(runs.len(), std::sync::atomic::Ordering::Relaxed);
+    Ok((runs, rest))
 }
 
-/// How many statements [`counted_update`] kept, for the tests to see that it did.
+/// How many runs [`counted_updates`] changed, for the tests to see that it did.
 #[cfg(test)]
 pub(super) static COUNTED_UPDATES: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
 
-/// The `created_at` of runs `ids`, by id, on the SQLite writer's connection.
+/// The `created_at` of runs `ids`, by id, on the SQLite writer's connection: 512 runs to a
+/// statement, the list padded with nulls to a power of two so that its prepared statement is
+/// kept (one for each number of runs was one to prepare at almost every batch).
 fn created_at(
     conn: &rusqlite::Connection,
-    ids: impl ExactSizeIterator<Item = i64>,
+    ids: impl Iterator<Item = i64>,
 ) -> Result<HashMap<i64, i64>> {
-    let mut sql = String::from("select id, created_at from runs where id in (?");
-    sql.push_str(&", ?".repeat(ids.len().saturating_sub(1)));
-    sql.push(')');
-    let mut statement = conn.prepare_cached(&sql)?;
-    let rows = statement.query_map(rusqlite::params_from_iter(ids), |row| {
-        Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?))
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    let ids: Vec<i64> = ids.collect();
+    let mut created = HashMap::default();
+    for chunk in ids.chunks(512) {
+        let shape = chunk.len().next_power_of_two();
+        let mut sql = String::from("select id, created_at from runs where id in (?");
+        sql.push_str(&", ?".repeat(shape - 1));
+        sql.push(')');
+        let mut statement = conn.prepare_cached(&sql)?;
+        let padding = std::iter::repeat_n(None, shape - chunk.len());
+        let padded = chunk.iter().map(|&id| Some(id)).chain(padding);
+        let rows = statement.query_map(rusqlite::params_from_iter(padded), |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?))
+        })?;
+        for row in rows {
+            let (id, created_at) = row?;
+            created.insert(id, created_at);
+        }
+    }
+    Ok(created)
 }
 
-/// The arguments a row of [`counted_update`]'s statement has past [`UPDATE_PARAMS`]: the run's
-/// executor, hold and first claim as read.
-pub(super) const COUNTED_PARAMS: [&str; 3] = ["text", "bigint", "bigint"];
+/// The arguments of [`update_run_sql`] past [`UPDATE_PARAMS`]: the run's executor, hold and
+/// first claim as read.
+pub(super) const COUNTED_PARAMS: usize = 3;
 
-/// [`update_rows`]'s statement of `shape` rows, with placeholders `p`, or when `counted`
-/// [`counted_update`]'s. Each run is found by its id, one row of the values at a time: the
-/// values' columns are compared as expressions (`+ 0`, `|| ''`), so that SQLite cannot index
-/// them. Compared bare, from 256 rows on SQLite indexed the values and scanned every run kept
-/// instead, tens of milliseconds a statement at a few hundred thousand runs
-/// (`storage::tests::plans`).
-pub(super) fn update_runs_sql(p: fn(usize) -> String, shape: usize, counted: bool) -> String {
-    let extra: &[&str] = if counted { &COUNTED_PARAMS } else { &[] };
-    let width = UPDATE_PARAMS + extra.len();
+/// [`update_rows`]'s statement of `shape` rows, with placeholders `p`. Each run is found by its
+/// id, one row of the values at a time: the values' columns are compared as expressions
+/// (`+ 0`, `|| ''`), so that SQLite cannot index them. Compared bare, from 256 rows on SQLite
+/// indexed the values and scanned every run kept instead, tens of milliseconds a statement at a
+/// few hundred thousand runs (`storage::tests::plans`).
+pub(super) fn update_runs_sql(p: fn(usize) -> String, shape: usize) -> String {
     let values = (0..shape)
         .map(|row| {
             let cells = TYPES
                 .iter()
-                .chain(extra)
                 .enumerate()
-                .map(|(column, kind)| super::typed(p, row * width + column + 1, kind));
+                .map(|(column, kind)| super::typed(p, row * UPDATE_PARAMS + column + 1, kind));
             format!("({})", cells.collect::<Vec<_>>().join(", "))
         })
         .collect::<Vec<_>>()
         .join(", ");
-    // 18 executor as read, 19 held as read, 20 first claim as read: compared as expressions
-    // too (`is` matches an executor read as none).
-    let (compare_read, returning) = match counted {
-        true => (
-            "and runs.executor_address is (v.column18 || '') and runs.held = v.column19 + 0
-            and runs.claimed_at = v.column20 + 0",
-            String::new(),
-        ),
-        false => ("", format!("returning {CHANGING}, created_at")),
-    };
-    // v.column1 id, 2 to, 3 trigger code, 4 trigger msg, 5 executor, 6 dispatched at,
-    // 7 deadline, 8 handle code, 9 handle msg, 10 now, 11 fuel used, 12 request kill,
-    // 13 from, 14 lease owner ('' for none), 15 fence, 16 kill requested before, 17 started
-    // at.
+    let from = format!("from (values {values}) as v");
+    let returning = format!("returning {CHANGING}, created_at");
+    update_sql(|n| format!("v.column{n}"), &from, "", &returning)
+}
+
+/// [`counted_updates`]'s statement, of one run, on SQLite: [`update_runs_sql`]'s arguments for
+/// one row (`?1` to `?17`), then the run's executor (`?18`), hold (`?19`) and first claim (`?20`)
+/// as read, also compared (`is` matches an executor read as none).
+pub(super) fn update_run_sql() -> &'static str {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let read = "and runs.executor_address is ?18 and runs.held = ?19 and runs.claimed_at = ?20";
+        update_sql(|n| format!("?{n}"), "", read, "")
+    });
+    &SQL
+}
+
+/// The update of a run's transition, its arguments' `n`th read as `value(n)`: 1 id, 2 to,
+/// 3 trigger code, 4 trigger msg, 5 executor, 6 dispatched at, 7 deadline, 8 handle code,
+/// 9 handle msg, 10 now, 11 fuel used, 12 request kill, 13 from, 14 lease owner ('' for none),
+/// 15 fence, 16 kill requested before, 17 started at; `from` the list they come from, `and`
+/// more of the compare.
+fn update_sql(value: impl Fn(usize) -> String, from: &str, and: &str, returning: &str) -> String {
+    let v = value;
     format!(
-        "update runs set state = v.column2,
-            trigger_code = coalesce(v.column3, runs.trigger_code),
-            trigger_msg = coalesce(v.column4, runs.trigger_msg),
-            executor_address = coalesce(v.column5, runs.executor_address),
-            dispatched_at = coalesce(v.column6, runs.dispatched_at),
-            deadline = coalesce(v.column7, runs.deadline),
-            handle_code = coalesce(v.column8, runs.handle_code),
-            handle_msg = coalesce(v.column9, runs.handle_msg),
-            handle_time = case when v.column8 is null then runs.handle_time else v.column10 end,
-            fuel_used = coalesce(v.column11, runs.fuel_used),
-            kill_requested = case when v.column12 = 1 then 1 else runs.kill_requested end,
-            lease_owner = case when v.column2 = 'dispatching' then runs.lease_owner else null end,
-            started_at = coalesce(v.column17, runs.started_at)
-         from (values {values}) as v
-         where runs.id = v.column1 + 0 and runs.state = v.column13 || ''
-            and runs.kill_requested = v.column16 + 0
-            and (v.column14 = '' or (runs.lease_owner = v.column14 and runs.fence = v.column15))
-            {compare_read}
-         {returning}"
+        "update runs set state = {v2},
+            trigger_code = coalesce({v3}, runs.trigger_code),
+            trigger_msg = coalesce({v4}, runs.trigger_msg),
+            executor_address = coalesce({v5}, runs.executor_address),
+            dispatched_at = coalesce({v6}, runs.dispatched_at),
+            deadline = coalesce({v7}, runs.deadline),
+            handle_code = coalesce({v8}, runs.handle_code),
+            handle_msg = coalesce({v9}, runs.handle_msg),
+            handle_time = case when {v8} is null then runs.handle_time else {v10} end,
+            fuel_used = coalesce({v11}, runs.fuel_used),
+            kill_requested = case when {v12} = 1 then 1 else runs.kill_requested end,
+            lease_owner = case when {v2} = 'dispatching' then runs.lease_owner else null end,
+            started_at = coalesce({v17}, runs.started_at)
+         {from}
+         where runs.id = {v1} + 0 and runs.state = {v13} || ''
+            and runs.kill_requested = {v16} + 0
+            and ({v14} = '' or (runs.lease_owner = {v14} and runs.fence = {v15}))
+            {and}
+         {returning}",
+        v1 = v(1),
+        v2 = v(2),
+        v3 = v(3),
+        v4 = v(4),
+        v5 = v(5),
+        v6 = v(6),
+        v7 = v(7),
+        v8 = v(8),
+        v9 = v(9),
+        v10 = v(10),
+        v11 = v(11),
+        v12 = v(12),
+        v13 = v(13),
+        v14 = v(14),
+        v15 = v(15),
+        v16 = v(16),
+        v17 = v(17),
     )
 }
 

@@ -168,7 +168,7 @@ pub struct RunPage {
 }
 
 impl Db {
-    /// The runs among `ids` that exist, in no particular order (one query per 500 ids). On
+    /// The runs among `ids` that exist, in no particular order (one query per 512 ids). On
     /// SQLite a results batch reads the runs it is about to end on the group commit's
     /// connection, which just wrote them (`Db::select_by_ids`).
     pub async fn get_runs(&self, ids: &[i64]) -> Result<Vec<RunRecord>> {
@@ -388,7 +388,7 @@ pub(super) fn changed_run(known: &RunRecord, row: &impl Cells) -> Result<RunReco
 }
 
 /// Run `update.run` as `update` leaves it when it applies and the run's columns that it leaves
-/// as they were still hold what the caller read: the assignments of `update_runs_sql`
+/// as they were still hold what the caller read: the assignments of `update_sql`
 /// (`run_writes.rs`), in Rust.
 pub(super) fn transitioned(update: &Update<'_>) -> RunRecord {
     let transition = update.transition;

@@ -432,33 +432,15 @@ fn redact(url: &str) -> String {
 }
 
 impl Db {
-    /// The rows `select` (`select … from table`) reads for `ids`, one query per 512 ids. On
-    /// SQLite the group commit's connection answers, between two commits, in one call to its
-    /// thread: the rows hot paths read by id were just written there and its cache still holds
-    /// them (a reader's starts cold after every commit), and it reads a row for a fraction of
-    /// what sqlx's `Any` row costs.
-    ///
-    /// The list of ids is padded with nulls, which match no row, to a power of two: a query's
-    /// prepared statement is kept for its text, and a text for each number of ids was a new
-    /// statement to prepare at almost every read.
+    /// The rows `select` (`select … from table`) reads for `ids`, one query per [`BY_IDS`] ids
+    /// ([`by_ids`]). On SQLite the group commit's connection answers, between two commits, in
+    /// one call to its thread: the rows hot paths read by id were just written there and its
+    /// cache still holds them (a reader's starts cold after every commit), and it reads a row
+    /// for a fraction of what sqlx's `Any` row costs.
     async fn select_by_ids(&self, select: &str, ids: &[i64]) -> Result<Vec<statement::Row>> {
-        let statement = |chunk: &[i64], placeholder: fn(usize) -> String| {
-            let shape = chunk.len().next_power_of_two();
-            let placeholders: Vec<String> = (1..=shape).map(placeholder).collect();
-            let mut statement = statement::Statement::new(format!(
-                "{select} where id in ({})",
-                placeholders.join(", ")
-            ));
-            for id in chunk {
-                statement.bind(*id);
-            }
-            for _ in chunk.len()..shape {
-                statement.bind(None::<i64>);
-            }
-            statement
-        };
+        let statement = |chunk: &[i64], placeholder| by_ids(select, chunk, placeholder);
         let mut rows = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(512) {
+        for chunk in ids.chunks(BY_IDS) {
             match &self.sqlite_writer {
                 Some(writer) => {
                     rows.extend(writer.fetch_all(statement(chunk, |_| "?".to_owned())).await?)
@@ -472,6 +454,31 @@ impl Db {
         }
         Ok(rows)
     }
+}
+
+/// The most ids one read by id ([`by_ids`]) reads.
+const BY_IDS: usize = 512;
+
+/// `select` (`select … from table`) of the rows of `chunk`'s ids (at most [`BY_IDS`]), with
+/// placeholders `placeholder`. The list of ids is padded with nulls, which match no row, to a
+/// power of two: a query's prepared statement is kept for its text, and a text for each number
+/// of ids was a new statement to prepare at almost every read.
+fn by_ids(
+    select: &str,
+    chunk: &[i64],
+    placeholder: fn(usize) -> String,
+) -> statement::Statement<'static> {
+    let shape = chunk.len().next_power_of_two();
+    let placeholders: Vec<String> = (1..=shape).map(placeholder).collect();
+    let mut statement =
+        statement::Statement::new(format!("{select} where id in ({})", placeholders.join(", ")));
+    for id in chunk {
+        statement.bind(*id);
+    }
+    for _ in chunk.len()..shape {
+        statement.bind(None::<i64>);
+    }
+    statement
 }
 
 /// Reads a column holding one of the `model` strategy enums.

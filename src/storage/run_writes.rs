@@ -1,5 +1,6 @@
 //! What a group commit (`batch`) runs for the run lifecycle's changes: claims, lease renewals,
-//! targets and transitions as updates, many rows to a statement. New runs are `run_inserts.rs`.
+//! targets and transitions as updates, many rows to a statement (on SQLite, transitions one run
+//! to a statement, [`counted_updates`]). New runs are `run_inserts.rs`.
 
 use foldhash::HashMap;
 use std::borrow::Cow;
@@ -298,29 +299,19 @@ fn counted_updates<'a>(
 pub(super) static COUNTED_UPDATES: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
 
-/// The `created_at` of runs `ids`, by id, on the SQLite writer's connection: 512 runs to a
-/// statement, the list padded with nulls to a power of two so that its prepared statement is
-/// kept (one for each number of runs was one to prepare at almost every batch).
+/// The `created_at` of runs `ids`, by id, on the SQLite writer's connection, read as the hot
+/// paths read rows by id (`storage::by_ids`).
 fn created_at(
-    conn: &rusqlite::Connection,
+    conn: &mut rusqlite::Connection,
     ids: impl Iterator<Item = i64>,
 ) -> Result<HashMap<i64, i64>> {
     let ids: Vec<i64> = ids.collect();
     let mut created = HashMap::default();
-    for chunk in ids.chunks(512) {
-        let shape = chunk.len().next_power_of_two();
-        let mut sql = String::from("select id, created_at from runs where id in (?");
-        sql.push_str(&", ?".repeat(shape - 1));
-        sql.push(')');
-        let mut statement = conn.prepare_cached(&sql)?;
-        let padding = std::iter::repeat_n(None, shape - chunk.len());
-        let padded = chunk.iter().map(|&id| Some(id)).chain(padding);
-        let rows = statement.query_map(rusqlite::params_from_iter(padded), |row| {
-            Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?))
-        })?;
+    for chunk in ids.chunks(super::BY_IDS) {
+        let statement = super::by_ids("select id, created_at from runs", chunk, |_| "?".to_owned());
+        let rows = super::sqlite_writer::ready(Exec::Sqlite(conn).fetch_all(&statement))?;
         for row in rows {
-            let (id, created_at) = row?;
-            created.insert(id, created_at);
+            created.insert(row.required_int("id")?, row.required_int("created_at")?);
         }
     }
     Ok(created)

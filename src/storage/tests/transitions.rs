@@ -1,5 +1,6 @@
-//! A transition answers its run exactly as stored, whether the group commit counted the rows it
-//! changed (on SQLite, when every run was still as its caller read it) or had them returned.
+//! A transition answers its run exactly as stored, whether the group commit counted the row it
+//! changed (on SQLite, a run at a time, when the run was still as its caller read it) or had
+//! the rows returned.
 
 use std::sync::atomic::Ordering;
 

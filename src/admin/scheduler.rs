@@ -51,8 +51,12 @@ use crate::schedule::calendar::{self, CalendarDecision};
 use crate::schedule::{FireDecision, NextFire, Schedule, ScheduleError, decide};
 use crate::storage::{DueJob, Fire};
 
-/// How far ahead of its instant a fire is committed, so that sending can start on time.
-pub const LOOKAHEAD_MS: i64 = 1_000;
+/// How far ahead of its instant a fire is committed, so that sending can start on time. A
+/// tenth past the second: the pass that commits the next fires of the jobs firing every second
+/// then comes before the sends of their fires of this second, and the copies of the jobs it
+/// confirms by their stamps (`Cache::confirmed_job`) are fresh for those sends and their
+/// results, instead of each send finding its job's copy a second old and reading its stamp.
+pub const LOOKAHEAD_MS: i64 = 1_100;
 /// The longest the loop sleeps without looking.
 const MAX_SLEEP: Duration = Duration::from_secs(1);
 /// Jobs handled per pass.
@@ -181,7 +185,7 @@ async fn pass(state: &AppState, schedules: &mut Schedules) -> anyhow::Result<Opt
         }
         Err(AdmitError::Internal(error)) => return Err(error.into()),
     };
-    let due = resolve(state, due).await?;
+    let due = resolve(state, due, now).await?;
     let mut fires = Vec::with_capacity(due.len());
     for (row, job) in &due {
         match plan(state, schedules, job, row.next_fire_ms, now).await {
@@ -244,18 +248,23 @@ async fn pass(state: &AppState, schedules: &mut Schedules) -> anyhow::Result<Opt
     Ok(state.db.earliest_fire(&lease).await?)
 }
 
-/// The due jobs `due` with the whole of each job: the dispatcher's copy where it has the stamp
-/// the row read now has, else the job read again, all of them with one query (one changed
+/// The due jobs `due`, read at or after `read_at` (ms), with the whole of each job: the
+/// dispatcher's copy where it has the stamp the row read has, which then counts as read at
+/// `read_at` (`Cache::confirmed_job`), else the job read again, all of them with one query (one changed
 /// through another admin since the copy was read, or one this admin has no copy of, as after
 /// it took partitions over); a stale copy is forgotten. A job deleted since the due read is
 /// left out.
-async fn resolve(state: &AppState, due: Vec<DueJob>) -> anyhow::Result<Vec<(DueJob, Arc<Job>)>> {
+async fn resolve(
+    state: &AppState,
+    due: Vec<DueJob>,
+    read_at: i64,
+) -> anyhow::Result<Vec<(DueJob, Arc<Job>)>> {
     let mut resolved = Vec::with_capacity(due.len());
     let mut stale = Vec::new();
     for row in due {
-        match state.cache.cached_job(row.id) {
-            Some(Some(job)) if row.matches(&job) => resolved.push((row, job)),
-            _ => stale.push(row),
+        match state.cache.confirmed_job(row.id, read_at, |job| row.matches(job)) {
+            Some(job) => resolved.push((row, job)),
+            None => stale.push(row),
         }
     }
     if stale.is_empty() {

@@ -157,6 +157,27 @@ impl Cache {
         Some(job)
     }
 
+    /// The copy of job `id` this cache holds, however old, if `is_current` finds it current as
+    /// of `read_at` (ms): the copy then counts as read at `read_at`, unless it was read later,
+    /// and no read of it is asked for. The scheduler's pass reads each due job's stamp, and
+    /// a job that fires every second is sent, and its result applied, right after the pass
+    /// that read its next fire; without this, each of its fires found its copy nearly a second
+    /// old and read the stamp again.
+    pub fn confirmed_job(
+        &self,
+        id: i64,
+        read_at: i64,
+        is_current: impl FnOnce(&Job) -> bool,
+    ) -> Option<Arc<Job>> {
+        let mut jobs = lock(&self.inner.jobs);
+        let (copy_read_at, Some(job)) = jobs.get_mut(&id)? else { return None };
+        if !is_current(job) {
+            return None;
+        }
+        *copy_read_at = (*copy_read_at).max(read_at);
+        Some(job.clone())
+    }
+
     /// Reads job `id`, which has no fresh copy, with the other jobs missed at the same moment
     /// ([`Cache::current_jobs`]: their stamps, and the whole of those that changed, for them
     /// all). A callback's results are applied together, and each needs its job; the jobs

@@ -163,6 +163,48 @@ async fn a_copy_checked_again_is_kept_unless_its_job_changed() {
     assert!(cache.inner.jobs.lock().unwrap()[&fired].0 > expired, "the kept copy is not fresh");
 }
 
+/// The scheduler's due read confirms a copy by the stamp it read: the copy, however old,
+/// counts as read then and is served without a read of its own; a copy with another stamp,
+/// or of a job known to be missing, is not confirmed and stays as it was.
+#[tokio::test]
+async fn a_copy_confirmed_by_its_stamp_counts_as_read_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, cache, group_id) = cache_on_sqlite(&dir).await;
+    let spec = JobSpec { name: "first".to_owned(), ..job_spec(group_id) };
+    let id = db.create_job(&spec, 1).await.unwrap().id;
+    let copy = cache.job(id).await.unwrap().unwrap();
+    let expired = now_ms() - CACHE_TTL_MS - 1;
+    let read_at = |cache: &Cache| cache.inner.jobs.lock().unwrap()[&id].0;
+    cache.inner.jobs.lock().unwrap().get_mut(&id).unwrap().0 = expired;
+    let stamp = |db: Db| async move { db.job_stamps(&[id]).await.unwrap()[0].1 };
+
+    let now = now_ms();
+    let read = stamp(db.clone()).await;
+    let confirmed = cache.confirmed_job(id, now, |job| JobStamp::of(job) == read).unwrap();
+    assert!(Arc::ptr_eq(&confirmed, &copy));
+    assert_eq!(read_at(&cache), now);
+    // An earlier confirmation does not make the copy older.
+    assert!(cache.confirmed_job(id, now - 10, |job| JobStamp::of(job) == read).is_some());
+    assert_eq!(read_at(&cache), now);
+    // Served as fresh: no read of it is asked for.
+    assert!(Arc::ptr_eq(&cache.cached_job(id).unwrap().unwrap(), &copy));
+    assert!(lock(&cache.inner.refresh).is_empty(), "a confirmed copy was read again");
+
+    // Another admin renames the job: the stamp read now does not confirm the copy.
+    let renamed = JobSpec { name: "renamed".to_owned(), ..spec.clone() };
+    db.update_job(id, &renamed, 0, 2).await.unwrap().unwrap();
+    let changed = stamp(db.clone()).await;
+    assert_ne!(changed, read);
+    assert!(cache.confirmed_job(id, now + 10, |job| JobStamp::of(job) == changed).is_none());
+    assert_eq!(read_at(&cache), now);
+    // Nor is a job known to be missing, nor one of which no copy is held.
+    assert!(db.delete_job(id).await.unwrap());
+    cache.forget_job(id);
+    assert!(cache.job(id).await.unwrap().is_none());
+    assert!(cache.confirmed_job(id, now_ms(), |_| true).is_none());
+    assert!(cache.confirmed_job(999_999, now_ms(), |_| true).is_none());
+}
+
 // On one thread, so that every ask misses before the read task runs: on several, the read
 // may start while the asks are still being made, and take only those made by then.
 #[tokio::test]

@@ -23,6 +23,7 @@ mod client;
 mod keepalive;
 pub mod pull;
 mod text;
+mod trigger_json;
 mod workflow;
 
 use serde::{Deserialize, Serialize};
@@ -31,6 +32,7 @@ pub use self::body::ProtocolJson;
 pub use self::callbacks::{Callbacks, parse_callbacks};
 pub use self::client::{Client, ClientOptions, MAX_REPLY_BYTES, ProtocolError};
 pub use self::text::{EXCERPT_CHARS, excerpt, join_url};
+pub use self::trigger_json::write_json_list;
 pub use self::workflow::{NodeOutputParam, ShardOutputParam, WORKFLOW_INPUTS_LINE};
 
 /// The header that carries the access token.

@@ -256,6 +256,24 @@ impl Client {
         body: &B,
         app_name: Option<&str>,
     ) -> Result<Option<T>, ProtocolError> {
+        // A trigger's body is 300 to 500 bytes: written without growing its buffer, which
+        // ends as large as when grown (the request holds it until the reply).
+        let mut written = Vec::with_capacity(512);
+        serde_json::to_writer(&mut written, body).map_err(|error| ProtocolError::NotAllowed {
+            reason: format!("{}: the body cannot be written: {error}", JoinedUrl(base, path)),
+        })?;
+        self.call_written(base, path, written, app_name).await
+    }
+
+    /// [`Client::call_as`] with the body already written as JSON (a trigger's, written by
+    /// hand: `TriggerParam::write_json`).
+    pub async fn call_written<T: serde::de::DeserializeOwned + Clone>(
+        &self,
+        base: &str,
+        path: &str,
+        body: Vec<u8>,
+        app_name: Option<&str>,
+    ) -> Result<Option<T>, ProtocolError> {
         if is_pull_address(base) {
             return self.call_pulled(base, path, body, app_name).await;
         }
@@ -265,15 +283,7 @@ impl Client {
         {
             // Written out only for an error.
             let url = JoinedUrl(base, path);
-            // A trigger's body is 300 to 500 bytes: written without growing its buffer, which
-            // ends as large as when grown (the request holds it until the reply).
-            let mut written = Vec::with_capacity(512);
-            serde_json::to_writer(&mut written, body).map_err(|error| {
-                ProtocolError::NotAllowed {
-                    reason: format!("{url}: the body cannot be written: {error}"),
-                }
-            })?;
-            let request = keepalive::request(to, path, written, &self.access_token, app_name);
+            let request = keepalive::request(to, path, body, &self.access_token, app_name);
             let reply = match request {
                 Ok(request) => connections.send(to, request, MAX_REPLY_BYTES, self.timeout).await,
                 Err(failure) => Err(failure),
@@ -291,7 +301,8 @@ impl Client {
             request = request.header(APP_NAME_HEADER, app_name);
         }
         let mut reply = request
-            .json(body)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
             .send()
             .await
             .map_err(|source| ProtocolError::Transport { url: url.clone(), source })?;
@@ -314,11 +325,11 @@ impl Client {
 
     /// [`Client::call_as`] to a pull executor: the call waits in this client's [`PullHub`] until
     /// the executor polls for it and answers.
-    async fn call_pulled<B: Serialize + ?Sized, T: serde::de::DeserializeOwned + Clone>(
+    async fn call_pulled<T: serde::de::DeserializeOwned + Clone>(
         &self,
         base: &str,
         path: &str,
-        body: &B,
+        body: Vec<u8>,
         app_name: Option<&str>,
     ) -> Result<Option<T>, ProtocolError> {
         let url = join_url(base, path);
@@ -326,8 +337,8 @@ impl Client {
             let reason = format!("{}: this process does not call pull executors", excerpt(&url));
             return Err(ProtocolError::NotAllowed { reason });
         };
-        let body = serde_json::to_string(body).map_err(|error| ProtocolError::NotAllowed {
-            reason: format!("{url}: the body cannot be written: {error}"),
+        let body = String::from_utf8(body).map_err(|error| ProtocolError::NotAllowed {
+            reason: format!("{url}: the body is not UTF-8: {error}"),
         })?;
         let answer = match hub.call(base, path, body, app_name, self.timeout).await {
             Ok(answer) => answer,

@@ -174,8 +174,14 @@ impl Senders {
     }
 
     async fn post_batch(self: &Arc<Self>, address: &str, batch: Vec<Waiting>) {
-        let params: Vec<&TriggerParam> = batch.iter().map(|(param, _)| param).collect();
-        let answer = self.client.call::<_, Vec<ReturnT<String>>>(address, "runs", &params).await;
+        let mut body = Vec::with_capacity(512 * batch.len());
+        let written = protocol::write_json_list(batch.iter().map(|(param, _)| param), &mut body);
+        let answer = match written {
+            Ok(()) => {
+                self.client.call_written::<Vec<ReturnT<String>>>(address, "runs", body, None).await
+            }
+            Err(error) => Err(unwritable(address, &error)),
+        };
         match answer {
             Ok(Some(replies)) if replies.len() == batch.len() => {
                 for ((_, reply), answer) in batch.into_iter().zip(replies) {
@@ -237,7 +243,11 @@ impl Senders {
         let peer = self.peers.get(address);
         let path = peer.as_ref().map_or("run", |peer| peer.generation().trigger_path());
         let app_name = peer.as_ref().and_then(|peer| peer.app_name_header());
-        match self.client.call_as::<_, String>(address, path, param, app_name).await {
+        let mut body = Vec::with_capacity(512);
+        if let Err(error) = param.write_json(&mut body) {
+            return Err(PostError::Refused(unwritable(address, &error).to_string()));
+        }
+        match self.client.call_written::<String>(address, path, body, app_name).await {
             Ok(reply) => Ok(reply),
             Err(
                 error @ (ProtocolError::Refused { .. }
@@ -259,6 +269,13 @@ impl Senders {
             .or_insert_with(|| Arc::new(Semaphore::new(RUNS_IN_FLIGHT)))
             .clone()
     }
+}
+
+/// Why a body for `address` could not be written (a trigger's nested lists failed to
+/// serialize): nothing was sent.
+fn unwritable(address: &str, error: &serde_json::Error) -> ProtocolError {
+    let reason = format!("{}: the body cannot be written: {error}", protocol::excerpt(address));
+    ProtocolError::NotAllowed { reason }
 }
 
 /// Runs `futures` concurrently to their ends.

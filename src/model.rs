@@ -480,6 +480,8 @@ pub struct RunRecord {
     pub held: bool,
     /// The workflow node whose work it does, if any.
     pub node: Option<NodeOfRun>,
+    /// When it was created (ms): the day of the daily report it counts in.
+    pub created_at_ms: i64,
 }
 
 /// The node of a workflow run that a run does the work of. A node's runs are unique per

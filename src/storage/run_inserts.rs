@@ -313,6 +313,7 @@ fn inserted(insert: &Insert<'_>, id: i64) -> Claim {
         first_claimed_at_ms,
         held: false,
         node: run.node,
+        created_at_ms: *now_ms,
     };
     Claim { run, fence }
 }

@@ -276,19 +276,7 @@ fn counted_updates<'a>(
     }
     drop(update_run);
     // A transition never leaves an ended state: each ended run here ended in its statement.
-    let ended: Vec<&RunRecord> = runs.iter().filter(|run| run.state.is_terminal()).collect();
-    if !ended.is_empty() {
-        let created = created_at(conn, ended.iter().map(|run| run.id))?;
-        let mut counted = Vec::with_capacity(ended.len());
-        for run in ended {
-            let Some(&created_at) = created.get(&run.id) else {
-                let message = format!("updated run {} has no created_at", run.id);
-                return Err(super::StorageError::Corrupt(message));
-            };
-            counted.push((created_at, run.state, run.job_id));
-        }
-        deltas.ended(counted);
-    }
+    deltas.ended(runs.iter().map(|run| (run.created_at_ms, run.state, run.job_id)));
     #[cfg(test)]
     COUNTED_UPDATES.fetch_add(runs.len(), std::sync::atomic::Ordering::Relaxed);
     Ok((runs, rest))
@@ -298,24 +286,6 @@ fn counted_updates<'a>(
 #[cfg(test)]
 pub(super) static COUNTED_UPDATES: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
-
-/// The `created_at` of runs `ids`, by id, on the SQLite writer's connection, read as the hot
-/// paths read rows by id (`storage::by_ids`).
-fn created_at(
-    conn: &mut rusqlite::Connection,
-    ids: impl Iterator<Item = i64>,
-) -> Result<HashMap<i64, i64>> {
-    let ids: Vec<i64> = ids.collect();
-    let mut created = HashMap::default();
-    for chunk in ids.chunks(super::BY_IDS) {
-        let statement = super::by_ids("select id, created_at from runs", chunk, |_| "?".to_owned());
-        let rows = super::sqlite_writer::ready(Exec::Sqlite(conn).fetch_all(&statement))?;
-        for row in rows {
-            created.insert(row.required_int("id")?, row.required_int("created_at")?);
-        }
-    }
-    Ok(created)
-}
 
 /// The arguments of [`update_run_sql`] past [`UPDATE_PARAMS`]: the run's executor, hold and
 /// first claim as read.

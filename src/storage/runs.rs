@@ -22,7 +22,7 @@ use crate::partition::Held;
 pub(super) const COLUMNS: &str = "id, job_id, executor_address, trigger_type, trigger_time, param, trigger_code,
     trigger_msg, handle_time, handle_code, handle_msg, shard_index, shard_total, attempt, version, sha256,
     fuel_used, state, parent_run_id, kill_requested, dispatched_at, started_at, claimed_at,
-    fire_time, sharding_items, held, workflow_run_id, workflow_node, workflow_round";
+    fire_time, sharding_items, held, workflow_run_id, workflow_node, workflow_round, created_at";
 
 /// The columns of [`COLUMNS`] that a write may change once the run is inserted, with its id: a
 /// transition, a claim, a target, a hold. The others (its job, fire, trigger, parameter,
@@ -384,6 +384,7 @@ pub(super) fn changed_run(known: &RunRecord, row: &impl Cells) -> Result<RunReco
         sha256: known.sha256.clone(),
         parent_run_id: known.parent_run_id,
         node: known.node,
+        created_at_ms: known.created_at_ms,
     })
 }
 
@@ -457,6 +458,7 @@ pub(super) fn run_from_row(row: &impl Cells) -> Result<RunRecord> {
         sharding_items: parse_items(&row.required_text("sharding_items")?)?,
         held: row.required_int("held")? != 0,
         node: node_from_row(row)?,
+        created_at_ms: row.required_int("created_at")?,
     })
 }
 

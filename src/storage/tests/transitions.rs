@@ -54,10 +54,12 @@ async fn a_transition_answers_its_run_as_stored_whether_its_rows_were_counted_or
     each_backend("answered_as_stored", |db| async move {
         let counted_before = run_writes::COUNTED_UPDATES.load(Ordering::Relaxed);
         let address = "http://e:9999";
-        // Six runs claimed by "admin-1", the last read before its executor was recorded.
+        // Six runs claimed by "admin-1", the last read before its executor was recorded; the
+        // odd ones created a day later, so that the report must count each by its own day.
         let mut claims = Vec::new();
         for n in 0..6 {
-            let id = db.create_run(&fire(1, 1_000 + n, 0), 1).await.unwrap().unwrap();
+            let created_at = 1 + (n % 2) * reports::DAY_MS;
+            let id = db.create_run(&fire(1, 1_000 + n, 0), created_at).await.unwrap().unwrap();
             claims.push(db.claim_run(id, "admin-1", 10, 20_000).await.unwrap().unwrap());
         }
         let lease = |n: usize| Some(("admin-1", claims[n].fence));
@@ -130,10 +132,15 @@ async fn a_transition_answers_its_run_as_stored_whether_its_rows_were_counted_or
         assert_eq!(commit(&db, writes).await, [None]);
         assert_eq!(db.get_run(now[0].id).await.unwrap().unwrap().handle_time_ms, 400);
 
-        // The report counted each run once, by the day it was created, in the state it ended.
-        let day = &db.report_days(0, 0).await.unwrap()[0];
-        let counts = (day.success, day.failed, day.killed, day.lost, day.running, day.total);
-        assert_eq!(counts, (3, 1, 1, 1, 0, 6));
+        // The report counted each run once, by the day it was created, in the state it ended:
+        // on the first day the runs that succeeded, failed and were lost, on the second the
+        // two that succeeded and the one killed.
+        let days = db.report_days(0, reports::DAY_MS).await.unwrap();
+        let counts: Vec<_> = days
+            .iter()
+            .map(|day| (day.success, day.failed, day.killed, day.lost, day.running, day.total))
+            .collect();
+        assert_eq!(counts, [(1, 1, 0, 1, 0, 3), (2, 0, 1, 0, 0, 3)]);
         let counted = run_writes::COUNTED_UPDATES.load(Ordering::Relaxed);
         if db.dialect() == Dialect::Sqlite {
             assert!(counted > counted_before, "no update was counted on SQLite");

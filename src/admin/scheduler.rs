@@ -250,10 +250,10 @@ async fn pass(state: &AppState, schedules: &mut Schedules) -> anyhow::Result<Opt
 
 /// The due jobs `due`, read at or after `read_at` (ms), with the whole of each job: the
 /// dispatcher's copy where it has the stamp the row read has, which then counts as read at
-/// `read_at` (`Cache::confirmed_job`), else the job read again, all of them with one query (one changed
-/// through another admin since the copy was read, or one this admin has no copy of, as after
-/// it took partitions over); a stale copy is forgotten. A job deleted since the due read is
-/// left out.
+/// `read_at` (`Cache::confirmed_job`), else the job read again, all of them with one query
+/// (one changed through another admin since the copy was read, or one this admin has no copy
+/// of, as after it took partitions over); a stale copy is forgotten. A job deleted since the
+/// due read is left out.
 async fn resolve(
     state: &AppState,
     due: Vec<DueJob>,

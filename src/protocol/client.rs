@@ -259,9 +259,8 @@ impl Client {
         // A trigger's body is 300 to 500 bytes: written without growing its buffer, which
         // ends as large as when grown (the request holds it until the reply).
         let mut written = Vec::with_capacity(512);
-        serde_json::to_writer(&mut written, body).map_err(|error| ProtocolError::NotAllowed {
-            reason: format!("{}: the body cannot be written: {error}", JoinedUrl(base, path)),
-        })?;
+        serde_json::to_writer(&mut written, body)
+            .map_err(|error| ProtocolError::unwritable(JoinedUrl(base, path), &error))?;
         self.call_written(base, path, written, app_name).await
     }
 

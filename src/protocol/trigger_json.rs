@@ -2,7 +2,19 @@
 //! one for every run it sends, and `serde_json` escapes each key and string a byte at a time,
 //! most of what writing a trigger cost.
 
-use super::TriggerParam;
+use std::fmt::Display;
+
+use super::{ProtocolError, TriggerParam};
+
+impl ProtocolError {
+    /// Why a body for `target` could not be written (a trigger's nested lists failed to
+    /// serialize): nothing was sent.
+    pub fn unwritable(target: impl Display, error: &serde_json::Error) -> Self {
+        ProtocolError::NotAllowed {
+            reason: format!("{target}: the body cannot be written: {error}"),
+        }
+    }
+}
 
 impl TriggerParam {
     /// Appends this trigger to `out` as JSON, exactly as `serde_json::to_writer` writes it.

@@ -76,7 +76,7 @@ pub(super) async fn move_fires(
 }
 
 /// Records each of `updates` (of distinct runs) whose compare holds; the runs as they are now,
-/// with their `created_at`, as `run_writes::update_rows`'s statement returns them.
+/// as `run_writes::update_rows`'s statement returns them.
 pub(super) async fn update_runs(
     conn: &mut AnyConnection,
     updates: &[Update<'_>],
@@ -142,11 +142,9 @@ pub(super) async fn update_runs(
     )
     .await?;
     let ids = id_list(holding.iter().map(|update| update.run.id));
-    let rows = fetch_text(
-        conn,
-        &format!("select {CHANGING}, created_at from runs where id in ({ids}) order by id"),
-    )
-    .await?;
+    let rows =
+        fetch_text(conn, &format!("select {CHANGING} from runs where id in ({ids}) order by id"))
+            .await?;
     Ok(rows.into_iter().map(Row::Any).collect())
 }
 

@@ -308,8 +308,7 @@ pub(super) fn update_runs_sql(p: fn(usize) -> String, shape: usize) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     let from = format!("from (values {values}) as v");
-    let returning = format!("returning {CHANGING}, created_at");
-    update_sql(|n| format!("v.column{n}"), &from, "", &returning)
+    update_sql(|n| format!("v.column{n}"), &from, "", &format!("returning {CHANGING}"))
 }
 
 /// [`counted_updates`]'s statement, of one run, on SQLite: [`update_runs_sql`]'s arguments for
@@ -370,8 +369,8 @@ fn update_sql(value: impl Fn(usize) -> String, from: &str, and: &str, returning:
     )
 }
 
-/// The runs of `updates` that `rows` (their [`CHANGING`] columns and `created_at`) hold, the
-/// ended ones counted in `deltas`.
+/// The runs of `updates` that `rows` (their [`CHANGING`] columns) hold, the ended ones counted
+/// in `deltas`.
 fn changed_rows(
     rows: &[super::statement::Row],
     updates: &[Update<'_>],
@@ -392,7 +391,7 @@ fn changed_rows(
         let run = changed_run(run, row)?;
         // A transition never leaves an ended state: each ended run here ended in this statement.
         if run.state.is_terminal() {
-            ended.push((row.required_int("created_at")?, run.state, run.job_id));
+            ended.push((run.created_at_ms, run.state, run.job_id));
         }
         runs.push(run);
     }

@@ -1,7 +1,7 @@
 //! The dispatcher's read-through copies of what runs need on the hot path: jobs, groups, the
-//! groups' online executors, version digests and business calendars (parsed). One [`Cache`] is shared by the dispatcher and
-//! the HTTP handlers (through `AppState`), so that a handler that changes a job forgets the copy
-//! the dispatcher would send with.
+//! groups' online executors, version digests and business calendars (parsed). One [`Cache`] is
+//! shared by the dispatcher and the HTTP handlers (through `AppState`), so that a handler that
+//! changes a job forgets the copy the dispatcher would send with.
 
 use foldhash::{HashMap, HashMapExt, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -103,7 +103,8 @@ impl Cache {
         Cache { inner: Arc::new(inner) }
     }
 
-    /// The addresses runs of `group` may go to now: heartbeats for `AUTO`, configuration for `MANUAL`.
+    /// The addresses runs of `group` may go to now: heartbeats for `AUTO`, configuration for
+    /// `MANUAL`.
     pub async fn online_addresses(
         &self,
         group: &Group,

@@ -180,7 +180,7 @@ impl Senders {
             Ok(()) => {
                 self.client.call_written::<Vec<ReturnT<String>>>(address, "runs", body, None).await
             }
-            Err(error) => Err(unwritable(address, &error)),
+            Err(error) => Err(ProtocolError::unwritable(protocol::excerpt(address), &error)),
         };
         match answer {
             Ok(Some(replies)) if replies.len() == batch.len() => {
@@ -245,7 +245,8 @@ impl Senders {
         let app_name = peer.as_ref().and_then(|peer| peer.app_name_header());
         let mut body = Vec::with_capacity(512);
         if let Err(error) = param.write_json(&mut body) {
-            return Err(PostError::Refused(unwritable(address, &error).to_string()));
+            let error = ProtocolError::unwritable(protocol::excerpt(address), &error);
+            return Err(PostError::Refused(error.to_string()));
         }
         match self.client.call_written::<String>(address, path, body, app_name).await {
             Ok(reply) => Ok(reply),
@@ -269,13 +270,6 @@ impl Senders {
             .or_insert_with(|| Arc::new(Semaphore::new(RUNS_IN_FLIGHT)))
             .clone()
     }
-}
-
-/// Why a body for `address` could not be written (a trigger's nested lists failed to
-/// serialize): nothing was sent.
-fn unwritable(address: &str, error: &serde_json::Error) -> ProtocolError {
-    let reason = format!("{}: the body cannot be written: {error}", protocol::excerpt(address));
-    ProtocolError::NotAllowed { reason }
 }
 
 /// Runs `futures` concurrently to their ends.

@@ -258,15 +258,8 @@ impl Db {
         limit: i64,
         held: &Held,
     ) -> Result<Vec<RunRecord>> {
-        let rows = query(&format!(
-            "select {COLUMNS} from runs where state = 'running' and deadline > 0 and deadline < $1
-             {} order by deadline limit $2",
-            partition_filter(held, "runs.job_id")
-        ))
-        .bind(now_ms)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows =
+            query(&past_deadline_sql(held)).bind(now_ms).bind(limit).fetch_all(&self.pool).await?;
         rows.iter().map(run_from_row).collect()
     }
 
@@ -338,6 +331,17 @@ impl Db {
         .await?;
         Ok(deleted.rows_affected())
     }
+}
+
+/// [`Db::runs_past_deadline`]'s read, of the jobs of the partitions `held` holds. Its terms
+/// `state = 'running' and deadline > 0` are those of the partial index `runs_deadlines`, which
+/// holds only the running runs that have a deadline.
+pub(super) fn past_deadline_sql(held: &Held) -> String {
+    format!(
+        "select {COLUMNS} from runs where state = 'running' and deadline > 0 and deadline < $1
+         {} order by deadline limit $2",
+        partition_filter(held, "runs.job_id")
+    )
 }
 
 /// One run's transition to record: the compare-and-set of `run_writes::update_many`.

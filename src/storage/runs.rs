@@ -333,9 +333,8 @@ impl Db {
     }
 }
 
-/// [`Db::runs_past_deadline`]'s read, of the jobs of the partitions `held` holds. Its terms
-/// `state = 'running' and deadline > 0` are those of the partial index `runs_deadlines`, which
-/// holds only the running runs that have a deadline.
+/// [`Db::runs_past_deadline`]'s read, of the jobs of the partitions `held` holds, through the
+/// partial index `runs_deadlines` of the running runs.
 pub(super) fn past_deadline_sql(held: &Held) -> String {
     format!(
         "select {COLUMNS} from runs where state = 'running' and deadline > 0 and deadline < $1

@@ -433,26 +433,33 @@ fn redact(url: &str) -> String {
 
 impl Db {
     /// The rows `select` (`select … from table`) reads for `ids`, one query per [`BY_IDS`] ids
-    /// ([`by_ids`]). On SQLite the group commit's connection answers, between two commits, in
-    /// one call to its thread: the rows hot paths read by id were just written there and its
-    /// cache still holds them (a reader's starts cold after every commit), and it reads a row
-    /// for a fraction of what sqlx's `Any` row costs.
+    /// ([`by_ids`]), each a [`Db::hot_read`].
     async fn select_by_ids(&self, select: &str, ids: &[i64]) -> Result<Vec<statement::Row>> {
-        let statement = |chunk: &[i64], placeholder| by_ids(select, chunk, placeholder);
         let mut rows = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(BY_IDS) {
-            match &self.sqlite_writer {
-                Some(writer) => {
-                    rows.extend(writer.fetch_all(statement(chunk, |_| "?".to_owned())).await?)
-                }
-                None => {
-                    let mut conn = self.pool.acquire().await?;
-                    let statement = statement(chunk, placeholder(&conn));
-                    rows.extend(statement::Exec::Sqlx(&mut conn).fetch_all(&statement).await?);
-                }
-            }
+            rows.extend(self.hot_read(|placeholder| by_ids(select, chunk, placeholder)).await?);
         }
         Ok(rows)
+    }
+
+    /// The rows of the statement `build` makes for a placeholder style, read where the hot
+    /// paths read. On SQLite the group commit's connection answers, between two commits, in
+    /// one call to its thread: the rows the hot paths read were just written there and its
+    /// cache still holds them (a reader's starts cold after every commit and hands each row
+    /// to the caller's task through a channel of its own), and it reads a row for a fraction
+    /// of what sqlx's `Any` row costs. Elsewhere a connection of the pool answers.
+    async fn hot_read(
+        &self,
+        build: impl FnOnce(fn(usize) -> String) -> statement::Statement<'static>,
+    ) -> Result<Vec<statement::Row>> {
+        match &self.sqlite_writer {
+            Some(writer) => writer.fetch_all(build(|_| "?".to_owned())).await,
+            None => {
+                let mut conn = self.pool.acquire().await?;
+                let statement = build(placeholder(&conn));
+                statement::Exec::Sqlx(&mut conn).fetch_all(&statement).await
+            }
+        }
     }
 }
 

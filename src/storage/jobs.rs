@@ -227,36 +227,27 @@ impl Db {
         self.due_jobs_where(until_ms, limit, &idle).await
     }
 
-    /// The due jobs that also meet `condition` (a SQL `and …` over `jobs`, or nothing). On
-    /// SQLite the group commit's connection answers, between two commits, in one call to its
-    /// thread, as for [`Db::get_jobs`]: the fires just moved these rows there, and a reader's
-    /// cache starts cold after every commit and hands each row over to the caller's task
-    /// through a channel of its own.
+    /// The due jobs that also meet `condition` (a SQL `and …` over `jobs`, or nothing), a
+    /// [`Db::hot_read`]: on SQLite the fires just moved these rows on the group commit's
+    /// connection.
     async fn due_jobs_where(
         &self,
         until_ms: i64,
         limit: i64,
         condition: &str,
     ) -> Result<Vec<DueJob>> {
-        let sql = |p: fn(usize) -> String| {
-            format!(
-                "select {DUE_COLUMNS} from jobs
-                 where running = 1 and next_fire_ms > 0 and next_fire_ms <= {} {condition}
-                 order by next_fire_ms limit {}",
-                p(1),
-                p(2)
-            )
-        };
-        if let Some(writer) = &self.sqlite_writer {
-            let mut statement = Statement::new(sql(|n| format!("?{n}")));
-            statement.bind(until_ms).bind(limit);
-            let rows = writer.fetch_all(statement).await?;
-            return rows.iter().map(due_job_from_row).collect();
-        }
-        let rows = query(&sql(|n| format!("${n}")))
-            .bind(until_ms)
-            .bind(limit)
-            .fetch_all(&self.pool)
+        let rows = self
+            .hot_read(|p| {
+                let mut statement = Statement::new(format!(
+                    "select {DUE_COLUMNS} from jobs
+                     where running = 1 and next_fire_ms > 0 and next_fire_ms <= {} {condition}
+                     order by next_fire_ms limit {}",
+                    p(1),
+                    p(2)
+                ));
+                statement.bind(until_ms).bind(limit);
+                statement
+            })
             .await?;
         rows.iter().map(due_job_from_row).collect()
     }

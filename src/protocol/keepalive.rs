@@ -214,7 +214,6 @@ enum Framing {
 }
 
 /// What the head of a reply says.
-#[derive(Debug, PartialEq, Eq)]
 struct Head {
     status: u16,
     redirect: bool,
@@ -288,13 +287,19 @@ fn parse_head(bytes: &[u8]) -> Result<Option<(Head, usize)>, Failure> {
     Ok(Some((Head { status, redirect, framing, keep_alive }, length)))
 }
 
+/// Reads what comes next into `connection`'s buffer: how many bytes, none at the end of the
+/// stream.
+async fn read_some(connection: &mut Connection) -> Result<usize, Failure> {
+    connection.buffer.reserve(READ_BYTES);
+    let read = connection.stream.read_buf(&mut connection.buffer).await;
+    read.map_err(|error| broken(&error.to_string(), true))
+}
+
 /// Reads more of the reply into `connection`'s buffer; the end of the stream is a failure.
 async fn read_more(connection: &mut Connection) -> Result<(), Failure> {
-    connection.buffer.reserve(READ_BYTES);
-    match connection.stream.read_buf(&mut connection.buffer).await {
-        Ok(0) => Err(broken("the connection closed before the reply was whole", true)),
-        Ok(_) => Ok(()),
-        Err(error) => Err(broken(&error.to_string(), true)),
+    match read_some(connection).await? {
+        0 => Err(broken("the connection closed before the reply was whole", true)),
+        _ => Ok(()),
     }
 }
 
@@ -364,11 +369,8 @@ async fn read_until_close(
         if connection.buffer.len() > max_bytes {
             return Ok(None);
         }
-        connection.buffer.reserve(READ_BYTES);
-        match connection.stream.read_buf(&mut connection.buffer).await {
-            Ok(0) => return Ok(Some(connection.buffer.split().freeze())),
-            Ok(_) => {}
-            Err(error) => return Err(broken(&error.to_string(), true)),
+        if read_some(connection).await? == 0 {
+            return Ok(Some(connection.buffer.split().freeze()));
         }
     }
 }

@@ -1364,6 +1364,25 @@ async fn no_partial_index_on_sqlite_tests_a_long_in_list() {
     }
 }
 
+/// The fire key (migration 0023) leads with the fire time, which only grows, so that a fire's
+/// entries go to the end of the index and not to each job's place in it; a fire's runs are
+/// still found by their job and fire time through it.
+#[tokio::test]
+async fn the_fire_key_leads_with_the_fire_time_and_finds_a_jobs_fire() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::connect(&format!("sqlite:{}", dir.path().join("t.db").display())).await.unwrap();
+    let key = super::query::query("select sql from sqlite_master where name = 'runs_by_fire'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let sql: String = key.get("sql");
+    assert!(sql.contains("(fire_time, job_id, shard_index, attempt)"), "{sql}");
+    let plan =
+        sqlite_plan(&db, "select id from runs where job_id = $1 and fire_time = $2", 2).await;
+    assert!(plan.iter().any(|step| step.contains("INDEX runs_by_fire")), "{plan:?}");
+    db.close().await;
+}
+
 /// Sets `change` on run `id` by hand, without the events that would make it.
 async fn set_by_hand(db: &Db, change: &str, id: i64) {
     let sql = format!("update runs set {change} where id = $1");

@@ -198,4 +198,17 @@ mod tests {
             .await;
         assert_eq!(after.unwrap().unwrap(), (false, 0), "rolled back, and the thread goes on");
     }
+
+    /// The SQLite that sqlx and this connection share is built as `.cargo/config.toml` says:
+    /// no count of its memory, whose lock every allocation took, and a page cache per
+    /// connection without a lock.
+    #[test]
+    fn sqlite_is_built_without_memory_statistics_or_a_shared_page_cache() {
+        let conn = Connection::open_in_memory().unwrap();
+        let mut statement = conn.prepare("pragma compile_options").unwrap();
+        let options = statement.query_map([], |row| row.get::<_, String>(0)).unwrap();
+        let options = options.collect::<rusqlite::Result<Vec<_>>>().unwrap();
+        assert!(options.iter().any(|option| option == "DEFAULT_MEMSTATUS=0"), "{options:?}");
+        assert!(!options.iter().any(|option| option == "ENABLE_MEMORY_MANAGEMENT"), "{options:?}");
+    }
 }

@@ -386,7 +386,7 @@ mod tests {
 
     #[test]
     fn a_kill_says_what_it_stops() {
-        let peer = |kind| Some(Peer { kind, app_name: "app".to_owned(), holds_triggers: false });
+        let peer = |kind| Some(Peer { kind, app_name: "app".into(), holds_triggers: false });
         let rows = [
             peer(PeerKind::Wasmjob),
             peer(PeerKind::XxlJob(Generation::Classic)),

@@ -22,7 +22,7 @@
 //! that refreshes it, and the dispatcher calls it before every send.
 
 use foldhash::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::Dispatcher;
 use crate::admin::now_ms;
@@ -70,8 +70,8 @@ impl PeerKind {
 pub struct Peer {
     /// What answers there.
     pub kind: PeerKind,
-    /// The application it registered for.
-    pub app_name: String,
+    /// The application it registered for (shared: a run's send asks for its peer four times).
+    pub app_name: Arc<str>,
     /// A wasmjob executor that holds a trigger sent with `notBefore` until its instant, so its
     /// scheduled runs may be sent ahead (`Dispatcher::send_created_at`).
     pub holds_triggers: bool,
@@ -98,7 +98,7 @@ impl Peer {
             (false, false) => PeerKind::XxlJob(Generation::Classic),
         };
         let holds_triggers = holds_triggers && kind == PeerKind::Wasmjob;
-        Peer { kind, app_name: app_name.to_owned(), holds_triggers }
+        Peer { kind, app_name: app_name.into(), holds_triggers }
     }
 
     /// How the peer is stored with its registration.
@@ -109,9 +109,17 @@ impl Peer {
     /// The peer stored as `kind` for `app_name`; `None` for a kind not known.
     pub fn from_stored(kind: &str, app_name: String) -> Option<Peer> {
         if kind == WASMJOB_HOLDING {
-            return Some(Peer { kind: PeerKind::Wasmjob, app_name, holds_triggers: true });
+            return Some(Peer {
+                kind: PeerKind::Wasmjob,
+                app_name: app_name.into(),
+                holds_triggers: true,
+            });
         }
-        Some(Peer { kind: PeerKind::parse(kind)?, app_name, holds_triggers: false })
+        Some(Peer {
+            kind: PeerKind::parse(kind)?,
+            app_name: app_name.into(),
+            holds_triggers: false,
+        })
     }
 
     /// What an operator is shown for a stored kind: `wasmjob`, `xxl-job` (XXL-JOB 2.2 to 3.4) or
@@ -131,7 +139,7 @@ impl Peer {
     /// The application name to send in `XXL-JOB-APPNAME`: always, since every generation
     /// ignores it but 3.5, which requires it.
     pub fn app_name_header(&self) -> Option<&str> {
-        Some(self.app_name.as_str())
+        Some(&self.app_name)
     }
 }
 
@@ -245,7 +253,7 @@ mod tests {
     fn the_callers_that_find_an_address_expired_together_read_it_once() {
         let peers = Peers::default();
         let peer = Peer::from_registration("app", true, false, false);
-        let renamed = Peer { app_name: "renamed".to_owned(), ..peer.clone() };
+        let renamed = Peer { app_name: "renamed".into(), ..peer.clone() };
         peers.set("a", Some(peer.clone()), 0);
         let expired = PEER_TTL_MS;
         assert_eq!(peers.fresh("a", expired), None);

@@ -19,7 +19,10 @@
 //! recorded before are ignored when the batch comes again.
 
 use foldhash::HashMap;
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use std::ops::Range;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -134,7 +137,9 @@ impl Dispatcher {
                 }
             },
         };
-        let mut applying = tokio::task::JoinSet::new();
+        // Applied side by side in this task, not each in a task of its own: each mostly waits
+        // for its group commit, and a task a result cost more to spawn and join than to poll.
+        let mut applying = FuturesUnordered::new();
         let mut all_read = true;
         for result in results {
             let run = match runs.remove(&result.log_id) {
@@ -185,39 +190,32 @@ impl Dispatcher {
                 crate::metrics::admin().fire_started(started - run.trigger_time_ms);
             }
             let accepted = self.take_unrecorded_send(result.log_id, result.started_at);
-            let (this, result) = (self.clone(), result.clone());
             let span = tracing::debug_span!("result", run.id = result.log_id);
-            applying.spawn(
-                async move {
-                    let (handle_code, message) = result.code_and_msg();
-                    let started_at_ms = result.started_at;
-                    let event = Event::Result { handle_code, message, started_at_ms, accepted };
-                    // On the heap, not inline: the task stays small to spawn.
-                    let apply = this.apply_to(
-                        result.log_id,
-                        Some(run),
-                        None,
-                        event,
-                        None,
-                        result.fuel_used,
-                    );
-                    let applied = Box::pin(apply).await;
-                    (result.log_id, applied)
-                }
-                .instrument(span),
-            );
+            let apply = async move {
+                let (handle_code, message) = result.code_and_msg();
+                let started_at_ms = result.started_at;
+                let event = Event::Result { handle_code, message, started_at_ms, accepted };
+                // On the heap, not inline: each result's future stays small.
+                let apply =
+                    self.apply_to(result.log_id, Some(run), None, event, None, result.fuel_used);
+                Box::pin(apply).await
+            }
+            .instrument(span);
+            // A panic fails its own result, as an error does, and not the others of the chunk.
+            let log_id = result.log_id;
+            applying.push(async move { (log_id, AssertUnwindSafe(apply).catch_unwind().await) });
         }
         let mut all_applied = all_read;
         let mut done = 0;
-        while let Some(joined) = applying.join_next().await {
+        while let Some((log_id, applied)) = applying.next().await {
             done += 1;
             if done == 1 && results.len() > 1 {
                 failpoint::hit("callback.mid_batch");
             }
-            let error = match joined {
-                Ok((_, Ok(_))) => continue,
-                Ok((log_id, Err(error))) => format!("run {log_id}: {error:#}"),
-                Err(error) => error.to_string(),
+            let error = match applied {
+                Ok(Ok(_)) => continue,
+                Ok(Err(error)) => format!("run {log_id}: {error:#}"),
+                Err(_) => format!("run {log_id}: applying its result panicked"),
             };
             tracing::error!(%error, "applying a result failed");
             all_applied = false;

@@ -108,18 +108,11 @@ impl Peer {
 
     /// The peer stored as `kind` for `app_name`; `None` for a kind not known.
     pub fn from_stored(kind: &str, app_name: String) -> Option<Peer> {
-        if kind == WASMJOB_HOLDING {
-            return Some(Peer {
-                kind: PeerKind::Wasmjob,
-                app_name: app_name.into(),
-                holds_triggers: true,
-            });
-        }
-        Some(Peer {
-            kind: PeerKind::parse(kind)?,
-            app_name: app_name.into(),
-            holds_triggers: false,
-        })
+        let (kind, holds_triggers) = match kind {
+            WASMJOB_HOLDING => (PeerKind::Wasmjob, true),
+            _ => (PeerKind::parse(kind)?, false),
+        };
+        Some(Peer { kind, app_name: app_name.into(), holds_triggers })
     }
 
     /// What an operator is shown for a stored kind: `wasmjob`, `xxl-job` (XXL-JOB 2.2 to 3.4) or

@@ -17,15 +17,20 @@ use wasmjob::protocol::{
 
 use wasmjob::storage::RunFilter;
 
-use crate::support::app::{admin_config, executor_config};
+use crate::support::app::{Api, admin_config, executor_config};
 use crate::support::cluster::Cluster;
 use crate::support::{ACCESS_TOKEN, Backend, TestApp, sample_job, wait_until};
 
 /// Posts `body` to the admin's executor API at `path` with the access token: the status and the
 /// envelope.
 async fn post_as_executor(app: &TestApp, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
+    post_to_admin(&app.api, path, body).await
+}
+
+/// [`post_as_executor`] to the admin that `api` speaks to.
+async fn post_to_admin(api: &Api, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
     let reply = reqwest::Client::new()
-        .post(app.api.url(path))
+        .post(api.url(path))
         .header("XXL-JOB-ACCESS-TOKEN", ACCESS_TOKEN)
         .header("content-type", "application/json")
         .body(body)
@@ -462,23 +467,25 @@ async fn silent_xxl_executor() -> String {
     url
 }
 
-/// An XXL-JOB group with a silent executor, and a job of it with `count` runs sent to it and
-/// running: the job's id, and a callback batch of their results (`done <id>`).
-async fn xxl_runs_running(app: &TestApp, count: usize) -> (i64, Vec<u8>) {
-    let (status, group) = app
-        .api
+/// An XXL-JOB group with a silent executor registered, through `api`, and a job of it: the job's
+/// id.
+async fn xxl_job(api: &Api) -> i64 {
+    let (status, group) = api
         .post("/api/v1/groups", json!({"app_name": "xxl", "title": "XXL", "address_type": "AUTO"}))
         .await;
     assert_eq!(status, StatusCode::CREATED, "{group}");
     let executor = silent_xxl_executor().await;
     let registry = json!({"registryGroup": "EXECUTOR", "registryKey": "xxl",
         "registryValue": format!("{executor}/")});
-    let (_, reply) = post_as_executor(app, "/api/registry", registry.to_string().into()).await;
+    let (_, reply) = post_to_admin(api, "/api/registry", registry.to_string().into()).await;
     assert_eq!(reply["code"], 200, "{reply}");
-    let job_id = app
-        .api
-        .create_job(json!({"group_id": group["id"], "glue_type": "BEAN", "handler": "demo"}))
-        .await;
+    api.create_job(json!({"group_id": group["id"], "glue_type": "BEAN", "handler": "demo"})).await
+}
+
+/// An XXL-JOB group with a silent executor, and a job of it with `count` runs sent to it and
+/// running: the job's id, and a callback batch of their results (`done <id>`).
+async fn xxl_runs_running(app: &TestApp, count: usize) -> (i64, Vec<u8>) {
+    let job_id = xxl_job(&app.api).await;
     for _ in 0..count {
         let (status, run) =
             app.api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({})).await;
@@ -627,4 +634,60 @@ async fn a_callback_recorded_by_a_gone_admin_is_applied_by_the_sweep() {
         })
         .await;
     app.stop().await;
+}
+
+/// A panic while one result of a callback is applied (a failpoint in the real admin, on the
+/// second result it applies) fails that result alone: the others of its batch are recorded, the
+/// answer asks for the batch again, and, sent again, the batch records the one that failed and
+/// changes nothing else. The admin lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_applying_one_result_fails_that_result_alone() {
+    let mut cluster = Cluster::start(None, 1, 0).await;
+    cluster.admins[0].restart("callback.apply_result=panic@2").await;
+    let api = cluster.api();
+    let job_id = xxl_job(&api).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (status, triggered) =
+            api.post(&format!("/api/v1/jobs/{job_id}/trigger"), json!({})).await;
+        assert!(status.is_success(), "{triggered}");
+        ids.push(triggered["log_ids"][0].as_i64().unwrap());
+    }
+    api.wait_until("every run to be sent", || async {
+        states_of(&api, &ids).await.iter().all(|(state, _)| state == "running").then_some(())
+    })
+    .await;
+    let results: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"logId": id, "logDateTim": 0, "handleCode": 200, "handleMsg": format!("done {id}")}))
+        .collect();
+    let batch = serde_json::to_vec(&results).unwrap();
+
+    let (_, reply) = post_to_admin(&api, "/api/callback", batch.clone()).await;
+    assert_eq!(reply["code"], 500, "{reply}");
+    let after_panic: Vec<String> =
+        states_of(&api, &ids).await.into_iter().map(|(state, _)| state).collect();
+    let succeeded = after_panic.iter().filter(|state| *state == "success").count();
+    let running = after_panic.iter().filter(|state| *state == "running").count();
+    assert_eq!((succeeded, running), (2, 1), "{after_panic:?}");
+    let log = cluster.admins[0].log();
+    assert!(log.contains("applying its result panicked"), "{}", cluster.admins[0].log_tail());
+
+    let (_, reply) = post_to_admin(&api, "/api/callback", batch).await;
+    assert_eq!(reply["code"], 200, "{reply}");
+    for (id, (state, run)) in ids.iter().zip(states_of(&api, &ids).await) {
+        assert_eq!((state.as_str(), &run["handle_msg"]), ("success", &json!(format!("done {id}"))));
+    }
+    assert!(cluster.admins[0].is_alive(), "{}", cluster.admins[0].log_tail());
+    cluster.finish().await;
+}
+
+/// The state of each of runs `ids`, with the run.
+async fn states_of(api: &Api, ids: &[i64]) -> Vec<(String, Value)> {
+    let mut runs = Vec::new();
+    for id in ids {
+        let (_, run) = api.get(&format!("/api/v1/logs/{id}")).await;
+        runs.push((run["state"].as_str().unwrap_or_default().to_owned(), run));
+    }
+    runs
 }

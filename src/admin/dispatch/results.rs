@@ -192,6 +192,7 @@ impl Dispatcher {
             let accepted = self.take_unrecorded_send(result.log_id, result.started_at);
             let span = tracing::debug_span!("result", run.id = result.log_id);
             let apply = async move {
+                failpoint::hit("callback.apply_result");
                 let (handle_code, message) = result.code_and_msg();
                 let started_at_ms = result.started_at;
                 let event = Event::Result { handle_code, message, started_at_ms, accepted };

@@ -1,6 +1,7 @@
 //! What crosses between admin and executor gets there: the largest requests an executor sends
 //! fit the admin's body limit, a stopping executor delivers its outbox, a run whose send was
-//! never confirmed is killed where it went, and a panic while accepting triggers strands none.
+//! never confirmed is killed where it went, a panic while accepting triggers strands none, and a
+//! panic while applying one result of a callback fails that result alone.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
